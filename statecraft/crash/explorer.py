@@ -1,0 +1,333 @@
+"""The crash explorer: crash a transaction at every I/O boundary, recover, prove the spec.
+
+For one scenario (DESIGN.md §4, after ALICE):
+
+1. a reference run records ``n`` store operations and ``m`` effects;
+2. crash points: before each operation ``i`` (``n`` points; a crash inside an effect), before
+   and after each effect, and after the completed run (an acknowledged transaction);
+3. injected faults (optional): each operation fails instead (``EIO``; ``ENOSPC`` for writes;
+   for bucket requests also "applied but the response was lost"), the run goes on as
+   production code would, and the resulting state is treated like a crash point;
+4. at every point, every crash kind: process kill (one state), power loss (all unsynced lost,
+   all kept, each lost alone, the last write torn as a prefix or zeros, plus ``extra_subsets``
+   random subsets), node loss (one state);
+5. for each crash state: check the guarantees that hold in the ``crashed`` phase, run the
+   scenario's recovery, check the ``recovered`` guarantees. A recovery that raises is itself a
+   violation (guarantee id ``RECOVERY``) unless the scenario allows it.
+
+Any violation comes with a reproducer: the reference trace, the crash point, the crash kind
+and the loss choice.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import traceback
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import attrs
+
+from statecraft.crash.scenario import CheckContext, GuaranteeViolation, Scenario
+from statecraft.engine.crash import CrashPlan, FaultKind, IoGate, IoRecord, SimulatedCrash
+from statecraft.engine.spec import Guarantee, Spec
+from statecraft.engine.trace import TraceEvent, format_trace
+from statecraft.storage.sim import CrashKind, SimWorld
+from statecraft.storage.simfs import LossChoice
+
+__all__ = [
+    "CrashPoint",
+    "ExploreOptions",
+    "ScenarioReport",
+    "Violation",
+    "check_crash_state",
+    "crash_points",
+    "explore",
+    "explore_all",
+    "reference_run",
+    "run_to_crash",
+]
+
+
+@attrs.frozen
+class CrashPoint:
+    """Where a run is interrupted: a crash plan, an injected fault, or after completion."""
+
+    label: str
+    plan: CrashPlan | None = None
+    fault: tuple[int, FaultKind] | None = None
+
+
+@attrs.frozen
+class ExploreOptions:
+    """How much to explore.
+
+    Attributes:
+        kinds: crash kinds to apply at every point.
+        faults: also inject an I/O error at every operation.
+        extra_subsets: random subsets of the unsynced operations to try at each power-loss
+            point, beyond the systematic choices.
+        seed: seed for those subsets (reports are reproducible).
+        max_violations: keep at most this many violations per guarantee (the first found is
+            the one at the earliest crash point).
+    """
+
+    kinds: tuple[CrashKind, ...] = tuple(CrashKind)
+    faults: bool = True
+    extra_subsets: int = 2
+    seed: int = 0
+    max_violations: int = 3
+
+
+@attrs.frozen
+class Violation:
+    """A guarantee that failed in one crash state, with what is needed to reproduce it."""
+
+    guarantee: str
+    statement: str
+    message: str
+    scenario: str
+    point: str
+    kind: str
+    choice: str
+    phase: str
+    trace: tuple[TraceEvent, ...] = ()
+    io_log: tuple[IoRecord, ...] = ()
+
+    def reproducer(self) -> str:
+        io = "\n".join(f"  io#{r.index}: {r.op} {r.target}" for r in self.io_log[-12:])
+        return (
+            f"{self.guarantee} violated ({self.phase}): {self.message}\n"
+            f"  guarantee: {self.statement}\n"
+            f"  scenario: {self.scenario}; crash point: {self.point}; kind: {self.kind}; "
+            f"loss choice: {self.choice}\n"
+            f"trace up to the crash:\n{format_trace(self.trace)}\n"
+            f"last I/O operations before the crash:\n{io or '  (none)'}"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "guarantee": self.guarantee,
+            "statement": self.statement,
+            "message": self.message,
+            "scenario": self.scenario,
+            "point": self.point,
+            "kind": self.kind,
+            "choice": self.choice,
+            "phase": self.phase,
+            "trace": [e.describe() for e in self.trace],
+            "io_log": [f"#{r.index} {r.op} {r.target}" for r in self.io_log],
+        }
+
+
+@attrs.define
+class ScenarioReport:
+    """What exploring one scenario found."""
+
+    scenario: str
+    machine: str
+    io_operations: int = 0
+    effects: int = 0
+    crash_points: int = 0
+    crash_states: int = 0
+    checks_run: int = 0
+    guarantees: tuple[str, ...] = ()
+    violations: list[Violation] = attrs.field(factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def violated_guarantees(self) -> set[str]:
+        return {v.guarantee for v in self.violations}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "machine": self.machine,
+            "io_operations": self.io_operations,
+            "effects": self.effects,
+            "crash_points": self.crash_points,
+            "crash_states": self.crash_states,
+            "checks_run": self.checks_run,
+            "guarantees": list(self.guarantees),
+            "violations": [v.to_json() for v in self.violations],
+            "seconds": round(self.seconds, 3),
+        }
+
+
+@attrs.frozen
+class _Reference:
+    base: SimWorld
+    io_log: tuple[IoRecord, ...]
+    trace: tuple[TraceEvent, ...]
+
+
+def reference_run(scenario: Scenario) -> _Reference:
+    """Set the scenario up, make that state durable, and run the transaction once uncrashed."""
+    base = SimWorld()
+    scenario.setup(base)
+    base.settle()
+    world = base.copy()
+    result = scenario.run(world, crash=None)
+    return _Reference(base=base, io_log=tuple(world.gate.log), trace=result.trace)
+
+
+def crash_points(reference: _Reference, *, faults: bool) -> list[CrashPoint]:
+    """Every point the explorer interrupts the run at (see the module doc)."""
+    points = [CrashPoint(f"io#{r.index} before {r.op} {r.target}", CrashPlan(at_io=r.index))
+              for r in reference.io_log]
+    for k, event in enumerate(reference.trace):
+        points.append(CrashPoint(f"before effect #{k} {event.effect}", CrashPlan(before_effect=k)))
+        points.append(CrashPoint(f"after effect #{k} {event.effect}", CrashPlan(after_effect=k)))
+    points.append(CrashPoint("after the completed run"))
+    if faults:
+        for r in reference.io_log:
+            kinds = [FaultKind.IO_ERROR]
+            if r.op == "write":
+                kinds.append(FaultKind.NO_SPACE)
+            if r.op in ("put", "delete"):
+                kinds.append(FaultKind.LOST_RESPONSE)
+            points.extend(
+                CrashPoint(f"fault {kind.value} at io#{r.index} {r.op} {r.target}", None,
+                           (r.index, kind))
+                for kind in kinds
+            )
+    return points
+
+
+@attrs.frozen
+class _Crashed:
+    world: SimWorld
+    acknowledged: bool
+    trace: tuple[TraceEvent, ...]
+    io_log: tuple[IoRecord, ...]
+
+
+def run_to_crash(scenario: Scenario, base: SimWorld, point: CrashPoint) -> _Crashed:
+    """Run the transaction on a copy of ``base`` until ``point``; return the live world."""
+    world = base.copy()
+    gate = IoGate(faults=dict([point.fault]) if point.fault else None)
+    world.rearm(gate)
+    acknowledged = False
+    trace: tuple[TraceEvent, ...] = ()
+    try:
+        result = scenario.run(world, crash=point.plan)
+        acknowledged = not result.failed
+        trace = result.trace
+    except SimulatedCrash as exc:
+        trace = getattr(exc, "trace", ())
+    except Exception:  # an injected fault surfaced as an error: the process lives on
+        acknowledged = False
+    return _Crashed(world, acknowledged, trace, tuple(gate.log))
+
+
+def _choices(world: SimWorld, kind: CrashKind, extra: int, rng: random.Random) -> Iterator[LossChoice | None]:
+    if kind is not CrashKind.POWER_LOSS:
+        yield None
+        return
+    systematic = world.fs.loss_choices()
+    yield from systematic
+    ids = sorted({op.op_id for op in world.fs.pending_ops()})
+    seen = {c.kept for c in systematic if c.torn is None}
+    for _ in range(extra if len(ids) > 2 else 0):
+        kept = frozenset(i for i in ids if rng.random() < 0.5)
+        if kept not in seen:
+            seen.add(kept)
+            yield LossChoice("subset{" + ",".join(map(str, sorted(kept))) + "}", kept)
+
+
+def check_crash_state(
+    scenario: Scenario,
+    guarantees: Sequence[Guarantee],
+    base: SimWorld,
+    crashed: _Crashed,
+    kind: CrashKind,
+    choice: LossChoice | None,
+    point_label: str,
+) -> tuple[list[Violation], int]:
+    """Apply one crash to the crashed run, check, recover, check. Returns the violations and
+    the number of checks run."""
+    state = crashed.world.after_crash(kind, choice)
+    choice_name = choice.name if choice is not None else kind.value
+    violations: list[Violation] = []
+    checks = 0
+
+    def violation(g_id: str, statement: str, message: str, phase: str) -> Violation:
+        return Violation(g_id, statement, message, scenario.name, point_label, kind.value,
+                         choice_name, phase, crashed.trace, crashed.io_log)
+
+    def run_checks(phase: str, world: SimWorld, recovery: Any) -> None:
+        nonlocal checks
+        ctx = CheckContext(scenario, phase, kind.value, world, base, crashed.acknowledged,
+                           recovery, point_label, choice_name)
+        for g in guarantees:
+            if phase not in g.at or kind.value not in g.kinds:
+                continue
+            checks += 1
+            try:
+                g.resolve()(ctx)
+            except GuaranteeViolation as exc:
+                violations.append(violation(g.id, g.statement, str(exc), phase))
+            except Exception as exc:  # a check that crashes is a finding, not a pass
+                violations.append(violation(
+                    g.id, g.statement,
+                    f"check raised {exc!r}\n{traceback.format_exc(limit=4)}", phase))
+
+    run_checks("crashed", state, None)
+    recovered = state.copy()
+    try:
+        recovery = scenario.recover(recovered)
+    except Exception as exc:
+        if not scenario.recovery_may_fail:
+            violations.append(violation(
+                "RECOVERY", "recovery after any crash completes without error",
+                f"recovery raised {exc!r}", "recovered"))
+            return violations, checks
+        recovery = exc
+    run_checks("recovered", recovered, recovery)
+    return violations, checks
+
+
+def explore(
+    scenario: Scenario, spec: Spec, options: ExploreOptions | None = None
+) -> ScenarioReport:
+    """Explore every crash state of ``scenario`` and check ``spec``'s guarantees in each."""
+    options = options or ExploreOptions()
+    started = time.perf_counter()
+    rng = random.Random(options.seed)
+    reference = reference_run(scenario)
+    points = crash_points(reference, faults=options.faults)
+    report = ScenarioReport(
+        scenario=scenario.name,
+        machine=scenario.machine,
+        io_operations=len(reference.io_log),
+        effects=len(reference.trace),
+        crash_points=len(points),
+        guarantees=tuple(g.id for g in spec.guarantees),
+    )
+    counts: dict[str, int] = {}
+    for point in points:
+        crashed = run_to_crash(scenario, reference.base, point)
+        for kind in options.kinds:
+            for choice in _choices(crashed.world, kind, options.extra_subsets, rng):
+                report.crash_states += 1
+                found, checks = check_crash_state(
+                    scenario, spec.guarantees, reference.base, crashed, kind, choice, point.label
+                )
+                report.checks_run += checks
+                for v in found:
+                    if counts.get(v.guarantee, 0) < options.max_violations:
+                        counts[v.guarantee] = counts.get(v.guarantee, 0) + 1
+                        report.violations.append(v)
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def explore_all(
+    scenarios: Iterable[Scenario], spec: Spec, options: ExploreOptions | None = None
+) -> list[ScenarioReport]:
+    """:func:`explore` each scenario."""
+    return [explore(s, spec, options) for s in scenarios]

@@ -1,0 +1,75 @@
+"""What the crash explorer needs from a scenario, and what a guarantee check receives."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import attrs
+
+from statecraft.engine.crash import CrashPlan
+from statecraft.engine.runner import RunResult
+from statecraft.errors import StatecraftError
+from statecraft.storage.sim import SimWorld
+
+__all__ = ["CheckContext", "GuaranteeViolation", "Scenario"]
+
+
+class GuaranteeViolation(StatecraftError, AssertionError):  # noqa: N818 - reads as "a violation"
+    """Raised by a check when its guarantee does not hold in the state it was given."""
+
+    code = "guarantee_violation"
+
+
+class Scenario(Protocol):
+    """One transaction run the explorer crashes at every point.
+
+    Contract (the explorer calls, in order, each on a fresh copy of the world):
+        1. :meth:`setup` once, on a blank world: the durable state before the transaction
+           (previous checkpoints...). The explorer then makes it all durable.
+        2. :meth:`run` for the reference run and again for every crash point; it must be
+           deterministic (same I/O operations in the same order on the same world) and must
+           let ``SimulatedCrash`` propagate.
+        3. :meth:`recover` on the world a restarted process finds: what production does at
+           restart (observe, continue the machine, resume...). Its return value is handed to
+           the checks as ``ctx.recovery``. It may raise; that is a violation unless the
+           scenario sets ``recovery_may_fail``.
+    """
+
+    name: str
+    machine: str
+    recovery_may_fail: bool
+
+    def setup(self, world: SimWorld) -> None: ...
+
+    def run(self, world: SimWorld, *, crash: CrashPlan | None) -> RunResult: ...
+
+    def recover(self, world: SimWorld) -> Any: ...
+
+
+@attrs.frozen
+class CheckContext:
+    """Everything a guarantee check may look at.
+
+    Attributes:
+        scenario: the scenario (checks read its expectations, e.g. the bytes it meant to write).
+        phase: ``"crashed"`` (the world right after the crash) or ``"recovered"`` (after
+            :meth:`Scenario.recover`).
+        kind: the crash kind (``process_kill``, ``power_loss``, ``node_loss``).
+        world: the world to check; checks must only read it.
+        before: the world as the scenario's setup left it (the last state known durable).
+        acknowledged: the transaction returned successfully before the crash (so its effects
+            were promised to the caller).
+        recovery: what :meth:`Scenario.recover` returned (``None`` in the crashed phase).
+        point: the crash point, described.
+        choice: the loss choice (power loss) or the kind's name.
+    """
+
+    scenario: Any
+    phase: str
+    kind: str
+    world: SimWorld
+    before: SimWorld
+    acknowledged: bool
+    recovery: Any = None
+    point: str = ""
+    choice: str = ""

@@ -1,0 +1,150 @@
+"""Spec files: the contract of one machine, read by reviewers and executed by the harness.
+
+Format (TOML, one file per machine in ``specs/``; documented in ``docs/specs.md``)::
+
+    schema = "statecraft.spec.v1"
+    machine = "save"
+    summary = "One paragraph: what the transaction promises."
+
+    [[guarantees]]
+    id = "SAVE-1"
+    statement = "latest_checkpoint.txt names only a complete, verified checkpoint."
+    check = "statecraft.checkpoint.checks:latest_names_complete"   # module:callable
+    at = ["crashed", "recovered"]          # phases it must hold in (default: both)
+    kinds = ["process_kill", "power_loss"] # crash kinds it applies to (default: all)
+
+    [[format.files]]                       # the observable on-disk format
+    name = "iter_<9 digits>/.posttrain-manifest.json"
+    written_by = "commit_manifest"
+    doc = "..."
+    schema = "save.manifest.schema.json"   # optional JSON schema beside the spec
+
+A check is called with the harness's check context and raises ``GuaranteeViolation`` (from
+``statecraft.crash``) when the guarantee does not hold.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from statecraft.errors import SpecError
+
+__all__ = ["CRASH_KINDS", "PHASES", "FormatFile", "Guarantee", "Spec", "load_spec"]
+
+SPEC_SCHEMA = "statecraft.spec.v1"
+PHASES = ("crashed", "recovered")
+CRASH_KINDS = ("process_kill", "power_loss", "node_loss")
+
+
+@attrs.frozen
+class Guarantee:
+    """One promise of a transaction and the check that proves it."""
+
+    id: str
+    statement: str
+    check: str
+    at: tuple[str, ...] = PHASES
+    kinds: tuple[str, ...] = CRASH_KINDS
+
+    def resolve(self) -> Callable[[Any], None]:
+        """Import the check callable named by ``check`` (``module:attribute``).
+
+        Raises:
+            SpecError: the name is malformed or cannot be imported.
+        """
+        module_name, _, attr = self.check.partition(":")
+        if not module_name or not attr:
+            raise SpecError(f"guarantee {self.id}: check {self.check!r} must be 'module:callable'")
+        try:
+            module = importlib.import_module(module_name)
+            func = getattr(module, attr)
+        except (ImportError, AttributeError) as exc:
+            raise SpecError(
+                f"guarantee {self.id}: cannot import check {self.check!r}: {exc}"
+            ) from None
+        if not callable(func):
+            raise SpecError(f"guarantee {self.id}: {self.check!r} is not callable")
+        return func
+
+
+@attrs.frozen
+class FormatFile:
+    """One file of the observable format."""
+
+    name: str
+    written_by: str
+    doc: str = ""
+    schema: dict[str, Any] | None = None
+
+
+@attrs.frozen
+class Spec:
+    machine: str
+    summary: str
+    guarantees: tuple[Guarantee, ...]
+    files: tuple[FormatFile, ...] = ()
+    source: str = ""
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Read and check the spec file at ``path``; every problem is reported at once.
+
+    Raises:
+        SpecError: the file is malformed, an id repeats, a phase or crash kind is unknown, or
+            a referenced JSON schema is missing.
+    """
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise SpecError(f"{path}: cannot read spec: {exc}") from None
+    problems: list[str] = []
+    if data.get("schema") != SPEC_SCHEMA:
+        problems.append(f"schema must be {SPEC_SCHEMA!r}, got {data.get('schema')!r}")
+    machine = data.get("machine")
+    if not isinstance(machine, str) or not machine:
+        problems.append(f"machine must name the machine this spec covers, got {machine!r}")
+    guarantees: list[Guarantee] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(data.get("guarantees", [])):
+        where = f"guarantees[{i}]"
+        missing = [k for k in ("id", "statement", "check") if not isinstance(raw.get(k), str)]
+        if missing:
+            problems.append(f"{where}: missing or non-string {missing}")
+            continue
+        if raw["id"] in seen:
+            problems.append(f"{where}: id {raw['id']!r} repeats; ids must be unique")
+        seen.add(raw["id"])
+        at = tuple(raw.get("at", PHASES))
+        kinds = tuple(raw.get("kinds", CRASH_KINDS))
+        for value in at:
+            if value not in PHASES:
+                problems.append(f"{where} ({raw['id']}): phase {value!r} not in {PHASES}")
+        for value in kinds:
+            if value not in CRASH_KINDS:
+                problems.append(f"{where} ({raw['id']}): crash kind {value!r} not in {CRASH_KINDS}")
+        guarantees.append(Guarantee(raw["id"], raw["statement"], raw["check"], at, kinds))
+    if not guarantees:
+        problems.append("no [[guarantees]]; a spec must promise something")
+    files: list[FormatFile] = []
+    for i, raw in enumerate(data.get("format", {}).get("files", [])):
+        schema = None
+        if "schema" in raw:
+            schema_path = path.parent / raw["schema"]
+            try:
+                schema = json.loads(schema_path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                problems.append(f"format.files[{i}]: cannot read schema {schema_path}: {exc}")
+        files.append(
+            FormatFile(raw.get("name", "?"), raw.get("written_by", "?"), raw.get("doc", ""), schema)
+        )
+    if problems:
+        raise SpecError(f"{path}: invalid spec:\n" + "\n".join(f"  - {p}" for p in problems))
+    return Spec(str(machine), str(data.get("summary", "")), tuple(guarantees), tuple(files), str(path))

@@ -1,0 +1,166 @@
+"""The small filesystem interface ``LocalStore`` is written against, and the real OS one.
+
+``LocalStore`` performs every local I/O through a :class:`Filesystem`, so the crash harness can
+run the very same store over :class:`~statecraft.storage.simfs.SimFilesystem`, which applies
+the power-loss rules of DESIGN.md §4. Paths are absolute POSIX strings.
+
+Mutating operations (open for write, write, fsync, close, rename, link, unlink, mkdir, rmdir,
+fsync of a directory) each pass the optional :class:`~statecraft.engine.crash.IoGate` first, so
+each is a crash point. Reads are not crash points: a crash before a read leaves the same
+durable state as a crash after the previous mutation.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat as stat_module
+from typing import BinaryIO, Protocol
+
+import attrs
+
+from statecraft.engine.crash import Fault, FaultKind, IoGate
+
+__all__ = ["FileStat", "Filesystem", "OsFilesystem", "fault_error"]
+
+
+@attrs.frozen
+class FileStat:
+    size: int
+    is_dir: bool
+
+
+def fault_error(fault: Fault, op: str, path: str) -> OSError:
+    """The ``OSError`` an injected fault turns into."""
+    code = errno.ENOSPC if fault.kind is FaultKind.NO_SPACE else errno.EIO
+    return OSError(code, f"injected {fault.kind.value} at I/O op #{fault.index} ({op})", path)
+
+
+class Filesystem(Protocol):
+    """What ``LocalStore`` needs of a filesystem. Handles are opaque integers."""
+
+    def open_write(self, path: str, *, exclusive: bool) -> int:
+        """Create ``path`` for writing (``exclusive``: fail with ``FileExistsError`` if it
+        exists; otherwise truncate an existing file)."""
+
+    def write(self, handle: int, data: bytes | memoryview) -> None:
+        """Append all of ``data`` at the handle's position."""
+
+    def fsync(self, handle: int) -> None:
+        """Make the file's written data durable. An error means that data is lost."""
+
+    def close(self, handle: int) -> None: ...
+
+    def rename(self, src: str, dst: str) -> None:
+        """Atomically replace ``dst`` by ``src`` (durable after the parent's fsync)."""
+
+    def link(self, src: str, dst: str) -> None:
+        """Give ``src``'s file the name ``dst``; ``FileExistsError`` if ``dst`` exists."""
+
+    def unlink(self, path: str) -> None: ...
+
+    def mkdir(self, path: str) -> None: ...
+
+    def rmdir(self, path: str) -> None: ...
+
+    def fsync_dir(self, path: str) -> None:
+        """Make creates, renames and unlinks inside directory ``path`` durable."""
+
+    def listdir(self, path: str) -> list[str]: ...
+
+    def stat(self, path: str) -> FileStat | None:
+        """Size and kind of ``path``, or ``None`` when it does not exist."""
+
+    def read(self, path: str) -> bytes: ...
+
+    def open_read(self, path: str) -> BinaryIO: ...
+
+    def real_path(self, path: str) -> str | None:
+        """An OS path usable for ``mmap`` (``None`` for simulated filesystems)."""
+
+
+class OsFilesystem:
+    """The real filesystem through ``os`` calls.
+
+    Args:
+        gate: optional I/O gate; tests use it to crash or inject faults on the real disk.
+    """
+
+    def __init__(self, *, gate: IoGate | None = None) -> None:
+        self.gate = gate
+
+    def __repr__(self) -> str:
+        return "OsFilesystem()"
+
+    def _io(self, op: str, path: str) -> None:
+        if self.gate is not None:
+            fault = self.gate.before_io(op, path)
+            if fault is not None:
+                raise fault_error(fault, op, path)
+
+    def open_write(self, path: str, *, exclusive: bool) -> int:
+        self._io("open_write", path)
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_TRUNC)
+        return os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+
+    def write(self, handle: int, data: bytes | memoryview) -> None:
+        self._io("write", str(handle))
+        view = memoryview(data).cast("B")
+        while view:
+            written = os.write(handle, view)
+            view = view[written:]
+
+    def fsync(self, handle: int) -> None:
+        self._io("fsync", str(handle))
+        os.fsync(handle)
+
+    def close(self, handle: int) -> None:
+        os.close(handle)
+
+    def rename(self, src: str, dst: str) -> None:
+        self._io("rename", dst)
+        os.rename(src, dst)
+
+    def link(self, src: str, dst: str) -> None:
+        self._io("link", dst)
+        os.link(src, dst)
+
+    def unlink(self, path: str) -> None:
+        self._io("unlink", path)
+        os.unlink(path)
+
+    def mkdir(self, path: str) -> None:
+        self._io("mkdir", path)
+        os.mkdir(path)
+
+    def rmdir(self, path: str) -> None:
+        self._io("rmdir", path)
+        os.rmdir(path)
+
+    def fsync_dir(self, path: str) -> None:
+        self._io("fsync_dir", path)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def listdir(self, path: str) -> list[str]:
+        return sorted(os.listdir(path))
+
+    def stat(self, path: str) -> FileStat | None:
+        try:
+            st = os.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return FileStat(size=st.st_size, is_dir=stat_module.S_ISDIR(st.st_mode))
+
+    def read(self, path: str) -> bytes:
+        with open(path, "rb") as f:
+            return f.read()
+
+    def open_read(self, path: str) -> BinaryIO:
+        return open(path, "rb")  # noqa: SIM115 - the caller owns the handle
+
+    def real_path(self, path: str) -> str | None:
+        return path

@@ -1,0 +1,267 @@
+"""Object-store semantics: a bucket client interface, a simulated bucket, and the ``Store``
+adapter over any bucket.
+
+Semantics modelled (DESIGN.md §4): a PUT is atomic per key and then strongly consistent;
+there is no rename and no multi-key atomicity; ``If-None-Match: *`` (create only if absent)
+and ``If-Match: <etag>`` (replace only that version) are the only compare-and-swap. A request
+whose response never arrived is indeterminate: it may or may not have taken effect, so
+recovery must look. The crash harness covers both outcomes of a request in flight at a crash
+(crash before the request = not applied; crash before the next request = applied) and injects
+the third case, "applied but the client saw an error", as a ``LOST_RESPONSE`` fault.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from typing import BinaryIO, Protocol
+
+import attrs
+
+from statecraft.engine.crash import FaultKind, IoGate
+from statecraft.errors import StoreConflictError, StoreError
+from statecraft.storage.base import FileRecord, check_relative_path
+from statecraft.storage.filesystem import FileStat
+
+__all__ = [
+    "BucketClient",
+    "ObjectInfo",
+    "ObjectRequestError",
+    "ObjectStore",
+    "PreconditionFailed",
+    "SimBucket",
+]
+
+
+class ObjectRequestError(StoreError):
+    """A request failed or its outcome is unknown (the response was lost); look before
+    assuming either."""
+
+    code = "object_request"
+
+
+class PreconditionFailed(StoreConflictError):
+    """A conditional request (``If-None-Match: *`` / ``If-Match``) was refused (HTTP 412)."""
+
+    code = "precondition_failed"
+
+
+@attrs.frozen
+class ObjectInfo:
+    size: int
+    etag: str
+
+
+class BucketClient(Protocol):
+    """The operations statecraft needs of one bucket."""
+
+    def put(
+        self, key: str, data: bytes, *, if_none_match: bool = False, if_match: str | None = None
+    ) -> str:
+        """Store ``data`` under ``key`` atomically; returns the new etag.
+
+        Raises:
+            PreconditionFailed: the condition did not hold; nothing changed.
+            ObjectRequestError: the request failed or its outcome is unknown.
+        """
+
+    def get(self, key: str) -> bytes:
+        """The object's bytes; ``FileNotFoundError`` when absent."""
+
+    def head(self, key: str) -> ObjectInfo | None: ...
+
+    def list(self, prefix: str) -> list[str]:
+        """Every key starting with ``prefix``, sorted."""
+
+    def delete(self, key: str) -> None: ...
+
+
+class SimBucket:
+    """An in-memory bucket with S3's per-key semantics and conditional writes.
+
+    Every mutating request passes the optional gate (a crash point). A bucket survives every
+    crash kind: it is remote.
+    """
+
+    def __init__(self, *, gate: IoGate | None = None) -> None:
+        self.gate = gate
+        self.objects: dict[str, tuple[bytes, str]] = {}
+        self._version = 0
+
+    def __repr__(self) -> str:
+        return f"SimBucket(objects={len(self.objects)})"
+
+    def _request(self, op: str, key: str) -> FaultKind | None:
+        if self.gate is None:
+            return None
+        fault = self.gate.before_io(op, key)
+        if fault is None:
+            return None
+        if fault.kind is FaultKind.LOST_RESPONSE:
+            return fault.kind
+        raise ObjectRequestError(f"injected {fault.kind.value} on {op} {key!r} (not applied)")
+
+    def put(
+        self, key: str, data: bytes, *, if_none_match: bool = False, if_match: str | None = None
+    ) -> str:
+        fault = self._request("put", key)
+        current = self.objects.get(key)
+        if if_none_match and current is not None:
+            raise PreconditionFailed(f"If-None-Match: * refused: {key!r} exists")
+        if if_match is not None and (current is None or current[1] != if_match):
+            raise PreconditionFailed(f"If-Match: {if_match} refused for {key!r}")
+        self._version += 1
+        etag = f'"{hashlib.md5(data).hexdigest()}-{self._version}"'  # noqa: S324 - an etag
+        self.objects[key] = (bytes(data), etag)
+        if fault is FaultKind.LOST_RESPONSE:
+            raise ObjectRequestError(f"put {key!r}: response lost (the object WAS written)")
+        return etag
+
+    def get(self, key: str) -> bytes:
+        if key not in self.objects:
+            raise FileNotFoundError(f"no object {key!r}")
+        return self.objects[key][0]
+
+    def head(self, key: str) -> ObjectInfo | None:
+        entry = self.objects.get(key)
+        return None if entry is None else ObjectInfo(len(entry[0]), entry[1])
+
+    def list(self, prefix: str) -> list[str]:
+        return sorted(k for k in self.objects if k.startswith(prefix))
+
+    def delete(self, key: str) -> None:
+        fault = self._request("delete", key)
+        self.objects.pop(key, None)
+        if fault is FaultKind.LOST_RESPONSE:
+            raise ObjectRequestError(f"delete {key!r}: response lost (the object WAS deleted)")
+
+    def copy(self) -> SimBucket:
+        """The bucket as it stands, detached from any gate (what survives a crash)."""
+        clone = SimBucket()
+        clone.objects = dict(self.objects)
+        clone._version = self._version
+        return clone
+
+
+class ObjectAtomicWriter:
+    """Buffers the bytes and PUTs them on commit (conditional create when exclusive)."""
+
+    def __init__(self, store: ObjectStore, path: str, *, exclusive: bool) -> None:
+        self.path = path
+        self.record: FileRecord | None = None
+        self._store = store
+        self._exclusive = exclusive
+        self._buffer = io.BytesIO()
+        self._sha = hashlib.sha256()
+        self._open = True
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        if not self._open:
+            raise StoreError(f"{self.path}: write after commit or abort")
+        view = memoryview(data).cast("B")
+        self._sha.update(view)
+        return self._buffer.write(view)
+
+    def flush(self) -> None:
+        """No-op: the object is sent whole at commit."""
+
+    def commit(self) -> FileRecord:
+        if not self._open:
+            raise StoreError(f"{self.path}: commit after commit or abort")
+        self._open = False
+        data = self._buffer.getvalue()
+        key = self._store.key(self.path)
+        try:
+            self._store.client.put(key, data, if_none_match=self._exclusive)
+        except PreconditionFailed:
+            raise StoreConflictError(
+                f"{self._store.describe()}: {self.path!r} already exists; an exclusive create "
+                "never overwrites. Inspect the existing object before deciding what to do"
+            ) from None
+        self.record = FileRecord(self.path, len(data), self._sha.hexdigest())
+        return self.record
+
+    def abort(self) -> None:
+        self._open = False
+
+    def __enter__(self) -> ObjectAtomicWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        elif issubclass(exc_type, Exception):
+            self.abort()
+
+
+class ObjectStore:
+    """The :class:`~statecraft.storage.base.Store` interface over a bucket and a key prefix.
+
+    Directories are key prefixes: :meth:`make_dirs` does nothing, :meth:`list` reports the
+    next path segment of every key under the prefix.
+    """
+
+    def __init__(self, client: BucketClient, *, prefix: str = "", name: str = "bucket") -> None:
+        self.client = client
+        self.prefix = prefix.strip("/")
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"ObjectStore({self.describe()!r})"
+
+    def describe(self) -> str:
+        return f"s3://{self.name}/{self.prefix}"
+
+    def key(self, path: str) -> str:
+        if path == "":
+            return self.prefix
+        path = check_relative_path(path)
+        return f"{self.prefix}/{path}" if self.prefix else path
+
+    def open_atomic(self, path: str, *, exclusive: bool = False) -> ObjectAtomicWriter:
+        return ObjectAtomicWriter(self, path, exclusive=exclusive)
+
+    def write_atomic(self, path: str, data: bytes) -> FileRecord:
+        with self.open_atomic(path) as writer:
+            writer.write(data)
+        return writer.record  # type: ignore[return-value]
+
+    def create_exclusive(self, path: str, data: bytes) -> FileRecord:
+        with self.open_atomic(path, exclusive=True) as writer:
+            writer.write(data)
+        return writer.record  # type: ignore[return-value]
+
+    def read_bytes(self, path: str) -> bytes:
+        return self.client.get(self.key(path))
+
+    def open_read(self, path: str) -> BinaryIO:
+        return io.BytesIO(self.read_bytes(path))
+
+    def local_path(self, path: str) -> str | None:
+        return None
+
+    def stat(self, path: str) -> FileStat | None:
+        info = self.client.head(self.key(path))
+        if info is not None:
+            return FileStat(info.size, False)
+        base = self.key(path)
+        if self.client.list(f"{base}/" if base else ""):
+            return FileStat(0, True)
+        return None
+
+    def list(self, path: str = "") -> list[str]:
+        base = self.key(path)
+        prefix = f"{base}/" if base else ""
+        names = {k[len(prefix) :].split("/", 1)[0] for k in self.client.list(prefix)}
+        return sorted(n for n in names if n)
+
+    def make_dirs(self, path: str) -> None:
+        check_relative_path(path)
+
+    def delete(self, path: str) -> None:
+        self.client.delete(self.key(path))
+
+    def delete_tree(self, path: str) -> None:
+        base = self.key(path)
+        for key in self.client.list(f"{base}/" if base else ""):
+            self.client.delete(key)

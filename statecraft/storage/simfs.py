@@ -1,0 +1,439 @@
+"""An in-memory filesystem that obeys the power-loss rules of DESIGN.md §4.
+
+It records, per file, the data made durable by ``fsync`` and the writes since; per directory,
+the entries made durable by a directory ``fsync`` and the entry operations (create, rename,
+unlink, mkdir) since. A crash turns it into the filesystem that a reboot would find:
+
+- **process kill** (:meth:`SimFilesystem.after_process_kill`): everything the OS accepted
+  survives.
+- **power loss** (:meth:`SimFilesystem.after_power_loss`): file data survives only if fsynced
+  after it was written; a directory entry change survives only if the directory was fsynced
+  after it. Each unsynced operation may independently survive or not (a
+  :class:`LossChoice` says which), and one write may be torn (a prefix, or zero-filled). A
+  rename that did not survive reverts. After a failed ``fsync`` the affected data is lost for
+  good, even if a later ``fsync`` succeeds (never retry-and-trust).
+- **node loss** (:meth:`SimFilesystem.after_node_loss`): the disk is gone.
+
+Every mutating call passes the optional :class:`~statecraft.engine.crash.IoGate`, so it is a
+crash point, and may receive an injected fault (``EIO``, ``ENOSPC``).
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+from collections.abc import Iterable
+from typing import BinaryIO
+
+import attrs
+
+from statecraft.engine.crash import FaultKind, IoGate
+from statecraft.storage.filesystem import FileStat, fault_error
+
+__all__ = ["LossChoice", "PendingOp", "SimFilesystem"]
+
+_ROOT = 0
+
+
+@attrs.define
+class _Write:
+    op_id: int
+    offset: int
+    data: bytes
+    truncate: bool = False  # a truncate-to-zero (open without O_EXCL over an existing file)
+
+
+@attrs.define
+class _EntryOp:
+    op_id: int
+    add: bool  # True: name -> ino; False: remove name (if it still maps to ino)
+    name: str
+    ino: int
+
+
+@attrs.define
+class _Inode:
+    ino: int
+    is_dir: bool
+    data: bytearray = attrs.field(factory=bytearray)
+    synced: bytes = b""
+    pending: list[_Write] = attrs.field(factory=list)
+    entries: dict[str, int] = attrs.field(factory=dict)
+    synced_entries: dict[str, int] = attrs.field(factory=dict)
+    pending_entries: list[_EntryOp] = attrs.field(factory=list)
+
+
+@attrs.frozen
+class PendingOp:
+    """An operation the OS accepted but that is not yet durable."""
+
+    op_id: int
+    kind: str  # "write" or "entry"
+    description: str
+
+
+@attrs.frozen
+class LossChoice:
+    """Which unsynced operations a power loss keeps.
+
+    Attributes:
+        name: a short label used in reports (``all_lost``, ``omit#7``, ``torn_zeros#9``...).
+        kept: ids of the unsynced operations that survive; all others are lost.
+        torn: ``(op_id, mode)``: that write survives torn: ``"prefix"`` keeps the first half of
+            its bytes, ``"zeros"`` keeps its length but zero-fills it.
+    """
+
+    name: str
+    kept: frozenset[int]
+    torn: tuple[int, str] | None = None
+
+
+def _split(path: str) -> list[str]:
+    if not path.startswith("/"):
+        raise ValueError(f"SimFilesystem paths are absolute POSIX paths, got {path!r}")
+    return [p for p in path.split("/") if p]
+
+
+def _apply_writes(base: bytes, writes: Iterable[_Write], torn: tuple[int, str] | None) -> bytes:
+    data = bytearray(base)
+    for w in writes:
+        payload = w.data
+        if torn is not None and torn[0] == w.op_id:
+            payload = payload[: len(payload) // 2] if torn[1] == "prefix" else bytes(len(payload))
+        if w.truncate:
+            del data[:]
+            continue
+        end = w.offset + len(payload)
+        if w.offset > len(data):
+            data.extend(bytes(w.offset - len(data)))
+        data[w.offset : end] = payload
+    return bytes(data)
+
+
+class SimFilesystem:
+    """A simulated POSIX filesystem with explicit durability.
+
+    Args:
+        gate: the I/O gate shared with the runner (crash points and injected faults).
+        capacity_bytes: total file bytes the disk holds; a write beyond raises ``ENOSPC``.
+    """
+
+    def __init__(self, *, gate: IoGate | None = None, capacity_bytes: int | None = None) -> None:
+        self.gate = gate
+        self.capacity_bytes = capacity_bytes
+        self._inodes: dict[int, _Inode] = {_ROOT: _Inode(_ROOT, True)}
+        self._next_ino = 1
+        self._next_op = 0
+        self._handles: dict[int, list[int]] = {}  # handle -> [ino, position]
+        self._next_handle = 3
+
+    def __repr__(self) -> str:
+        return f"SimFilesystem(files={sum(not i.is_dir for i in self._inodes.values())})"
+
+    # ------------------------------------------------------------------ helpers
+    def _io(self, op: str, path: str) -> FaultKind | None:
+        if self.gate is None:
+            return None
+        fault = self.gate.before_io(op, path)
+        if fault is None:
+            return None
+        if fault.kind is FaultKind.IO_ERROR and op in ("fsync", "fsync_dir"):
+            return fault.kind  # the caller loses the unsynced data, then raises
+        raise fault_error(fault, op, path)
+
+    def _op_id(self) -> int:
+        self._next_op += 1
+        return self._next_op
+
+    def _lookup(self, path: str) -> _Inode | None:
+        node = self._inodes[_ROOT]
+        for part in _split(path):
+            if not node.is_dir or part not in node.entries:
+                return None
+            node = self._inodes[node.entries[part]]
+        return node
+
+    def _parent(self, path: str) -> tuple[_Inode, str]:
+        parts = _split(path)
+        if not parts:
+            raise OSError(errno.EINVAL, "the root has no parent", path)
+        parent = self._lookup("/" + "/".join(parts[:-1]))
+        if parent is None:
+            raise FileNotFoundError(errno.ENOENT, "no such directory", path)
+        if not parent.is_dir:
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory", path)
+        return parent, parts[-1]
+
+    def _add_entry(self, parent: _Inode, name: str, ino: int, op_id: int) -> None:
+        parent.entries[name] = ino
+        parent.pending_entries.append(_EntryOp(op_id, True, name, ino))
+
+    def _remove_entry(self, parent: _Inode, name: str, op_id: int) -> None:
+        ino = parent.entries.pop(name)
+        parent.pending_entries.append(_EntryOp(op_id, False, name, ino))
+
+    def _new_inode(self, is_dir: bool) -> _Inode:
+        node = _Inode(self._next_ino, is_dir)
+        self._inodes[node.ino] = node
+        self._next_ino += 1
+        return node
+
+    # ------------------------------------------------------------- Filesystem
+    def open_write(self, path: str, *, exclusive: bool) -> int:
+        self._io("open_write", path)
+        parent, name = self._parent(path)
+        op_id = self._op_id()
+        if name in parent.entries:
+            if exclusive:
+                raise FileExistsError(errno.EEXIST, "file exists", path)
+            node = self._inodes[parent.entries[name]]
+            if node.is_dir:
+                raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+            node.data = bytearray()
+            node.pending.append(_Write(op_id, 0, b"", truncate=True))
+        else:
+            node = self._new_inode(False)
+            self._add_entry(parent, name, node.ino, op_id)
+        handle = self._next_handle
+        self._next_handle += 1
+        self._handles[handle] = [node.ino, 0]
+        return handle
+
+    def write(self, handle: int, data: bytes | memoryview) -> None:
+        ino, position = self._handles[handle]
+        self._io("write", f"handle {handle} (+{len(data)} bytes)")
+        payload = bytes(data)
+        if self.capacity_bytes is not None:
+            used = sum(len(n.data) for n in self._inodes.values() if not n.is_dir)
+            if used + len(payload) > self.capacity_bytes:
+                raise OSError(errno.ENOSPC, "no space left on device (simulated)", str(handle))
+        node = self._inodes[ino]
+        node.data[position : position + len(payload)] = payload
+        node.pending.append(_Write(self._op_id(), position, payload))
+        self._handles[handle][1] = position + len(payload)
+
+    def fsync(self, handle: int) -> None:
+        node = self._inodes[self._handles[handle][0]]
+        fault = self._io("fsync", f"handle {handle}")
+        if fault is not None:
+            node.pending.clear()  # the data is lost for good: a later fsync cannot save it
+            raise OSError(errno.EIO, "fsync failed (injected); unsynced data is lost", str(handle))
+        node.synced = _apply_writes(node.synced, node.pending, None)
+        node.pending.clear()
+
+    def close(self, handle: int) -> None:
+        self._handles.pop(handle)
+
+    def rename(self, src: str, dst: str) -> None:
+        self._io("rename", f"{src} -> {dst}")
+        src_parent, src_name = self._parent(src)
+        dst_parent, dst_name = self._parent(dst)
+        if src_name not in src_parent.entries:
+            raise FileNotFoundError(errno.ENOENT, "no such file", src)
+        op_id = self._op_id()
+        ino = src_parent.entries[src_name]
+        self._remove_entry(src_parent, src_name, op_id)
+        self._add_entry(dst_parent, dst_name, ino, op_id)
+
+    def link(self, src: str, dst: str) -> None:
+        self._io("link", f"{src} -> {dst}")
+        src_node = self._lookup(src)
+        if src_node is None:
+            raise FileNotFoundError(errno.ENOENT, "no such file", src)
+        dst_parent, dst_name = self._parent(dst)
+        if dst_name in dst_parent.entries:
+            raise FileExistsError(errno.EEXIST, "file exists", dst)
+        self._add_entry(dst_parent, dst_name, src_node.ino, self._op_id())
+
+    def unlink(self, path: str) -> None:
+        self._io("unlink", path)
+        parent, name = self._parent(path)
+        if name not in parent.entries:
+            raise FileNotFoundError(errno.ENOENT, "no such file", path)
+        if self._inodes[parent.entries[name]].is_dir:
+            raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+        self._remove_entry(parent, name, self._op_id())
+
+    def mkdir(self, path: str) -> None:
+        self._io("mkdir", path)
+        parent, name = self._parent(path)
+        if name in parent.entries:
+            raise FileExistsError(errno.EEXIST, "file exists", path)
+        node = self._new_inode(True)
+        self._add_entry(parent, name, node.ino, self._op_id())
+
+    def rmdir(self, path: str) -> None:
+        self._io("rmdir", path)
+        parent, name = self._parent(path)
+        node = self._lookup(path)
+        if node is None:
+            raise FileNotFoundError(errno.ENOENT, "no such directory", path)
+        if not node.is_dir:
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory", path)
+        if node.entries:
+            raise OSError(errno.ENOTEMPTY, "directory not empty", path)
+        self._remove_entry(parent, name, self._op_id())
+
+    def fsync_dir(self, path: str) -> None:
+        node = self._lookup(path)
+        if node is None or not node.is_dir:
+            raise FileNotFoundError(errno.ENOENT, "no such directory", path)
+        fault = self._io("fsync_dir", path)
+        if fault is not None:
+            node.pending_entries.clear()
+            raise OSError(errno.EIO, "directory fsync failed (injected)", path)
+        for op in node.pending_entries:
+            if op.add:
+                node.synced_entries[op.name] = op.ino
+            elif node.synced_entries.get(op.name) == op.ino:
+                del node.synced_entries[op.name]
+        node.pending_entries.clear()
+
+    def listdir(self, path: str) -> list[str]:
+        node = self._lookup(path)
+        if node is None:
+            raise FileNotFoundError(errno.ENOENT, "no such directory", path)
+        if not node.is_dir:
+            raise NotADirectoryError(errno.ENOTDIR, "not a directory", path)
+        return sorted(node.entries)
+
+    def stat(self, path: str) -> FileStat | None:
+        node = self._lookup(path)
+        if node is None:
+            return None
+        return FileStat(size=0 if node.is_dir else len(node.data), is_dir=node.is_dir)
+
+    def read(self, path: str) -> bytes:
+        node = self._lookup(path)
+        if node is None:
+            raise FileNotFoundError(errno.ENOENT, "no such file", path)
+        if node.is_dir:
+            raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+        return bytes(node.data)
+
+    def open_read(self, path: str) -> BinaryIO:
+        return io.BytesIO(self.read(path))
+
+    def real_path(self, path: str) -> str | None:
+        return None
+
+    # ---------------------------------------------------------------- crashes
+    def pending_ops(self) -> list[PendingOp]:
+        """Every operation accepted but not yet durable, oldest first."""
+        ops: dict[int, PendingOp] = {}
+        for node in self._inodes.values():
+            for w in node.pending:
+                what = "truncate" if w.truncate else f"write {len(w.data)}B @{w.offset}"
+                ops[w.op_id] = PendingOp(w.op_id, "write", f"{what} to inode {node.ino}")
+            for e in node.pending_entries:
+                if e.op_id not in ops:
+                    verb = "add" if e.add else "remove"
+                    ops[e.op_id] = PendingOp(e.op_id, "entry", f"{verb} entry {e.name!r}")
+        return [ops[k] for k in sorted(ops)]
+
+    def _rebuilt(self, entries_of, data_of) -> SimFilesystem:
+        fresh = SimFilesystem(capacity_bytes=self.capacity_bytes)
+        fresh._inodes = {}
+        stack = [_ROOT]
+        while stack:
+            ino = stack.pop()
+            if ino in fresh._inodes:
+                continue
+            node = self._inodes[ino]
+            if node.is_dir:
+                entries = entries_of(node)
+                fresh._inodes[ino] = _Inode(ino, True, entries=dict(entries),
+                                            synced_entries=dict(entries))
+                stack.extend(entries.values())
+            else:
+                data = data_of(node)
+                fresh._inodes[ino] = _Inode(ino, False, data=bytearray(data), synced=data)
+        fresh._next_ino = self._next_ino
+        fresh._next_op = self._next_op
+        return fresh
+
+    def after_process_kill(self) -> SimFilesystem:
+        """The filesystem a restarted process sees: all accepted operations survive."""
+        return self._rebuilt(lambda n: n.entries, lambda n: bytes(n.data))
+
+    def after_power_loss(self, choice: LossChoice) -> SimFilesystem:
+        """The filesystem after a power loss in which exactly ``choice.kept`` of the unsynced
+        operations survive (``choice.torn`` one of them torn)."""
+
+        def entries_of(node: _Inode) -> dict[str, int]:
+            entries = dict(node.synced_entries)
+            for op in node.pending_entries:
+                if op.op_id not in choice.kept:
+                    continue
+                if op.add:
+                    entries[op.name] = op.ino
+                elif entries.get(op.name) == op.ino:
+                    del entries[op.name]
+            return entries
+
+        def data_of(node: _Inode) -> bytes:
+            kept = [w for w in node.pending if w.op_id in choice.kept]
+            return _apply_writes(node.synced, kept, choice.torn)
+
+        return self._rebuilt(entries_of, data_of)
+
+    def after_node_loss(self) -> SimFilesystem:
+        """A blank disk: the node and its local storage are gone."""
+        return SimFilesystem(capacity_bytes=self.capacity_bytes)
+
+    def loss_choices(self) -> list[LossChoice]:
+        """The power-loss states DESIGN.md §4(b) enumerates for the current pending operations:
+        all lost, all kept, each one lost alone, and the last write torn (prefix / zeros)."""
+        pending = self.pending_ops()
+        ids = frozenset(p.op_id for p in pending)
+        choices = [LossChoice("all_lost", frozenset())]
+        if not pending:
+            return choices
+        choices.append(LossChoice("all_kept", ids))
+        if len(pending) > 1:
+            choices.extend(LossChoice(f"omit#{p.op_id}", ids - {p.op_id}) for p in pending)
+        writes = [p for p in pending if p.kind == "write" and "truncate" not in p.description]
+        if writes:
+            last = writes[-1].op_id
+            choices.append(LossChoice(f"torn_prefix#{last}", ids, (last, "prefix")))
+            choices.append(LossChoice(f"torn_zeros#{last}", ids, (last, "zeros")))
+        return choices
+
+    # ---------------------------------------------------------------- helpers
+    def sync_all(self) -> None:
+        """Make every accepted operation durable (test setup: "this state is on disk")."""
+        for node in self._inodes.values():
+            node.synced = bytes(node.data) if not node.is_dir else b""
+            node.pending.clear()
+            node.synced_entries = dict(node.entries)
+            node.pending_entries.clear()
+
+    def makedirs(self, path: str) -> None:
+        """Create ``path`` and its parents (not a crash point; for test setup)."""
+        gate, self.gate = self.gate, None
+        try:
+            current = ""
+            for part in _split(path):
+                current += "/" + part
+                if self._lookup(current) is None:
+                    self.mkdir(current)
+        finally:
+            self.gate = gate
+
+    def tree(self, path: str = "/") -> dict[str, bytes]:
+        """Every file under ``path`` (relative name -> bytes), as a process would read it."""
+        out: dict[str, bytes] = {}
+        base = self._lookup(path)
+        if base is None:
+            return out
+        stack: list[tuple[str, _Inode]] = [("", base)]
+        while stack:
+            prefix, node = stack.pop()
+            for name, ino in node.entries.items():
+                child = self._inodes[ino]
+                rel = f"{prefix}{name}"
+                if child.is_dir:
+                    stack.append((rel + "/", child))
+                else:
+                    out[rel] = bytes(child.data)
+        return dict(sorted(out.items()))
