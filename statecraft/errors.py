@@ -25,6 +25,7 @@ __all__ = [
     "StatecraftError",
     "StoreConflictError",
     "StoreError",
+    "TrackingError",
     "TrainerStateError",
 ]
 
@@ -167,3 +168,10 @@ class ResumeError(CheckpointError):
     """Resume cannot pick a source without risking silent divergence; nothing was loaded."""
 
     code = "resume_refused"
+
+
+class TrackingError(StatecraftError, TypeError):
+    """An object registered with ``Checkpointer.track`` cannot be checkpointed, or a required
+    one is missing."""
+
+    code = "tracking"

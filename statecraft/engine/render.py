@@ -52,9 +52,8 @@ def render_mermaid(table: MachineTable) -> str:
         title=f"{table.name} ({table.source.rsplit('/', 1)[-1]})",
     )
     lines = model.get_graph().draw(None).rstrip().splitlines()  # type: ignore[attr-defined]
-    # transitions marks the current state as "active"; a table diagram has no current state.
-    lines = [ln.replace(f"Class {table.initial} s_active", f"Class {table.initial} s_default")
-             for ln in lines]
+    # transitions styles the "current" state; a table diagram has none, so drop the styling.
+    lines = [ln for ln in lines if not ln.strip().startswith(("classDef ", "Class "))]
     for state in table.states:
         if state.terminal:
             lines.append(f"  {state.name} --> [*]")

@@ -10,6 +10,7 @@ the stores share.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -25,6 +26,11 @@ from statecraft.engine.trace import TraceEvent, format_trace
 from statecraft.errors import MachineRuntimeError
 
 __all__ = ["Machine", "RunResult"]
+
+# ``transitions`` logs every state entry at INFO; our trace records the same. Quiet it unless
+# the application configured that logger itself.
+if logging.getLogger("transitions").level == logging.NOTSET:
+    logging.getLogger("transitions").setLevel(logging.WARNING)
 
 
 @attrs.frozen

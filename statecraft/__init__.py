@@ -1,0 +1,24 @@
+"""statecraft: crash-consistent checkpoint and resume for PyTorch training.
+
+The public API a training loop needs; everything else lives in submodules.
+"""
+
+from statecraft.checkpoint.checkpointer import Checkpointer, SaveReport
+from statecraft.checkpoint.config import CheckpointConfig
+from statecraft.checkpoint.layout import RunIdentity
+from statecraft.checkpoint.resume import ResumeResult
+from statecraft.checkpoint.trainer_state import Outcome, SchedulerIdentity, UpdateClocks
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CheckpointConfig",
+    "Checkpointer",
+    "Outcome",
+    "ResumeResult",
+    "RunIdentity",
+    "SaveReport",
+    "SchedulerIdentity",
+    "UpdateClocks",
+    "__version__",
+]

@@ -1,0 +1,306 @@
+"""``Checkpointer``: the one object a training loop talks to.
+
+::
+
+    cfg = sc.CheckpointConfig.load("ckpt.yaml", overrides=["save_every=100"])
+    ckpt = sc.Checkpointer(cfg, run=sc.RunIdentity("proj", "group", "name"), output_root=out)
+    ckpt.track(model=model, optimizer=opt, scheduler=sched, data=sampler)
+    start = ckpt.resume()                  # ResumeResult: step, source, reason (logged)
+    for step in range(start.step, max_steps):
+        train_step()
+        ckpt.record(sc.Outcome.APPLIED)    # or SKIPPED / ACCUMULATING: advances the clocks
+        if ckpt.step_end():                # saves when due; True means stop now
+            break
+    ckpt.finalize()                        # the normal-final save
+
+Every save and resume runs the transaction tables in ``machines/`` (``save``, ``resume``);
+the loop never sees them. Under ``torch.distributed`` every rank calls every method in the
+same order; rank 0 resolves the attempt and writes the consolidated files, every rank
+contributes its RNG streams and loads on resume.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import Any
+
+import attrs
+import torch
+
+from statecraft.checkpoint.config import CheckpointConfig
+from statecraft.checkpoint.layout import RunAttempt, RunIdentity, iter_dirname, resolve_run_attempt
+from statecraft.checkpoint.machines import load_machine
+from statecraft.checkpoint.resume import ResumeContext, ResumeResult, Tracked
+from statecraft.checkpoint.rng import gather_rng_inventory
+from statecraft.checkpoint.save import SaveContext, full_save_plan
+from statecraft.checkpoint.trainer_state import Outcome, SchedulerIdentity, TrainerState
+from statecraft.collectives import Collective, default_collective
+from statecraft.engine import RunResult
+from statecraft.errors import CheckpointError, TrackingError
+from statecraft.storage.local import LocalStore
+
+__all__ = ["Checkpointer", "SaveReport"]
+
+log = logging.getLogger("statecraft")
+
+
+@attrs.frozen
+class SaveReport:
+    """One completed save: where, how big, how long, and the effects' trace."""
+
+    iteration: int
+    location: str
+    bytes_written: int
+    seconds: float
+    retried_commit: bool
+    effects: tuple[tuple[str, float], ...]
+
+
+def _require_stateful(name: str, obj: Any) -> None:
+    missing = [m for m in ("state_dict", "load_state_dict") if not callable(getattr(obj, m, None))]
+    if missing:
+        raise TrackingError(
+            f"track({name}=...): {type(obj).__name__} has no {' / '.join(missing)}; register an "
+            "object with state_dict() and load_state_dict() (a module, optimizer, scheduler or "
+            "your own data source class)"
+        )
+
+
+class Checkpointer:
+    """Crash-consistent save and exact resume for one training run.
+
+    Args:
+        config: the checkpoint knobs (``CheckpointConfig``).
+        run: the job's identity (``<project>/<group>/<name>``).
+        output_root: the directory all runs live under.
+        collective: rank coordination (default: ``torch.distributed`` if initialised).
+
+    Raises:
+        NotSupportedYetError: a knob asks for a feature this release does not build.
+    """
+
+    def __init__(
+        self,
+        config: CheckpointConfig,
+        *,
+        run: RunIdentity,
+        output_root: str | os.PathLike[str],
+        collective: Collective | None = None,
+    ) -> None:
+        if not isinstance(config, CheckpointConfig):
+            raise TrackingError(f"config must be a CheckpointConfig, got {type(config).__name__}")
+        for warning in config.require_supported():
+            log.warning(warning)
+        self.config = config
+        self.run = run
+        self.output_root = os.fspath(output_root)
+        self.collective = collective or default_collective()
+        self.tracked = Tracked()
+        self.attempt: RunAttempt | None = None
+        self.store: LocalStore | None = None
+        self.saves: list[SaveReport] = []
+        self.last_saved_step: int | None = None
+        self._resume_machine = load_machine("resume")
+        self._save_machine = load_machine("save")
+
+    def __repr__(self) -> str:
+        return f"Checkpointer(run={self.run}, attempt={self.attempt.run_dir if self.attempt else None})"
+
+    # ------------------------------------------------------------------ setup
+    def track(
+        self,
+        *,
+        model: Any,
+        optimizer: Any,
+        scheduler: Any = None,
+        data: Any = None,
+        scheduler_identity: SchedulerIdentity | None = None,
+    ) -> None:
+        """Register the objects whose state makes an exact-resume checkpoint.
+
+        Raises:
+            TrackingError: an object lacks ``state_dict`` / ``load_state_dict``.
+        """
+        for name, obj in (("model", model), ("optimizer", optimizer)):
+            _require_stateful(name, obj)
+        for name, obj in (("scheduler", scheduler), ("data", data)):
+            if obj is not None:
+                _require_stateful(name, obj)
+        if scheduler_identity is not None and not isinstance(scheduler_identity, SchedulerIdentity):
+            raise TrackingError("scheduler_identity must be a SchedulerIdentity")
+        self.tracked.model = model
+        self.tracked.optimizer = optimizer
+        self.tracked.scheduler = scheduler
+        self.tracked.data = data
+        self.tracked.scheduler_identity = scheduler_identity
+
+    def _require_tracked(self, action: str) -> None:
+        if self.tracked.model is None or self.tracked.optimizer is None:
+            raise TrackingError(
+                f"cannot {action}: call Checkpointer.track(model=..., optimizer=...) first"
+            )
+
+    def _ensure_attempt(self) -> LocalStore:
+        if self.store is None:
+            mode = self.config.resume
+            self.attempt = resolve_run_attempt(
+                self.output_root, self.run, resume=mode, run_ts=self.config.run_ts,
+                collective=self.collective,
+            )
+            self.store = LocalStore(str(self.attempt.checkpoints_dir))
+        return self.store
+
+    @property
+    def clocks(self):  # noqa: ANN201 - UpdateClocks, re-exported by the facade
+        return self.tracked.clocks
+
+    @property
+    def step(self) -> int:
+        """Applied optimizer updates so far (the checkpoint iteration axis)."""
+        return self.tracked.clocks.optimizer_step
+
+    # ----------------------------------------------------------------- resume
+    def resume(self) -> ResumeResult:
+        """Decide where training starts and load it (see ``machines/resume.toml``).
+
+        Returns:
+            the :class:`ResumeResult`; ``step`` is where the loop continues.
+
+        Raises:
+            ResumeError / CheckpointCorruptError / TrainerStateError: an explicit checkpoint
+                is missing or does not verify, or a chosen one cannot be loaded exactly.
+        """
+        self._require_tracked("resume")
+        store = self._ensure_attempt()
+        mode = self.config.resume
+        kind = mode if mode in ("auto", "off") else "explicit"
+        attempt = self.attempt
+        ctx = ResumeContext(
+            mode=kind,
+            tracked=self.tracked,
+            store=None if attempt is None or attempt.minted else store,
+            explicit=mode if kind == "explicit" else None,
+            verify_level=self.config.verify,
+            cursor_resume=self.config.data.cursor_resume,
+            collective=self.collective,
+        )
+        self._resume_machine.run(ctx).raise_for_failure()
+        result = ctx.result
+        if result is None:  # pragma: no cover - every terminal path sets it
+            raise CheckpointError("resume machine ended without a result")
+        self.last_saved_step = result.step if result.resumed else None
+        return result
+
+    # ------------------------------------------------------------------ steps
+    def record(self, outcome: Outcome) -> None:
+        """Advance the update clocks by one microbatch outcome."""
+        self.tracked.clocks.record(outcome)
+
+    def step_end(self) -> bool:
+        """Call at every step boundary. Saves when ``save_every`` is due at a quiescent
+        boundary. Returns True when the loop must stop now (termination handling arrives with
+        emergency saves; this release always returns False)."""
+        every = self.config.save_every
+        clocks = self.tracked.clocks
+        if (
+            every > 0
+            and clocks.quiescent
+            and clocks.optimizer_step > 0
+            and clocks.optimizer_step % every == 0
+            and clocks.optimizer_step != self.last_saved_step
+        ):
+            self.save()
+        return False
+
+    def finalize(self) -> None:
+        """Normal completion: save the final step even off cadence (unless ``save_every=0``
+        or it is already saved)."""
+        if self.config.save_every > 0 and self.step != self.last_saved_step and self.step > 0:
+            self.save()
+
+    # ------------------------------------------------------------------- save
+    def save(self) -> SaveReport | None:
+        """Write a full checkpoint of the current step (see ``machines/save.toml``).
+
+        Returns:
+            the report on rank 0; ``None`` on other ranks.
+
+        Raises:
+            TrainerStateError: the accumulation window is open.
+            StoreError / PlanDriftError / CheckpointCorruptError: the save failed; the previous
+                checkpoint is intact and ``latest`` still names it.
+        """
+        self._require_tracked("save")
+        store = self._ensure_attempt()
+        clocks = self.tracked.clocks
+        clocks.require_quiescent("save a checkpoint")
+        rng = gather_rng_inventory(
+            rank=self.collective.rank,
+            world_size=self.collective.world_size,
+            all_gather_object=None if self.collective.world_size == 1 else _gather_into(self.collective),
+        )
+        report: SaveReport | None = None
+        outcome: Any = None
+        if self.collective.rank == 0:
+            try:
+                report = self._save_on_rank_zero(store, rng)
+                outcome = ("ok", None)
+            except Exception as exc:  # every rank learns of the failure
+                outcome = ("error", exc)
+        status, error = self.collective.broadcast(outcome)
+        if status == "error":
+            if self.collective.rank == 0:
+                raise error
+            raise CheckpointError(f"rank 0 failed to save iteration {self.step}: {error}")
+        self.last_saved_step = self.step
+        return report
+
+    def _save_on_rank_zero(self, store: LocalStore, rng: Any) -> SaveReport:
+        tracked = self.tracked
+        trainer = TrainerState.capture(
+            tracked.clocks,
+            rng=rng,
+            scheduler=tracked.scheduler,
+            scheduler_identity=tracked.scheduler_identity,
+            optimizer=tracked.optimizer,
+        )
+        plan = full_save_plan(self.step, with_data=tracked.data is not None)
+        payloads = {
+            "model.pt": tracked.model.state_dict,
+            "optim.pt": tracked.optimizer.state_dict,
+            "trainer.pt": trainer.to_payload,
+        }
+        if tracked.data is not None:
+            payloads["data.pt"] = tracked.data.state_dict
+        from statecraft import __version__
+
+        ctx = SaveContext(
+            store=store,
+            plan=plan,
+            payloads=payloads,
+            writer_info={"statecraft": __version__, "torch": torch.__version__},
+        )
+        started = time.perf_counter()
+        result: RunResult = self._save_machine.recover(ctx)
+        result.raise_for_failure()
+        seconds = time.perf_counter() - started
+        report = SaveReport(
+            iteration=plan.iteration,
+            location=f"{store.root}/{iter_dirname(plan.iteration)}",
+            bytes_written=sum(r.size for r in ctx.records.values()),
+            seconds=seconds,
+            retried_commit=result.observed in ("manifest_committed", "committed"),
+            effects=tuple((e.effect, e.duration_s) for e in result.trace),
+        )
+        self.saves.append(report)
+        log.info("saved %s (%d bytes in %.3fs)", report.location, report.bytes_written, seconds)
+        return report
+
+
+def _gather_into(collective: Collective):  # noqa: ANN202 - adapter to all_gather_object's shape
+    def all_gather_object(out: list[Any], value: Any) -> None:
+        out[:] = collective.all_gather(value)
+
+    return all_gather_object

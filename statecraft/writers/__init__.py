@@ -1,0 +1,5 @@
+"""Writers: how component payloads become files (``torch.save``; DCP comes later)."""
+
+from statecraft.writers.consolidated import ConsolidatedWriter
+
+__all__ = ["ConsolidatedWriter"]
