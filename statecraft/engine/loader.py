@@ -105,8 +105,8 @@ def parse_table(data: dict[str, Any], *, source: str = "<table>") -> MachineTabl
                 if _expect(problems, f"{where}.{flag}", value, bool, "true or false"):
                     flags[flag] = value
             state_doc = spec.get("doc", "")
-            if state_doc:
-                _expect(problems, f"{where}.doc", state_doc, str, "a string")
+            if "doc" in spec and not isinstance(state_doc, str):
+                problems.append(f"{where}.doc: expected a string, got {state_doc!r}")
             states.append(StateSpec(name=state_name, doc=str(state_doc), **flags))
 
     transitions: list[TransitionSpec] = []
@@ -127,6 +127,9 @@ def parse_table(data: dict[str, Any], *, source: str = "<table>") -> MachineTabl
                     _expect(problems, f"{where}.to", spec.get("to"), str, "a state name"),
                 ]
             )
+            if "doc" in spec and not isinstance(spec["doc"], str):
+                problems.append(f"{where}.doc: expected a string, got {spec['doc']!r}")
+                ok = False
             guard = spec.get("guard")
             if guard is not None and not _expect(
                 problems, f"{where}.guard", guard, str, "a predicate name or 'not name'"

@@ -1,64 +1,43 @@
 """Mermaid diagrams of transition tables (for ``docs/`` and ``statecraft machines draw``).
 
-The state graph is drawn by ``transitions``' mermaid backend; statecraft adds the recovery
-edges (observation label -> state where a restarted machine continues) and the ``on_error``
-edges, which that library has no notion of.
+Edges are labelled with the effect and its guard; ``on_error`` edges with
+``on_error(effect)``; every observation label becomes a node with a ``recover`` edge to the
+state a restarted machine continues in. Rendering reads the table only, so any effect name
+that passes the static checks renders.
 """
 
 from __future__ import annotations
 
 import re
 
-from transitions.extensions import GraphMachine
-
 from statecraft.engine.table import MachineTable
 
 __all__ = ["render_mermaid"]
 
 
-class _Model:
-    state: str
-
-
-def _node(label: str) -> str:
-    return "obs_" + re.sub(r"\W", "_", label)
+def _node(name: str) -> str:
+    return re.sub(r"\W", "_", name)
 
 
 def render_mermaid(table: MachineTable) -> str:
-    """Mermaid ``stateDiagram-v2`` text for ``table``.
-
-    Ordinary transitions are labelled with their effect and guard, ``on_error`` edges with
-    ``on_error(effect)``, and every observation label becomes a node with a ``recover`` edge.
-    """
-    specs = []
+    """Mermaid ``stateDiagram-v2`` text for ``table``."""
+    title = table.source.rsplit("/", 1)[-1]
+    lines = ["---", f"title: {table.name} ({title})", "---", "stateDiagram-v2", "  direction LR"]
+    for state in table.states:
+        lines.append(f'  state "{state.name}" as {_node(state.name)}')
+    lines.append(f"  [*] --> {_node(table.initial)}")
     for t in table.transitions:
-        spec: dict[str, object] = {"trigger": t.effect, "source": t.source, "dest": t.target}
-        if t.guard is not None:
-            spec["unless" if t.guard.negated else "conditions"] = t.guard.name
-        specs.append(spec)
+        guard = f" [{t.guard}]" if t.guard else ""
+        lines.append(f"  {_node(t.source)} --> {_node(t.target)}: {t.effect}{guard}")
         if t.on_error:
-            specs.append(
-                {"trigger": f"on_error({t.effect})", "source": t.source, "dest": t.on_error}
-            )
-    model = _Model()
-    GraphMachine(
-        model=model,
-        states=list(table.state_names),
-        transitions=specs,
-        initial=table.initial,
-        auto_transitions=False,
-        graph_engine="mermaid",
-        show_conditions=True,
-        title=f"{table.name} ({table.source.rsplit('/', 1)[-1]})",
-    )
-    lines = model.get_graph().draw(None).rstrip().splitlines()  # type: ignore[attr-defined]
-    # transitions styles the "current" state; a table diagram has none, so drop the styling.
-    lines = [ln for ln in lines if not ln.strip().startswith(("classDef ", "Class "))]
+            lines.append(f"  {_node(t.source)} --> {_node(t.on_error)}: on_error({t.effect})")
     for state in table.states:
         if state.terminal:
-            lines.append(f"  {state.name} --> [*]")
+            lines.append(f"  {_node(state.name)} --> [*]")
+            if state.failure:
+                lines.append(f"  note right of {_node(state.name)}: failure")
     for label, target in table.recover.items():
-        node = _node(label)
+        node = "obs_" + _node(label)
         lines.append(f'  state "observed: {label}" as {node}')
-        lines.append(f"  {node} --> {target}: recover")
+        lines.append(f"  {node} --> {_node(target)}: recover")
     return "\n".join(lines) + "\n"

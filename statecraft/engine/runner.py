@@ -161,7 +161,7 @@ class Machine:
         Raises:
             SimulatedCrash: at the crash point; ``.trace`` holds the events so far.
             Exception: an effect's error when its transition has no ``on_error``; the trace is
-                attached as a note.
+                attached as a note and as ``.trace``.
         """
         state = start or self.table.initial
         if state not in self.table.state_names:
@@ -190,6 +190,10 @@ class Machine:
                 if transition.on_error is None:
                     trace.append(event)
                     exc.add_note(f"{self.table.name} trace:\n{format_trace(trace)}")
+                    try:
+                        exc.trace = tuple(trace)  # type: ignore[attr-defined]
+                    except AttributeError:  # an exception type without a __dict__
+                        pass
                     raise
                 trace.append(attrs.evolve(event, target=transition.on_error))
                 getattr(self._model, f"_err{transition.index}")()

@@ -107,6 +107,10 @@ class Store(Protocol):
     def make_dirs(self, path: str) -> None:
         """Create directory ``path`` and its parents durably (no-op on object stores)."""
 
+    def make_durable(self, path: str) -> None:
+        """Make durable everything directly in directory ``path`` (what a crashed process may
+        have left unsynced) before anything relies on it."""
+
     def delete(self, path: str) -> None: ...
 
     def delete_tree(self, path: str) -> None:

@@ -66,6 +66,10 @@ class Filesystem(Protocol):
     def fsync_dir(self, path: str) -> None:
         """Make creates, renames and unlinks inside directory ``path`` durable."""
 
+    def sync_path(self, path: str) -> None:
+        """``fsync`` an existing file or directory by name (making durable what a crashed
+        process left in the page cache before anything relies on it)."""
+
     def listdir(self, path: str) -> list[str]: ...
 
     def stat(self, path: str) -> FileStat | None:
@@ -140,6 +144,14 @@ class OsFilesystem:
     def fsync_dir(self, path: str) -> None:
         self._io("fsync_dir", path)
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def sync_path(self, path: str) -> None:
+        self._io("sync_path", path)
+        fd = os.open(path, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:

@@ -46,7 +46,7 @@ class LocalAtomicWriter:
     """A file being written under a temporary name; see :class:`~statecraft.storage.base.AtomicWriter`."""
 
     def __init__(self, store: LocalStore, path: str, *, exclusive: bool) -> None:
-        self.path = path
+        self.path = check_relative_path(path)
         self.record: FileRecord | None = None
         self._store = store
         self._fs = store.fs
@@ -74,19 +74,30 @@ class LocalAtomicWriter:
             raise StoreError(f"{self.path}: write after commit or abort")
         view = memoryview(data).cast("B")
         size = len(view)
-        if size >= _DIRECT_BYTES:
-            self._flush_buffer()
-            self._digest.start(view)
-            try:
-                self._fs.write(self._handle, view)
-            finally:
-                self._digest.join()
-        else:
-            self._buffer += view
-            if len(self._buffer) >= _BUFFER_BYTES:
+        try:
+            if size >= _DIRECT_BYTES:
                 self._flush_buffer()
+                self._digest.start(view)
+                try:
+                    self._fs.write(self._handle, view)
+                finally:
+                    self._digest.join()
+            else:
+                self._buffer += view
+                if len(self._buffer) >= _BUFFER_BYTES:
+                    self._flush_buffer()
+        except OSError as exc:
+            self.abort()
+            raise self._failure(exc) from exc
         self._size += size
         return size
+
+    def _failure(self, exc: OSError) -> StoreError:
+        return StoreError(
+            f"{self._store.describe()}: writing {self.path!r} failed ({exc}); nothing was "
+            "published and the previous content is untouched. Free space or fix the disk, "
+            "then retry the save"
+        )
 
     def flush(self) -> None:
         """No-op: bytes reach the OS in large chunks and become durable at commit."""
@@ -112,11 +123,7 @@ class LocalAtomicWriter:
             self._fs.fsync(self._handle)
         except OSError as exc:
             self.abort()
-            raise StoreError(
-                f"{self._store.describe()}: writing {self.path!r} failed ({exc}); nothing was "
-                "published and the previous content is untouched. Free space or fix the disk, "
-                "then retry the save"
-            ) from exc
+            raise self._failure(exc) from exc
         self._fs.close(self._handle)
         self._handle = None
         try:
@@ -278,6 +285,21 @@ class LocalStore:
                 self.fs.unlink(self.abspath(child))
         self.fs.fsync_dir(target)
         self.fs.rmdir(target)
+        self.fs.fsync_dir(posixpath.dirname(target))
+
+    def make_durable(self, path: str) -> None:
+        """fsync every file directly in directory ``path``, the directory and its parent.
+
+        A restarted process calls this before relying on what a crashed one left: after a
+        process kill, renames and data may still sit unsynced in the page cache, and a power
+        loss could still revert them.
+        """
+        target = self.abspath(path)
+        for name in self.fs.listdir(target):
+            child = posixpath.join(target, name)
+            if not self.fs.stat(child).is_dir:  # type: ignore[union-attr]
+                self.fs.sync_path(child)
+        self.fs.fsync_dir(target)
         self.fs.fsync_dir(posixpath.dirname(target))
 
     def sweep_temporaries(self, path: str = "") -> list[str]:

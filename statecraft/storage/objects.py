@@ -258,10 +258,16 @@ class ObjectStore:
     def make_dirs(self, path: str) -> None:
         check_relative_path(path)
 
+    def make_durable(self, path: str) -> None:
+        """Nothing to do: a completed PUT is durable."""
+        check_relative_path(path)
+
     def delete(self, path: str) -> None:
         self.client.delete(self.key(path))
 
     def delete_tree(self, path: str) -> None:
         base = self.key(path)
+        if base and self.client.head(base) is not None:
+            self.client.delete(base)
         for key in self.client.list(f"{base}/" if base else ""):
             self.client.delete(key)

@@ -137,7 +137,7 @@ class SimFilesystem:
         fault = self.gate.before_io(op, path)
         if fault is None:
             return None
-        if fault.kind is FaultKind.IO_ERROR and op in ("fsync", "fsync_dir"):
+        if op in ("fsync", "fsync_dir", "sync_path"):
             return fault.kind  # the caller loses the unsynced data, then raises
         raise fault_error(fault, op, path)
 
@@ -172,6 +172,19 @@ class SimFilesystem:
         ino = parent.entries.pop(name)
         parent.pending_entries.append(_EntryOp(op_id, False, name, ino))
 
+    def _used_bytes(self, *, extra: int) -> int:
+        """Bytes held by files reachable from the root or still open (``extra``)."""
+        live = {extra} | {ino for ino, _ in self._handles.values()}
+        stack = [_ROOT]
+        while stack:
+            node = self._inodes[stack.pop()]
+            for child in node.entries.values():
+                if self._inodes[child].is_dir:
+                    stack.append(child)
+                else:
+                    live.add(child)
+        return sum(len(self._inodes[i].data) for i in live)
+
     def _new_inode(self, is_dir: bool) -> _Inode:
         node = _Inode(self._next_ino, is_dir)
         self._inodes[node.ino] = node
@@ -204,7 +217,7 @@ class SimFilesystem:
         self._io("write", f"handle {handle} (+{len(data)} bytes)")
         payload = bytes(data)
         if self.capacity_bytes is not None:
-            used = sum(len(n.data) for n in self._inodes.values() if not n.is_dir)
+            used = self._used_bytes(extra=ino)
             if used + len(payload) > self.capacity_bytes:
                 raise OSError(errno.ENOSPC, "no space left on device (simulated)", str(handle))
         node = self._inodes[ino]
@@ -217,7 +230,8 @@ class SimFilesystem:
         fault = self._io("fsync", f"handle {handle}")
         if fault is not None:
             node.pending.clear()  # the data is lost for good: a later fsync cannot save it
-            raise OSError(errno.EIO, "fsync failed (injected); unsynced data is lost", str(handle))
+            code = errno.ENOSPC if fault is FaultKind.NO_SPACE else errno.EIO
+            raise OSError(code, "fsync failed (injected); unsynced data is lost", str(handle))
         node.synced = _apply_writes(node.synced, node.pending, None)
         node.pending.clear()
 
@@ -230,8 +244,16 @@ class SimFilesystem:
         dst_parent, dst_name = self._parent(dst)
         if src_name not in src_parent.entries:
             raise FileNotFoundError(errno.ENOENT, "no such file", src)
-        op_id = self._op_id()
         ino = src_parent.entries[src_name]
+        existing = dst_parent.entries.get(dst_name)
+        if existing is not None and existing != ino:
+            if self._inodes[existing].is_dir and not self._inodes[ino].is_dir:
+                raise IsADirectoryError(errno.EISDIR, "cannot rename a file over a directory", dst)
+            if self._inodes[ino].is_dir and not self._inodes[existing].is_dir:
+                raise NotADirectoryError(errno.ENOTDIR, "cannot rename a directory over a file", dst)
+            if self._inodes[existing].is_dir and self._inodes[existing].entries:
+                raise OSError(errno.ENOTEMPTY, "directory not empty", dst)
+        op_id = self._op_id()
         self._remove_entry(src_parent, src_name, op_id)
         self._add_entry(dst_parent, dst_name, ino, op_id)
 
@@ -281,13 +303,28 @@ class SimFilesystem:
         fault = self._io("fsync_dir", path)
         if fault is not None:
             node.pending_entries.clear()
-            raise OSError(errno.EIO, "directory fsync failed (injected)", path)
+            code = errno.ENOSPC if fault is FaultKind.NO_SPACE else errno.EIO
+            raise OSError(code, "directory fsync failed (injected)", path)
         for op in node.pending_entries:
             if op.add:
                 node.synced_entries[op.name] = op.ino
             elif node.synced_entries.get(op.name) == op.ino:
                 del node.synced_entries[op.name]
         node.pending_entries.clear()
+
+    def sync_path(self, path: str) -> None:
+        node = self._lookup(path)
+        if node is None:
+            raise FileNotFoundError(errno.ENOENT, "no such file or directory", path)
+        if node.is_dir:
+            self.fsync_dir(path)
+            return
+        fault = self._io("sync_path", path)
+        if fault is not None:
+            node.pending.clear()
+            raise OSError(errno.EIO, "fsync failed (injected); unsynced data is lost", path)
+        node.synced = _apply_writes(node.synced, node.pending, None)
+        node.pending.clear()
 
     def listdir(self, path: str) -> list[str]:
         node = self._lookup(path)
@@ -353,8 +390,32 @@ class SimFilesystem:
         return fresh
 
     def after_process_kill(self) -> SimFilesystem:
-        """The filesystem a restarted process sees: all accepted operations survive."""
-        return self._rebuilt(lambda n: n.entries, lambda n: bytes(n.data))
+        """The filesystem a restarted process sees: all accepted operations survive, and what
+        was not yet durable stays not durable (a later power loss can still lose it)."""
+        fresh = SimFilesystem(capacity_bytes=self.capacity_bytes)
+        fresh._inodes = {}
+        stack = [_ROOT]
+        reachable: set[int] = set()
+        while stack:
+            ino = stack.pop()
+            if ino in reachable:
+                continue
+            reachable.add(ino)
+            node = self._inodes[ino]
+            stack.extend(node.entries.values())
+            stack.extend(node.synced_entries.values())
+            stack.extend(op.ino for op in node.pending_entries)
+        for ino in reachable:
+            node = self._inodes[ino]
+            fresh._inodes[ino] = _Inode(
+                ino, node.is_dir, data=bytearray(node.data), synced=node.synced,
+                pending=[attrs.evolve(w) for w in node.pending],
+                entries=dict(node.entries), synced_entries=dict(node.synced_entries),
+                pending_entries=[attrs.evolve(e) for e in node.pending_entries],
+            )
+        fresh._next_ino = self._next_ino
+        fresh._next_op = self._next_op
+        return fresh
 
     def after_power_loss(self, choice: LossChoice) -> SimFilesystem:
         """The filesystem after a power loss in which exactly ``choice.kept`` of the unsynced
