@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="random loss subsets per power-loss point (default 2)")
     crash.add_argument("--seed", type=int, default=0)
     crash.add_argument("--json", action="store_true")
-    crash.set_defaults(func=_lazy("statecraft.crash.cli", "run_crashcheck"))
+    crash.set_defaults(func=_lazy("statecraft.crashcheck", "run_crashcheck"))
 
     demo = sub.add_parser("demo", help="train, SIGKILL, resume, and prove bit-exact resume")
     demo.add_argument("--out", help="output root (default: a new temporary directory)")
@@ -177,6 +177,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return int(args.func(args))
+    except BrokenPipeError:  # `statecraft ... | head`: the reader left; not an error of ours
+        sys.stderr.close()
+        return 0
     except StatecraftError as exc:
         command = " ".join(a for a in (args.command, getattr(args, "machines_command", None),
                                        getattr(args, "bench_command", None)) if a)

@@ -28,7 +28,7 @@ from statecraft.checkpoint.manifest import (
     decode_manifest,
 )
 from statecraft.engine import Bindings
-from statecraft.errors import CheckpointCorruptError, PlanDriftError
+from statecraft.errors import CheckpointCorruptError, PlanDriftError, StoreConflictError
 from statecraft.storage.base import FileRecord, Store
 from statecraft.writers.consolidated import ConsolidatedWriter
 
@@ -66,6 +66,7 @@ class SaveContext:
             (called once, when that file is written).
         writer: serializes payloads into the store.
         records: size and digest of each file written, filled in as files land.
+        commit_conflict: the manifest's exclusive create found another commit in place.
     """
 
     store: Store
@@ -74,6 +75,7 @@ class SaveContext:
     writer: ConsolidatedWriter = attrs.field(factory=ConsolidatedWriter)
     writer_info: dict[str, str] = attrs.field(factory=dict)
     records: dict[str, FileRecord] = attrs.field(factory=dict)
+    commit_conflict: bool = False
 
     def __attrs_post_init__(self) -> None:
         missing = sorted(set(self.plan.files) - set(self.payloads))
@@ -171,7 +173,11 @@ def commit_manifest(ctx: SaveContext) -> None:
         files={n: FileEntry(r.size, r.sha256) for n, r in sorted(ctx.records.items())},
         writer=dict(ctx.writer_info),
     )
-    ctx.store.create_exclusive(ctx.path(MANIFEST_NAME), manifest.encode())
+    try:
+        ctx.store.create_exclusive(ctx.path(MANIFEST_NAME), manifest.encode())
+    except StoreConflictError:
+        ctx.commit_conflict = True
+        raise
 
 
 def advance_latest(ctx: SaveContext) -> None:
@@ -179,8 +185,11 @@ def advance_latest(ctx: SaveContext) -> None:
     ctx.store.write_atomic(LATEST_POINTER, format_latest(ctx.plan.iteration))
 
 
-def verify_committed_plan(ctx: SaveContext) -> None:
-    """A retry at a committed iteration: the plan must match and the files must be there.
+def reconcile_committed(ctx: SaveContext) -> None:
+    """A retry at a committed iteration: the plan must match and the files must be there;
+    leftover writer temporaries (never part of the commit) are removed, and the iteration is
+    made durable (it may have been found unsynced after a process kill) before the pointer
+    moves.
 
     Raises:
         PlanDriftError: the committed plan differs (nothing is touched).
@@ -204,6 +213,13 @@ def verify_committed_plan(ctx: SaveContext) -> None:
                 f"committed file is {found}, manifest says {entry.size} bytes",
                 "The committed checkpoint was damaged; move it aside and resume from an older one.",
             )
+    sweep = getattr(ctx.store, "sweep_temporaries", None)
+    if sweep is not None:
+        sweep(ctx.iter_dir)
+        sweep("")
+    # The commit may have been found in the page cache of a killed process: make it durable
+    # before the pointer names it.
+    ctx.store.make_durable(ctx.iter_dir)
     log.info("%s is already committed with this plan: only the latest pointer is completed",
              ctx.iter_dir)
 
@@ -215,14 +231,16 @@ def refuse_corrupt(ctx: SaveContext) -> None:
 
 
 def discard_partial(ctx: SaveContext) -> None:
-    """After a failed write: remove this iteration's uncommitted files so a full disk is not
-    left fuller. A directory that holds a valid manifest (someone else's commit) is kept."""
-    try:
-        read_manifest(ctx.store, ctx.plan.iteration)
-    except (FileNotFoundError, CheckpointCorruptError):
-        ctx.store.delete_tree(ctx.iter_dir)
+    """After a failed write: remove this iteration's files so a full disk is not left fuller.
+
+    This includes a manifest this save published itself: the save failed before it was
+    acknowledged, and after a failed fsync that manifest may never become durable. Only when
+    the manifest's exclusive create met another writer's commit is the directory kept.
+    """
+    if ctx.commit_conflict:
+        log.warning("%s was committed by another writer; it is kept", ctx.iter_dir)
         return
-    log.warning("%s holds a committed manifest; it is kept", ctx.iter_dir)
+    ctx.store.delete_tree(ctx.iter_dir)
 
 
 def save_bindings() -> Bindings:
@@ -234,7 +252,7 @@ def save_bindings() -> Bindings:
             "write_control": write_control,
             "commit_manifest": commit_manifest,
             "advance_latest": advance_latest,
-            "verify_committed_plan": verify_committed_plan,
+            "reconcile_committed": reconcile_committed,
             "refuse_corrupt": refuse_corrupt,
             "discard_partial": discard_partial,
         },
