@@ -39,6 +39,7 @@ from statecraft.checkpoint.trainer_state import Outcome, SchedulerIdentity, Trai
 from statecraft.collectives import Collective, default_collective
 from statecraft.engine import RunResult
 from statecraft.errors import CheckpointError, TrackingError
+from statecraft.storage.filesystem import Filesystem
 from statecraft.storage.local import LocalStore
 
 __all__ = ["Checkpointer", "SaveReport"]
@@ -76,6 +77,8 @@ class Checkpointer:
         run: the job's identity (``<project>/<group>/<name>``).
         output_root: the directory all runs live under.
         collective: rank coordination (default: ``torch.distributed`` if initialised).
+        filesystem: what the local store acts through (default: the real OS). Tests pass an
+            ``OsFilesystem(gate=...)`` to inject faults (a full disk) into the real code path.
 
     Raises:
         NotSupportedYetError: a knob asks for a feature this release does not build.
@@ -88,6 +91,7 @@ class Checkpointer:
         run: RunIdentity,
         output_root: str | os.PathLike[str],
         collective: Collective | None = None,
+        filesystem: Filesystem | None = None,
     ) -> None:
         if not isinstance(config, CheckpointConfig):
             raise TrackingError(f"config must be a CheckpointConfig, got {type(config).__name__}")
@@ -95,8 +99,9 @@ class Checkpointer:
             log.warning(warning)
         self.config = config
         self.run = run
-        self.output_root = os.fspath(output_root)
+        self.output_root = os.path.abspath(os.fspath(output_root))
         self.collective = collective or default_collective()
+        self.filesystem = filesystem
         self.tracked = Tracked()
         self.attempt: RunAttempt | None = None
         self.store: LocalStore | None = None
@@ -149,7 +154,7 @@ class Checkpointer:
                 self.output_root, self.run, resume=mode, run_ts=self.config.run_ts,
                 collective=self.collective,
             )
-            self.store = LocalStore(str(self.attempt.checkpoints_dir))
+            self.store = LocalStore(str(self.attempt.checkpoints_dir), fs=self.filesystem)
         return self.store
 
     @property
@@ -173,9 +178,12 @@ class Checkpointer:
                 is missing or does not verify, or a chosen one cannot be loaded exactly.
         """
         self._require_tracked("resume")
-        store = self._ensure_attempt()
         mode = self.config.resume
         kind = mode if mode in ("auto", "off") else "explicit"
+        # An explicit source is verified and loaded before a new attempt is minted for the
+        # run's own saves: a bad path must not leave an empty attempt that resume=auto would
+        # adopt next time (shadowing the older attempt's checkpoints).
+        store = self._ensure_attempt() if kind != "explicit" else None
         attempt = self.attempt
         ctx = ResumeContext(
             mode=kind,
@@ -187,6 +195,8 @@ class Checkpointer:
             collective=self.collective,
         )
         self._resume_machine.run(ctx).raise_for_failure()
+        if kind == "explicit":
+            self._ensure_attempt()
         result = ctx.result
         if result is None:  # pragma: no cover - every terminal path sets it
             raise CheckpointError("resume machine ended without a result")

@@ -89,6 +89,8 @@ class ResumeResult:
         passed_over: newer candidates that were not adopted, each with its reason.
         rng: ``"restored"``, ``"missing"``, ``"topology_changed"`` or ``"fresh"``.
         data: what happened to the data source (``"restored"``, ``"fresh"``, ...).
+        notes: warnings about the choice (an unreadable or dangling latest pointer, digests
+            not verified); each was also logged.
     """
 
     step: int
@@ -97,6 +99,7 @@ class ResumeResult:
     passed_over: tuple[PassedOver, ...] = ()
     rng: str = "fresh"
     data: str = "fresh"
+    notes: tuple[str, ...] = ()
 
     @property
     def resumed(self) -> bool:
@@ -211,6 +214,7 @@ class ResumeContext:
     chosen: VerifiedCheckpoint | None = None
     result: ResumeResult | None = None
     fresh_reason: str = ""
+    notes: list[str] = attrs.field(factory=list)
 
 
 # ------------------------------------------------------------------------------ guards
@@ -268,6 +272,7 @@ def list_candidates(ctx: ResumeContext) -> None:
     iterations, note = _on_rank_zero(ctx, scan)
     if note:
         log.warning(note)
+        ctx.notes.append(note)
     ctx.candidates = iterations
     if not iterations:
         ctx.fresh_reason = (
@@ -285,8 +290,8 @@ def verify_next_candidate(ctx: ResumeContext) -> None:
     try:
         ctx.chosen = _on_rank_zero(ctx, lambda: verify_checkpoint(
             store, iteration, level=ctx.verify_level, writer=ctx.writer))
-    except CheckpointError as exc:
-        reason = str(exc)
+    except Exception as exc:  # anything that fails verification is passed over, with why
+        reason = str(exc) if isinstance(exc, CheckpointError) else f"{type(exc).__name__}: {exc}"
         ctx.passed_over.append(PassedOver(iter_dirname(iteration), reason))
         log.warning("resume=auto passed over %s: %s", iter_dirname(iteration), reason)
         if not ctx.candidates:
@@ -392,8 +397,13 @@ def load_checkpoint(ctx: ResumeContext) -> None:
     reason = f"resumed from {chosen.location} (iter {chosen.iteration})"
     if ctx.passed_over:
         reason += f"; passed over {', '.join(p.name for p in ctx.passed_over)}"
+    if ctx.verify_level != "digest" and chosen.manifest is not None:
+        note = (f"verify={ctx.verify_level}: file sizes were checked but not SHA-256 digests, so "
+                "silent corruption of same-sized bytes would not be detected")
+        log.warning(note)
+        ctx.notes.append(note)
     ctx.result = ResumeResult(chosen.iteration, chosen.location, reason, tuple(ctx.passed_over),
-                              str(rng_status), data_status)
+                              str(rng_status), data_status, tuple(ctx.notes))
     log.info(reason)
 
 
@@ -423,7 +433,7 @@ def _load_data(ctx: ResumeContext, chosen: VerifiedCheckpoint) -> str:
 def start_fresh(ctx: ResumeContext) -> None:
     """No checkpoint is adopted: training starts at step 0."""
     reason = ctx.fresh_reason or "resume=off: starting fresh in a new attempt"
-    ctx.result = ResumeResult(0, None, reason, tuple(ctx.passed_over))
+    ctx.result = ResumeResult(0, None, reason, tuple(ctx.passed_over), notes=tuple(ctx.notes))
     log.info(reason)
 
 

@@ -1,0 +1,465 @@
+"""Tests of ``statecraft inspect`` (statecraft/inspect.py) on real checkpoints.
+
+A real run (tiny ``nn.Linear`` + AdamW + StepLR, ``save_every=2``) is written once per module by
+the :class:`~statecraft.Checkpointer`; each test copies it and damages the copy the way disks
+and crashes do: a partial iteration (manifest gone), a truncated ``model.pt``, a bit-flipped
+``model.pt`` of the same size (only ``--verify`` sees it), a garbage or dangling latest pointer.
+The report must say what each iteration is, what ``resume=auto`` would pick and why, and
+inspect must not change a single byte or mtime.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import statecraft as sc
+from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname
+from statecraft.cli import RESULT_VERSION, main
+from statecraft.inspect import inspect_path
+
+CONFIG = ["save_every=2", "save_async=false", "keep_optim_last=0"]
+RUN = sc.RunIdentity("proj", "group", "name")
+STEPS = 8  # saves iterations 2, 4, 6, 8
+ENVELOPE_KEYS = {"result_version", "command", "status", "exit_code", "data", "errors"}
+DATA_KEYS = {"path", "kind", "verify_level", "attempts", "adopted_attempt", "adoption_reason",
+             "resume_auto", "explicit_resume"}
+
+
+def _objects() -> tuple[torch.nn.Module, torch.optim.Optimizer, Any]:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+    return model, opt, torch.optim.lr_scheduler.StepLR(opt, step_size=2)
+
+
+def _checkpointer(out: Path, *overrides: str) -> tuple[sc.Checkpointer, tuple[Any, ...]]:
+    objects = _objects()
+    ckpt = sc.Checkpointer(sc.CheckpointConfig.load(None, [*CONFIG, *overrides]), run=RUN,
+                           output_root=out)
+    ckpt.track(model=objects[0], optimizer=objects[1], scheduler=objects[2])
+    return ckpt, objects
+
+
+def _train(ckpt: sc.Checkpointer, objects: tuple[Any, ...], steps: int) -> None:
+    model, opt, sched = objects
+    for _ in range(steps):
+        model(torch.randn(2, 4)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+        sched.step()
+        ckpt.record(sc.Outcome.APPLIED)
+        ckpt.step_end()
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An output root holding one attempt with committed iterations 2, 4, 6 and 8."""
+    out = tmp_path_factory.mktemp("pristine")
+    ckpt, objects = _checkpointer(out)
+    ckpt.resume()
+    _train(ckpt, objects, STEPS)
+    return out
+
+
+@pytest.fixture
+def out(pristine: Path, tmp_path: Path) -> Path:
+    """A private copy of the pristine output root."""
+    copy = tmp_path / "out"
+    shutil.copytree(pristine, copy)
+    return copy
+
+
+def job_dir(out: Path) -> Path:
+    return RUN.job_dir(out)
+
+
+def attempt_dir(out: Path) -> Path:
+    """The run's attempt (the oldest one, when a test adds a newer empty attempt)."""
+    return min(p for p in job_dir(out).iterdir() if p.is_dir())
+
+
+def ckpt_dir(out: Path) -> Path:
+    return attempt_dir(out) / "checkpoints"
+
+
+def iter_path(out: Path, iteration: int) -> Path:
+    return ckpt_dir(out) / iter_dirname(iteration)
+
+
+def make_partial(out: Path, iteration: int) -> None:
+    (iter_path(out, iteration) / MANIFEST_NAME).unlink()
+
+
+def truncate(out: Path, iteration: int, name: str = "model.pt") -> None:
+    path = iter_path(out, iteration) / name
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size // 2)
+
+
+def flip_tensor_bit(out: Path, iteration: int, name: str = "model.pt") -> None:
+    """Flip one bit inside the first tensor's bytes: same size, still a loadable file."""
+    path = iter_path(out, iteration) / name
+    info = zipfile.ZipFile(path).infolist()
+    entry = next(i for i in info if "/data/" in i.filename)
+    data = bytearray(path.read_bytes())
+    header = entry.header_offset
+    start = header + 30 + int.from_bytes(data[header + 26:header + 28], "little") \
+        + int.from_bytes(data[header + 28:header + 30], "little")
+    data[start + 1] ^= 0x10
+    size = path.stat().st_size
+    path.write_bytes(bytes(data))
+    assert path.stat().st_size == size
+
+
+def set_latest(out: Path, content: bytes | None) -> None:
+    pointer = ckpt_dir(out) / LATEST_POINTER
+    if content is None:
+        pointer.unlink()
+    else:
+        pointer.write_bytes(content)
+
+
+def snapshot(root: Path) -> dict[str, tuple[str, bytes, int]]:
+    """Every entry under ``root``: kind, bytes (files) and mtime in nanoseconds."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        st = path.lstat()
+        kind = "dir" if path.is_dir() else "file"
+        found[str(path.relative_to(root))] = (
+            kind, b"" if kind == "dir" else path.read_bytes(), st.st_mtime_ns)
+    return found
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(["inspect", *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
+    code, text, _ = run_cli(capsys, *argv, "--json")
+    return code, json.loads(text)
+
+
+def states(report: dict[str, Any]) -> dict[str, str]:
+    (attempt,) = [a for a in report["attempts"] if a["checkpoints"]]
+    return {it["name"]: it["state"] for it in attempt["checkpoints"]["iterations"]}
+
+
+def checkpoints_of(report: dict[str, Any]) -> dict[str, Any]:
+    (attempt,) = [a for a in report["attempts"] if a["checkpoints"]]
+    return attempt["checkpoints"]
+
+
+def damage_all(out: Path) -> None:
+    """iter 8 partial, iter 6 truncated, iter 4 bit-flipped, iter 2 intact, latest garbage."""
+    make_partial(out, 8)
+    truncate(out, 6)
+    flip_tensor_bit(out, 4)
+    set_latest(out, b"\x00\xffnot a pointer")
+
+
+class TestStates:
+    def test_pristine_run_is_all_committed(self, out: Path) -> None:
+        """An undamaged run shows every iteration committed and auto picks the newest."""
+        report = inspect_path(job_dir(out))
+        assert report["kind"] == "job"
+        assert states(report) == {iter_dirname(i): "committed" for i in (8, 6, 4, 2)}
+        cks = checkpoints_of(report)
+        assert cks["latest"] == {"status": "ok", "names": "iter_000000008",
+                                 "detail": "names iter_000000008 (committed)"}
+        assert report["resume_auto"]["pick"] == "iter_000000008"
+        assert report["resume_auto"]["passed_over"] == []
+
+    def test_files_and_sizes_are_listed(self, out: Path) -> None:
+        """Each iteration lists its files with on-disk and recorded sizes, and the totals add up."""
+        report = inspect_path(ckpt_dir(out))
+        newest = checkpoints_of(report)["iterations"][0]
+        names = [f["name"] for f in newest["files"]]
+        assert names == [MANIFEST_NAME, "model.pt", "optim.pt", "trainer.pt"]
+        for f in newest["files"]:
+            assert f["size"] == (iter_path(out, 8) / f["name"]).stat().st_size
+            assert f["in_manifest"] == (f["name"] != MANIFEST_NAME)
+            if f["in_manifest"]:
+                assert f["recorded_size"] == f["size"]
+        assert newest["total_bytes"] == sum(f["size"] for f in newest["files"])
+        cks = checkpoints_of(report)
+        assert cks["total_bytes"] == sum(it["total_bytes"] for it in cks["iterations"])
+
+    def test_damaged_run_without_verify(self, out: Path) -> None:
+        """Sizes only: partial and truncated iterations are passed over; the bit flip is unseen."""
+        damage_all(out)
+        report = inspect_path(job_dir(out))
+        assert states(report) == {"iter_000000008": "partial", "iter_000000006": "corrupt",
+                                  "iter_000000004": "committed", "iter_000000002": "committed"}
+        auto = report["resume_auto"]
+        assert auto["pick"] == "iter_000000004"
+        assert [p["name"] for p in auto["passed_over"]] == ["iter_000000008", "iter_000000006"]
+        assert "has no manifest (an interrupted save)" in auto["passed_over"][0]["reason"]
+        assert "model.pt: has " in auto["passed_over"][1]["reason"]
+        assert "truncated" in auto["passed_over"][1]["reason"]
+        truncated = next(f for f in checkpoints_of(report)["iterations"][1]["files"]
+                         if f["name"] == "model.pt")
+        assert truncated["size"] == truncated["recorded_size"] // 2
+        latest = checkpoints_of(report)["latest"]
+        assert latest["status"] == "garbage"
+        assert latest["names"] is None
+
+    def test_damaged_run_with_verify(self, out: Path) -> None:
+        """With --verify the same-size bit flip is a digest mismatch and auto falls back further."""
+        damage_all(out)
+        report = inspect_path(job_dir(out), verify=True)
+        assert report["verify_level"] == "digest"
+        assert states(report)["iter_000000004"] == "corrupt"
+        auto = report["resume_auto"]
+        assert auto["pick"] == "iter_000000002"
+        assert [p["name"] for p in auto["passed_over"]] == [
+            "iter_000000008", "iter_000000006", "iter_000000004"]
+        assert "SHA-256" in auto["passed_over"][2]["reason"]
+
+    def test_malformed_trainer_state_is_corrupt(self, out: Path) -> None:
+        """A same-size trainer.pt that is not a torch file is corrupt even without --verify.
+
+        The message is the reader's; see test_bad_input for the reader bug (a raw
+        UnpicklingError instead of CheckpointCorruptError) that inspect reports as is.
+        """
+        path = iter_path(out, 8) / "trainer.pt"
+        size = path.stat().st_size
+        path.write_bytes(b"x" * size)
+        report = inspect_path(ckpt_dir(out))
+        it = checkpoints_of(report)["iterations"][0]
+        assert it["state"] == "corrupt"
+        assert "iter_000000008" in it["reason"]
+        assert report["resume_auto"]["pick"] == "iter_000000006"
+
+    def test_malformed_manifest_is_corrupt(self, out: Path) -> None:
+        """A manifest that is not JSON makes the iteration corrupt, not partial."""
+        (iter_path(out, 8) / MANIFEST_NAME).write_bytes(b"{not json")
+        report = inspect_path(ckpt_dir(out))
+        it = checkpoints_of(report)["iterations"][0]
+        assert it["state"] == "corrupt"
+        assert "not valid JSON" in it["reason"]
+        assert all(not f["in_manifest"] for f in it["files"])
+
+    def test_all_corrupt_means_fresh_start(self, out: Path) -> None:
+        """When nothing verifies, auto would start fresh and every iteration is passed over."""
+        for i in (2, 4, 6, 8):
+            make_partial(out, i)
+        report = inspect_path(job_dir(out))
+        assert report["resume_auto"]["pick"] is None
+        assert "no iteration verifies" in report["resume_auto"]["reason"]
+        assert len(report["resume_auto"]["passed_over"]) == 4
+
+    def test_leftover_temporary_file_is_listed(self, out: Path) -> None:
+        """A crashed writer's temporary file is shown as a file that is not in the manifest."""
+        (iter_path(out, 8) / ".model.pt.tmp-1-1").write_bytes(b"leftover")
+        report = inspect_path(ckpt_dir(out))
+        files = {f["name"]: f for f in checkpoints_of(report)["iterations"][0]["files"]}
+        assert files[".model.pt.tmp-1-1"] == {"name": ".model.pt.tmp-1-1", "size": 8,
+                                              "recorded_size": None, "in_manifest": False}
+        assert checkpoints_of(report)["iterations"][0]["state"] == "committed"
+
+
+class TestLatestPointer:
+    @pytest.mark.parametrize(("content", "status", "names", "words"), [
+        (None, "missing", None, "no latest_checkpoint.txt"),
+        (b"garbage\n", "garbage", None, "unreadable"),
+        (b"iter_000000999\n", "dangling", "iter_000000999", "does not exist"),
+        (b"iter_000000004\n", "ok", "iter_000000004", "newer committed iter_000000008"),
+    ])
+    def test_pointer_states(self, out: Path, content: bytes | None, status: str,
+                            names: str | None, words: str) -> None:
+        """The pointer is reported missing, garbage, dangling or ok (noting newer commits)."""
+        set_latest(out, content)
+        report = inspect_path(ckpt_dir(out))
+        latest = checkpoints_of(report)["latest"]
+        assert (latest["status"], latest["names"]) == (status, names)
+        assert words in latest["detail"]
+        assert report["resume_auto"]["pick"] == "iter_000000008"  # manifests decide, not latest
+
+
+class TestPathKinds:
+    def test_attempt_dir(self, out: Path) -> None:
+        """An attempt dir reports its RUN_TS and its checkpoints."""
+        report = inspect_path(attempt_dir(out))
+        assert report["kind"] == "attempt"
+        assert report["attempts"][0]["run_ts"] == attempt_dir(out).name
+        assert report["resume_auto"]["pick"] == "iter_000000008"
+
+    def test_checkpoints_dir(self, out: Path) -> None:
+        """A checkpoints dir is reported on its own, with its attempt's RUN_TS."""
+        report = inspect_path(ckpt_dir(out))
+        assert report["kind"] == "checkpoints"
+        assert report["attempts"][0]["run_ts"] == attempt_dir(out).name
+        assert len(checkpoints_of(report)["iterations"]) == 4
+
+    def test_iter_dir_committed(self, out: Path) -> None:
+        """One iter dir reports only itself and whether an explicit resume would accept it."""
+        report = inspect_path(iter_path(out, 4))
+        assert report["kind"] == "iteration"
+        assert list(states(report)) == ["iter_000000004"]
+        assert report["explicit_resume"]["accepted"] is True
+        assert report["resume_auto"] is None
+
+    def test_iter_dir_corrupt(self, out: Path) -> None:
+        """An explicit resume of a corrupt iter dir is reported as failing, with no fallback."""
+        truncate(out, 4, "optim.pt")
+        report = inspect_path(iter_path(out, 4))
+        assert report["explicit_resume"]["accepted"] is False
+        assert "would fail (no fallback)" in report["explicit_resume"]["reason"]
+        assert "optim.pt" in report["explicit_resume"]["reason"]
+
+    def test_newest_attempt_is_adopted_even_if_empty(self, out: Path) -> None:
+        """With a newer attempt that saved nothing, auto adopts it and would start fresh."""
+        newer = job_dir(out) / "29991231235959"
+        newer.mkdir()
+        report = inspect_path(job_dir(out))
+        old = sorted(p.name for p in job_dir(out).iterdir())[0]
+        assert [a["run_ts"] for a in report["attempts"]] == [old, "29991231235959"]
+        assert report["attempts"][-1]["checkpoints"] is None
+        assert report["adopted_attempt"] == str(newer.resolve())
+        assert report["resume_auto"]["pick"] is None
+        assert "no checkpoints/" in report["resume_auto"]["reason"]
+
+    def test_legacy_flat_layout(self, out: Path, tmp_path: Path) -> None:
+        """A job dir with checkpoints/ directly under it is the legacy layout, and it is adopted."""
+        legacy_job = tmp_path / "legacy" / "p" / "g" / "n"
+        legacy_job.mkdir(parents=True)
+        shutil.copytree(ckpt_dir(out), legacy_job / "checkpoints")
+        report = inspect_path(legacy_job)
+        assert report["kind"] == "job"
+        assert report["attempts"][0]["legacy"] is True
+        assert report["attempts"][0]["run_ts"] == ""
+        assert report["adopted_attempt"] == str(legacy_job.resolve())
+        assert "legacy flat layout" in report["adoption_reason"]
+        assert report["resume_auto"]["pick"] == "iter_000000008"
+
+
+class TestAgreesWithResume:
+    @pytest.mark.parametrize(("verify_flag", "verify_knob"), [(False, "size"), (True, "digest")])
+    def test_auto_pick_matches_a_real_resume(self, out: Path, verify_flag: bool,
+                                             verify_knob: str) -> None:
+        """What inspect says resume=auto would pick is what a real resume=auto adopts."""
+        damage_all(out)
+        predicted = inspect_path(job_dir(out), verify=verify_flag)["resume_auto"]
+        ckpt, _ = _checkpointer(out, f"verify={verify_knob}")
+        result = ckpt.resume()
+        assert result.step == predicted["iteration"]
+        assert [p.name for p in result.passed_over] == [
+            p["name"] for p in predicted["passed_over"]]
+
+
+class TestCli:
+    def test_text_output(self, out: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """The human report names states, the pointer and the auto pick with its reasons."""
+        damage_all(out)
+        code, text, err = run_cli(capsys, str(job_dir(out)))
+        assert code == 0
+        assert err == ""
+        assert "iter_000000008  partial" in text
+        assert "iter_000000006  corrupt" in text
+        assert "iter_000000004  committed" in text
+        assert "latest_checkpoint.txt: garbage" in text
+        assert "resume=auto would pick iter_000000004" in text
+        assert "passed over iter_000000008" in text
+        assert "passed over iter_000000006" in text
+        assert "--verify also checks SHA-256" in text
+
+    def test_json_envelope_contract(self, out: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """--json prints exactly the versioned envelope with the report as data."""
+        code, envelope = run_json(capsys, str(job_dir(out)), "--verify")
+        assert code == 0
+        assert set(envelope) == ENVELOPE_KEYS
+        assert envelope["result_version"] == RESULT_VERSION == 1
+        assert envelope["command"] == "inspect"
+        assert envelope["status"] == "ok"
+        assert envelope["exit_code"] == 0
+        assert envelope["errors"] == []
+        assert set(envelope["data"]) == DATA_KEYS
+        assert envelope["data"] == json.loads(json.dumps(inspect_path(job_dir(out), verify=True)))
+        (attempt,) = envelope["data"]["attempts"]
+        assert set(attempt) == {"run_ts", "legacy", "path", "has_artifacts", "checkpoints"}
+        assert set(attempt["checkpoints"]) == {"path", "latest", "iterations", "other_entries",
+                                               "total_bytes", "auto", "explicit"}
+        assert set(attempt["checkpoints"]["iterations"][0]) == {
+            "name", "iteration", "path", "state", "reason", "files", "total_bytes"}
+
+    @pytest.mark.parametrize("as_json", [False, True])
+    def test_missing_path_exits_1(self, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                  as_json: bool) -> None:
+        """A path that does not exist exits 1 with an error naming it."""
+        missing = tmp_path / "nope"
+        code, text, err = run_cli(capsys, str(missing), *(["--json"] if as_json else []))
+        assert code == 1
+        if as_json:
+            envelope = json.loads(text)
+            assert set(envelope) == ENVELOPE_KEYS
+            assert (envelope["status"], envelope["exit_code"]) == ("error", 1)
+            (error,) = envelope["errors"]
+            assert error["code"] == "no_checkpoints_layout"
+            assert f"{missing}: no such file or directory" in error["message"]
+        else:
+            assert text == ""
+            assert f"error: {missing}: no such file or directory" in err
+
+    def test_dir_without_layout_exits_1(self, tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+        """A directory with no attempts, checkpoints or iterations exits 1 and says so."""
+        (tmp_path / "empty").mkdir()
+        code, envelope = run_json(capsys, str(tmp_path / "empty"))
+        assert code == 1
+        assert "holds no checkpoints layout" in envelope["errors"][0]["message"]
+
+    def test_file_path_exits_1(self, out: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A file is not a checkpoints layout: exit 1."""
+        code, envelope = run_json(capsys, str(iter_path(out, 2) / "model.pt"))
+        assert code == 1
+        assert "is a file, not a directory" in envelope["errors"][0]["message"]
+
+    def test_console_script(self, out: Path) -> None:
+        """The installed ``statecraft`` command runs inspect end to end and exits 0."""
+        script = Path(sys.executable).with_name("statecraft")
+        command = [str(script)] if script.exists() else [sys.executable, "-m", "statecraft.cli"]
+        proc = subprocess.run([*command, "inspect", str(job_dir(out)), "--json"],
+                              capture_output=True, text=True, check=False, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["data"]["resume_auto"]["pick"] == "iter_000000008"
+
+
+class TestReadOnly:
+    def test_inspect_changes_nothing(self, out: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """No byte, mtime or directory entry changes under any PATH kind or flag."""
+        damage_all(out)
+        (job_dir(out) / "29991231235959").mkdir()  # an empty attempt: nothing may be minted
+        before = snapshot(out)
+        for path in (job_dir(out), attempt_dir(out), ckpt_dir(out), iter_path(out, 6),
+                     iter_path(out, 2)):
+            for flags in ((), ("--verify",), ("--json",), ("--verify", "--json")):
+                code, _, _ = run_cli(capsys, str(path), *flags)
+                assert code == 0
+        assert snapshot(out) == before
+
+    def test_store_refuses_writes(self, out: Path) -> None:
+        """The store inspect reads through refuses every mutating operation."""
+        from statecraft.errors import StoreError
+        from statecraft.inspect import _ReadOnlyFilesystem
+        from statecraft.storage.local import LocalStore
+
+        store = LocalStore(str(ckpt_dir(out)), fs=_ReadOnlyFilesystem())
+        before = snapshot(out)
+        with pytest.raises(StoreError, match="inspect is read-only"):
+            store.write_atomic(LATEST_POINTER, b"iter_000000002\n")
+        with pytest.raises(StoreError, match="inspect is read-only"):
+            store.delete_tree(iter_dirname(2))
+        assert snapshot(out) == before
+        assert os.path.isdir(iter_path(out, 2))
