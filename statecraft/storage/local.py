@@ -220,7 +220,10 @@ class LocalStore:
         for part in [p for p in self.root.split("/") if p]:
             parent, current = current, posixpath.join(current, part)
             if self.fs.stat(current) is None:
-                self.fs.mkdir(current)
+                try:
+                    self.fs.mkdir(current)
+                except FileExistsError:  # another process (rank) created it meanwhile
+                    continue
                 self.fs.fsync_dir(parent)
 
     # ----------------------------------------------------------------- writes

@@ -1,0 +1,122 @@
+"""The statecraft command: machines check / draw, crashcheck, the --json envelope contract,
+the public API, and a non-editable install that finds its tables from another directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import statecraft
+from statecraft.cli import main
+from statecraft.engine import load_table, render_mermaid
+from statecraft.resources import machine_path, machines_dir
+
+REPO = Path(__file__).resolve().parent.parent
+ENVELOPE_KEYS = {"result_version", "command", "status", "exit_code", "data", "errors"}
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:
+    code = main([*argv, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+class TestPublicApi:
+    def test_all_is_sorted_and_pinned(self) -> None:
+        """The top-level API is exactly these names, sorted; changing it is a deliberate act."""
+        assert statecraft.__all__ == sorted(statecraft.__all__)
+        assert statecraft.__all__ == [
+            "CheckpointConfig", "Checkpointer", "Outcome", "ResumeResult", "RunIdentity",
+            "SaveReport", "SchedulerIdentity", "UpdateClocks", "__version__",
+        ]
+        for name in statecraft.__all__:
+            assert hasattr(statecraft, name)
+
+
+class TestMachinesCommand:
+    def test_check_passes_for_the_shipped_tables(self, capsys) -> None:
+        """Every shipped table passes the static checks with its bindings."""
+        code, out = run_json(capsys, "machines", "check")
+        assert code == 0
+        assert set(out) == ENVELOPE_KEYS
+        assert out["result_version"] == 1 and out["status"] == "ok" and out["errors"] == []
+        assert set(out["data"]) == {"save", "resume"}
+        assert all(m["problems"] == [] for m in out["data"].values())
+
+    def test_check_reports_a_broken_table(self, capsys, monkeypatch, tmp_path) -> None:
+        """A malformed shipped table makes the check exit 1 and name the file and the problem."""
+        for name in ("save", "resume"):
+            (tmp_path / f"{name}.toml").write_text(machine_path(name).read_text())
+        broken = (tmp_path / "save.toml").read_text().replace('to = "committed"', 'to = "comitted"')
+        (tmp_path / "save.toml").write_text(broken)
+        monkeypatch.setattr("statecraft.resources.machines_dir", lambda: tmp_path)
+        code, out = run_json(capsys, "machines", "check")
+        assert code == 1 and out["status"] == "error" and out["exit_code"] == 1
+        messages = [e["message"] for e in out["errors"]]
+        assert any("save.toml" in m and "'comitted' is not declared" in m for m in messages)
+        assert all(e["code"] == "machine_definition" for e in out["errors"])
+
+    def test_draw_prints_mermaid(self, capsys) -> None:
+        """draw prints the table's mermaid diagram."""
+        assert main(["machines", "draw", "save"]) == 0
+        text = capsys.readouterr().out
+        assert text.startswith("---\ntitle: save (save.toml)")
+        assert "manifest_committed --> committed: advance_latest" in text
+
+    def test_draw_unknown_machine(self, capsys) -> None:
+        """An unknown machine name exits 2 listing the shipped ones."""
+        code, out = run_json(capsys, "machines", "draw", "nope")
+        assert code == 2
+        assert "no machine 'nope'; shipped: resume, save" in out["errors"][0]["message"]
+
+    def test_docs_diagrams_are_in_step_with_the_tables(self) -> None:
+        """docs/diagrams/*.mmd are exactly what `statecraft machines draw` prints now."""
+        for table in sorted(machines_dir().glob("*.toml")):
+            diagram = REPO / "docs" / "diagrams" / f"{table.stem}.mmd"
+            assert diagram.read_text() == render_mermaid(load_table(table)), (
+                f"regenerate: statecraft machines draw {table.stem} > docs/diagrams/{table.stem}.mmd")
+
+
+class TestCrashcheckCommand:
+    def test_unknown_machine_exits_2(self, capsys) -> None:
+        """crashcheck refuses a machine without scenarios, naming the known ones."""
+        code, out = run_json(capsys, "crashcheck", "--machine", "nope")
+        assert code == 2
+        assert out["errors"][0]["code"] == "unknown_machine"
+
+    def test_resume_machine_report(self, capsys) -> None:
+        """crashcheck --machine resume reports points, states, checks and no violations."""
+        code, out = run_json(capsys, "crashcheck", "--machine", "resume", "--extra-subsets", "0")
+        assert code == 0 and out["status"] == "ok"
+        (machine,) = out["data"]["machines"]
+        assert machine["machine"] == "resume"
+        assert machine["crash_points"] > 100 and machine["crash_states"] > 300
+        assert machine["checks_run"] > 0 and machine["violations"] == []
+
+
+@pytest.mark.slow
+class TestNonEditableInstall:
+    def test_wheel_ships_machines_and_specs(self, tmp_path: Path) -> None:
+        """A non-editable install carries machines/ and specs/; `statecraft machines check`
+        works from another directory."""
+        wheel_dir = tmp_path / "wheel"
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
+                        str(wheel_dir), str(REPO)], check=True)
+        (wheel,) = wheel_dir.glob("statecraft-*.whl")
+        target = tmp_path / "site"
+        subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
+                        str(target), str(wheel)], check=True)
+        assert (target / "statecraft" / "_machines" / "save.toml").is_file()
+        assert (target / "statecraft" / "_specs" / "save.manifest.schema.json").is_file()
+        env = {**os.environ, "PYTHONPATH": str(target)}
+        done = subprocess.run(
+            [sys.executable, "-c", "import statecraft.resources as r, statecraft.cli as c;"
+             "print(r.machines_dir()); raise SystemExit(c.main(['machines', 'check']))"],
+            cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        assert str(target / "statecraft" / "_machines") in done.stdout
+        assert "ok   save" in done.stdout
