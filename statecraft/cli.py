@@ -4,7 +4,7 @@ Subcommands:
     machines check              static checks of every shipped table (exit 1 on problems)
     machines draw NAME          mermaid diagram of one table on stdout
     crashcheck [--machine M]    crash every shipped transaction at every I/O boundary
-    demo                        train, SIGKILL, resume, compare bit-for-bit with an uninterrupted run
+    demo                        train, SIGKILL, resume, compare bit-for-bit with a clean run
     inspect PATH [--verify]     attempts and checkpoints under PATH and what resume=auto would pick
     bench save | engine         throughput / overhead ratios against baselines in one process
 
@@ -75,18 +75,29 @@ def _machines_check(args: argparse.Namespace) -> int:
         except StatecraftError as exc:
             problems = [str(exc)]
             table = None
-        data[name] = {"path": str(path), "problems": problems,
-                      "states": len(table.states) if table else None,
-                      "transitions": len(table.transitions) if table else None}
+        data[name] = {
+            "path": str(path),
+            "problems": problems,
+            "states": len(table.states) if table else None,
+            "transitions": len(table.transitions) if table else None,
+        }
         if problems:
             errors.extend(("machine_definition", f"{path}: {p}") for p in problems)
             lines.append(f"FAIL {name} ({path})")
             lines.extend(f"  - {p}" for p in problems)
         else:
-            lines.append(f"ok   {name}: {data[name]['states']} states, "
-                         f"{data[name]['transitions']} transitions ({path})")
-    return emit("machines check", as_json=args.json, data=data, errors=errors,
-                exit_code=1 if errors else 0, text="\n".join(lines))
+            lines.append(
+                f"ok   {name}: {data[name]['states']} states, "
+                f"{data[name]['transitions']} transitions ({path})"
+            )
+    return emit(
+        "machines check",
+        as_json=args.json,
+        data=data,
+        errors=errors,
+        exit_code=1 if errors else 0,
+        text="\n".join(lines),
+    )
 
 
 def _machines_draw(args: argparse.Namespace) -> int:
@@ -97,12 +108,24 @@ def _machines_draw(args: argparse.Namespace) -> int:
     if not path.exists():
         from statecraft.checkpoint.machines import shipped_machine_names
 
-        return emit("machines draw", as_json=args.json, exit_code=2, errors=[(
-            "unknown_machine",
-            f"no machine {args.name!r}; shipped: {', '.join(shipped_machine_names())}")])
+        return emit(
+            "machines draw",
+            as_json=args.json,
+            exit_code=2,
+            errors=[
+                (
+                    "unknown_machine",
+                    f"no machine {args.name!r}; shipped: {', '.join(shipped_machine_names())}",
+                )
+            ],
+        )
     diagram = render_mermaid(load_table(path))
-    return emit("machines draw", as_json=args.json, data={"name": args.name, "mermaid": diagram},
-                text=diagram)
+    return emit(
+        "machines draw",
+        as_json=args.json,
+        data={"name": args.name, "mermaid": diagram},
+        text=diagram,
+    )
 
 
 def _lazy(module: str, function: str) -> Callable[[argparse.Namespace], int]:
@@ -131,8 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     crash = sub.add_parser("crashcheck", help="crash every transaction at every I/O boundary")
     crash.add_argument("--machine", help="only this machine (default: all with scenarios)")
-    crash.add_argument("--extra-subsets", type=int, default=2,
-                       help="random loss subsets per power-loss point (default 2)")
+    crash.add_argument(
+        "--extra-subsets",
+        type=int,
+        default=2,
+        help="random loss subsets per power-loss point (default 2)",
+    )
     crash.add_argument("--seed", type=int, default=0)
     crash.add_argument("--json", action="store_true")
     crash.set_defaults(func=_lazy("statecraft.crashcheck", "run_crashcheck"))
@@ -181,10 +208,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.close()
         return 0
     except StatecraftError as exc:
-        command = " ".join(a for a in (args.command, getattr(args, "machines_command", None),
-                                       getattr(args, "bench_command", None)) if a)
-        return emit(command, as_json=getattr(args, "json", False), exit_code=1,
-                    errors=[(exc.code, str(exc))])
+        command = " ".join(
+            a
+            for a in (
+                args.command,
+                getattr(args, "machines_command", None),
+                getattr(args, "bench_command", None),
+            )
+            if a
+        )
+        return emit(
+            command,
+            as_json=getattr(args, "json", False),
+            exit_code=1,
+            errors=[(exc.code, str(exc))],
+        )
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -77,18 +77,24 @@ def crashcheck(
         reports = per_machine[machine]
         mine = {g.id for g in specs[machine].guarantees}
         # RECOVERY (recovery itself failed) belongs to no spec: every machine of the group owns it.
-        violations = [v for r in reports for v in r.violations
-                      if v.guarantee in mine or v.guarantee not in owner]
+        violations = [
+            v
+            for r in reports
+            for v in r.violations
+            if v.guarantee in mine or v.guarantee not in owner
+        ]
         checks = sum(n for r in reports for g, n in r.checks_by_guarantee.items() if g in mine)
-        out.append(MachineReport(
-            machine=machine,
-            scenarios=tuple(r.scenario for r in reports),
-            crash_points=sum(r.crash_points for r in reports),
-            crash_states=sum(r.crash_states for r in reports),
-            checks_run=checks,
-            guarantees=tuple(g.id for g in specs[machine].guarantees),
-            violations=tuple(violations),
-        ))
+        out.append(
+            MachineReport(
+                machine=machine,
+                scenarios=tuple(r.scenario for r in reports),
+                crash_points=sum(r.crash_points for r in reports),
+                crash_states=sum(r.crash_states for r in reports),
+                checks_run=checks,
+                guarantees=tuple(g.id for g in specs[machine].guarantees),
+                violations=tuple(violations),
+            )
+        )
     return out, scenario_reports
 
 
@@ -96,10 +102,18 @@ def run_crashcheck(args: argparse.Namespace) -> int:
     from statecraft.cli import emit
 
     if args.machine and args.machine not in CRASHCHECK_SCENARIOS:
-        return emit("crashcheck", as_json=args.json, exit_code=2, errors=[(
-            "unknown_machine",
-            f"no crash scenarios for machine {args.machine!r}; known: "
-            f"{', '.join(sorted(CRASHCHECK_SCENARIOS))}")])
+        return emit(
+            "crashcheck",
+            as_json=args.json,
+            exit_code=2,
+            errors=[
+                (
+                    "unknown_machine",
+                    f"no crash scenarios for machine {args.machine!r}; known: "
+                    f"{', '.join(sorted(CRASHCHECK_SCENARIOS))}",
+                )
+            ],
+        )
     machines = [args.machine] if args.machine else sorted(CRASHCHECK_SCENARIOS)
     options = ExploreOptions(extra_subsets=args.extra_subsets, seed=args.seed)
     reports, scenario_reports = crashcheck(machines, options)
@@ -112,14 +126,28 @@ def run_crashcheck(args: argparse.Namespace) -> int:
             f"({', '.join(r.guarantees)})"
         )
     for s in scenario_reports:
-        lines.append(f"  scenario {s.scenario}: {s.io_operations} I/O ops, {s.effects} effects, "
-                     f"{s.crash_points} points, {s.crash_states} states, {s.seconds:.1f}s")
+        lines.append(
+            f"  scenario {s.scenario}: {s.io_operations} I/O ops, {s.effects} effects, "
+            f"{s.crash_points} points, {s.crash_states} states, {s.seconds:.1f}s"
+        )
     violations = [v for r in reports for v in r.violations]
     if violations:
         lines.append("\nminimal reproducer (earliest crash point):\n" + violations[0].reproducer())
-    errors = [("guarantee_violation", f"{v.guarantee} ({v.scenario}, {v.point}, {v.kind}/{v.choice}): "
-               f"{v.message}") for v in violations]
-    return emit("crashcheck", as_json=args.json, exit_code=1 if violations else 0,
-                data={"machines": [r.to_json() for r in reports],
-                      "scenarios": [s.to_json() for s in scenario_reports]},
-                errors=errors, text="\n".join(lines))
+    errors = [
+        (
+            "guarantee_violation",
+            f"{v.guarantee} ({v.scenario}, {v.point}, {v.kind}/{v.choice}): {v.message}",
+        )
+        for v in violations
+    ]
+    return emit(
+        "crashcheck",
+        as_json=args.json,
+        exit_code=1 if violations else 0,
+        data={
+            "machines": [r.to_json() for r in reports],
+            "scenarios": [s.to_json() for s in scenario_reports],
+        },
+        errors=errors,
+        text="\n".join(lines),
+    )

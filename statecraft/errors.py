@@ -49,7 +49,9 @@ class MachineDefinitionError(StatecraftError, ValueError):
         self.source = source
         self.problems = list(problems)
         lines = "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(f"{source}: {len(self.problems)} problem(s) in the machine table:\n{lines}")
+        super().__init__(
+            f"{source}: {len(self.problems)} problem(s) in the machine table:\n{lines}"
+        )
 
 
 class MachineRuntimeError(StatecraftError, RuntimeError):

@@ -30,8 +30,15 @@ class TestPublicApi:
         """The top-level API is exactly these names, sorted; changing it is a deliberate act."""
         assert statecraft.__all__ == sorted(statecraft.__all__)
         assert statecraft.__all__ == [
-            "CheckpointConfig", "Checkpointer", "Outcome", "ResumeResult", "RunIdentity",
-            "SaveReport", "SchedulerIdentity", "UpdateClocks", "__version__",
+            "CheckpointConfig",
+            "Checkpointer",
+            "Outcome",
+            "ResumeResult",
+            "RunIdentity",
+            "SaveReport",
+            "SchedulerIdentity",
+            "UpdateClocks",
+            "__version__",
         ]
         for name in statecraft.__all__:
             assert hasattr(statecraft, name)
@@ -43,7 +50,9 @@ class TestMachinesCommand:
         code, out = run_json(capsys, "machines", "check")
         assert code == 0
         assert set(out) == ENVELOPE_KEYS
-        assert out["result_version"] == 1 and out["status"] == "ok" and out["errors"] == []
+        assert out["result_version"] == 1
+        assert out["status"] == "ok"
+        assert out["errors"] == []
         assert set(out["data"]) == {"save", "resume"}
         assert all(m["problems"] == [] for m in out["data"].values())
 
@@ -55,7 +64,9 @@ class TestMachinesCommand:
         (tmp_path / "save.toml").write_text(broken)
         monkeypatch.setattr("statecraft.resources.machines_dir", lambda: tmp_path)
         code, out = run_json(capsys, "machines", "check")
-        assert code == 1 and out["status"] == "error" and out["exit_code"] == 1
+        assert code == 1
+        assert out["status"] == "error"
+        assert out["exit_code"] == 1
         messages = [e["message"] for e in out["errors"]]
         assert any("save.toml" in m and "'comitted' is not declared" in m for m in messages)
         assert all(e["code"] == "machine_definition" for e in out["errors"])
@@ -78,7 +89,9 @@ class TestMachinesCommand:
         for table in sorted(machines_dir().glob("*.toml")):
             diagram = REPO / "docs" / "diagrams" / f"{table.stem}.mmd"
             assert diagram.read_text() == render_mermaid(load_table(table)), (
-                f"regenerate: statecraft machines draw {table.stem} > docs/diagrams/{table.stem}.mmd")
+                f"regenerate: statecraft machines draw {table.stem} > "
+                f"docs/diagrams/{table.stem}.mmd"
+            )
 
 
 class TestCrashcheckCommand:
@@ -91,11 +104,14 @@ class TestCrashcheckCommand:
     def test_resume_machine_report(self, capsys) -> None:
         """crashcheck --machine resume reports points, states, checks and no violations."""
         code, out = run_json(capsys, "crashcheck", "--machine", "resume", "--extra-subsets", "0")
-        assert code == 0 and out["status"] == "ok"
+        assert code == 0
+        assert out["status"] == "ok"
         (machine,) = out["data"]["machines"]
         assert machine["machine"] == "resume"
-        assert machine["crash_points"] > 100 and machine["crash_states"] > 300
-        assert machine["checks_run"] > 0 and machine["violations"] == []
+        assert machine["crash_points"] > 100
+        assert machine["crash_states"] > 300
+        assert machine["checks_run"] > 0
+        assert machine["violations"] == []
 
 
 @pytest.mark.slow
@@ -104,19 +120,51 @@ class TestNonEditableInstall:
         """A non-editable install carries machines/ and specs/; `statecraft machines check`
         works from another directory."""
         wheel_dir = tmp_path / "wheel"
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
-                        str(wheel_dir), str(REPO)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "-q",
+                "-w",
+                str(wheel_dir),
+                str(REPO),
+            ],
+            check=True,
+        )
         (wheel,) = wheel_dir.glob("statecraft-*.whl")
         target = tmp_path / "site"
-        subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
-                        str(target), str(wheel)], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--no-deps",
+                "-q",
+                "--target",
+                str(target),
+                str(wheel),
+            ],
+            check=True,
+        )
         assert (target / "statecraft" / "_machines" / "save.toml").is_file()
         assert (target / "statecraft" / "_specs" / "save.manifest.schema.json").is_file()
         env = {**os.environ, "PYTHONPATH": str(target)}
         done = subprocess.run(
-            [sys.executable, "-c", "import statecraft.resources as r, statecraft.cli as c;"
-             "print(r.machines_dir()); raise SystemExit(c.main(['machines', 'check']))"],
-            cwd=tmp_path, env=env, capture_output=True, text=True)
+            [
+                sys.executable,
+                "-c",
+                "import statecraft.resources as r, statecraft.cli as c;"
+                "print(r.machines_dir()); raise SystemExit(c.main(['machines', 'check']))",
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         assert done.returncode == 0, done.stderr
         assert str(target / "statecraft" / "_machines") in done.stdout
         assert "ok   save" in done.stdout

@@ -90,12 +90,21 @@ def _resume_adopting_unverified() -> Machine:
             payload = ctx.writer.read(ctx.store, f"{name}/trainer.pt", mmap=False)
             trainer = TrainerState.from_payload(payload, source=name)
             manifest = None
-            ctx.chosen = r.VerifiedCheckpoint(ctx.store, iteration, name, trainer, manifest,
-                                              {"model": ctx.writer.read(ctx.store, f"{name}/model.pt"),
-                                               "optimizer": ctx.writer.read(ctx.store, f"{name}/optim.pt")})
+            ctx.chosen = r.VerifiedCheckpoint(
+                ctx.store,
+                iteration,
+                name,
+                trainer,
+                manifest,
+                {
+                    "model": ctx.writer.read(ctx.store, f"{name}/model.pt"),
+                    "optimizer": ctx.writer.read(ctx.store, f"{name}/optim.pt"),
+                },
+            )
 
     bindings = MACHINE_BINDINGS["resume"]().merged(
-        Bindings(effects={"verify_next_candidate": verify_next_candidate}))
+        Bindings(effects={"verify_next_candidate": verify_next_candidate})
+    )
     return Machine(load_machine("resume").table, bindings)
 
 
@@ -111,7 +120,10 @@ class TestShippedMachines:
             assert s.crash_points > 0
             for guarantee in BOTH.guarantees:
                 if guarantee.id != "SAVE-NODE-LOSS" or s.scenario != "retry-commits-pointer-only":
-                    assert s.checks_by_guarantee.get(guarantee.id, 0) > 0, (s.scenario, guarantee.id)
+                    assert s.checks_by_guarantee.get(guarantee.id, 0) > 0, (
+                        s.scenario,
+                        guarantee.id,
+                    )
 
     def test_every_scenario_reference_run_commits(self) -> None:
         """Each scenario's uncrashed run ends committed and verifiable, so the harness explores
@@ -125,50 +137,62 @@ class TestShippedMachines:
 
 
 class TestBrokenVariantsAreCaught:
-    @pytest.mark.parametrize(("a", "b", "expected"), [
-        ("commit_manifest", "advance_latest", "SAVE-LATEST"),
-        ("write_control", "advance_latest", "SAVE-LATEST"),
-    ])
+    @pytest.mark.parametrize(
+        ("a", "b", "expected"),
+        [
+            ("commit_manifest", "advance_latest", "SAVE-LATEST"),
+            ("write_control", "advance_latest", "SAVE-LATEST"),
+        ],
+    )
     def test_pointer_before_commit(self, a: str, b: str, expected: str) -> None:
         """A save table that advances latest_checkpoint.txt before the manifest (or before the
         control state) is written is caught: latest names an incomplete checkpoint."""
-        scenario = SaveScenario("broken-order", target=4, previous=(2,),
-                                machine_factory=lambda: _save_table_with_swapped_effects(a, b))
+        scenario = SaveScenario(
+            "broken-order",
+            target=4,
+            previous=(2,),
+            machine_factory=lambda: _save_table_with_swapped_effects(a, b),
+        )
         report = explore(scenario, BOTH, FAST)
         assert expected in report.violated_guarantees()
 
     def test_missing_directory_fsync(self) -> None:
         """A LocalStore whose renames are never directory-fsynced loses an acknowledged save
         under power loss."""
-        scenario = SaveScenario("no-dir-fsync", target=4, previous=(2,),
-                                store_factory=_with_fs(_NoDirectoryFsync))
+        scenario = SaveScenario(
+            "no-dir-fsync", target=4, previous=(2,), store_factory=_with_fs(_NoDirectoryFsync)
+        )
         report = explore(scenario, BOTH, FAST)
         assert "SAVE-DURABLE" in report.violated_guarantees()
         durable = [v for v in report.violations if v.guarantee == "SAVE-DURABLE"]
-        assert all("power_loss" in (v.kind, v.choice) or "then power_loss" in v.choice
-                   for v in durable)
+        assert all(
+            "power_loss" in (v.kind, v.choice) or "then power_loss" in v.choice for v in durable
+        )
 
     def test_missing_file_fsync(self) -> None:
         """Files renamed into place without fsync leave latest naming lost bytes after power
         loss."""
-        scenario = SaveScenario("no-file-fsync", target=4, previous=(2,),
-                                store_factory=_with_fs(_NoFileFsync))
+        scenario = SaveScenario(
+            "no-file-fsync", target=4, previous=(2,), store_factory=_with_fs(_NoFileFsync)
+        )
         report = explore(scenario, BOTH, FAST)
         assert {"SAVE-LATEST", "SAVE-DURABLE"} <= report.violated_guarantees()
 
     def test_fsync_error_retried_and_trusted(self) -> None:
         """Retrying a failed fsync and trusting the retry (the fsyncgate bug) is caught by
         fault injection followed by power loss."""
-        scenario = SaveScenario("retry-fsync", target=4, previous=(2,),
-                                store_factory=_with_fs(_RetryFsyncAndTrust))
+        scenario = SaveScenario(
+            "retry-fsync", target=4, previous=(2,), store_factory=_with_fs(_RetryFsyncAndTrust)
+        )
         report = explore(scenario, BOTH, ExploreOptions(extra_subsets=0, faults=True))
         assert report.violated_guarantees() & {"SAVE-LATEST", "SAVE-DURABLE"}
 
     def test_resume_adopting_an_unverified_checkpoint(self) -> None:
         """A resume that adopts an iteration without checking its manifest picks up the
         half-written one left by a crashed save."""
-        scenario = SaveScenario("adopts-partial", target=4, previous=(2,),
-                                resume_factory=_resume_adopting_unverified)
+        scenario = SaveScenario(
+            "adopts-partial", target=4, previous=(2,), resume_factory=_resume_adopting_unverified
+        )
         report = explore(scenario, BOTH, FAST)
         assert report.violated_guarantees() & {"SAVE-RESUME", "RESUME-VERIFIED", "RESUME-EXACT"}
 
@@ -180,14 +204,30 @@ def _random_power_loss(data: st.DataObject, scenario: SaveScenario, reference) -
     point = data.draw(st.sampled_from(points), label="crash point")
     crashed = run_to_crash(scenario, reference.base, point)
     pending = crashed.world.fs.pending_ops()
-    kept = data.draw(st.sets(st.sampled_from([p.op_id for p in pending])) if pending
-                     else st.just(set()), label="kept ops")
+    kept = data.draw(
+        st.sets(st.sampled_from([p.op_id for p in pending])) if pending else st.just(set()),
+        label="kept ops",
+    )
     writes = [p.op_id for p in pending if p.kind == "write" and p.op_id in kept]
-    torn = data.draw(st.none() | (st.tuples(st.sampled_from(writes), st.sampled_from(
-        ["prefix", "zeros"])) if writes else st.none()), label="torn write")
+    torn = data.draw(
+        st.none()
+        | (
+            st.tuples(st.sampled_from(writes), st.sampled_from(["prefix", "zeros"]))
+            if writes
+            else st.none()
+        ),
+        label="torn write",
+    )
     choice = LossChoice("hypothesis", frozenset(kept), torn)
-    violations, _ = check_crash_state(scenario, BOTH.guarantees, reference.base, crashed,
-                                      CrashKind.POWER_LOSS, choice, point.label)
+    violations, _ = check_crash_state(
+        scenario,
+        BOTH.guarantees,
+        reference.base,
+        crashed,
+        CrashKind.POWER_LOSS,
+        choice,
+        point.label,
+    )
     return violations
 
 
@@ -204,13 +244,17 @@ class TestHypothesisSampledCrashStates:
     def test_hypothesis_finds_and_shrinks_the_missing_fsync(self) -> None:
         """The same sampler finds the missing-fsync variant's violation (this test would fail
         if the sampler could not reach a bad state)."""
-        broken = SaveScenario("no-file-fsync", target=4, previous=(2,),
-                              store_factory=_with_fs(_NoFileFsync))
+        broken = SaveScenario(
+            "no-file-fsync", target=4, previous=(2,), store_factory=_with_fs(_NoFileFsync)
+        )
         from hypothesis import find
 
         reference = _reference(broken)
-        found = find(st.data(), lambda data: bool(_random_power_loss(data, broken, reference)),
-                     settings=settings(max_examples=300, deadline=None, database=None))
+        found = find(
+            st.data(),
+            lambda data: bool(_random_power_loss(data, broken, reference)),
+            settings=settings(max_examples=300, deadline=None, database=None),
+        )
         assert found is not None
 
 

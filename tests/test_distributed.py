@@ -17,15 +17,20 @@ CONFIG = ["save_every=2", "save_async=false", "keep_optim_last=0"]
 
 
 def _phase(rank: int, world_size: int, tmp: str, phase: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{tmp}/store-{phase}", rank=rank,
-                            world_size=world_size)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp}/store-{phase}", rank=rank, world_size=world_size
+    )
     try:
         torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Dropout(0.5),
-                                    torch.nn.Linear(8, 1))
+        model = torch.nn.Sequential(
+            torch.nn.Linear(4, 8), torch.nn.Dropout(0.5), torch.nn.Linear(8, 1)
+        )
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-        ckpt = sc.Checkpointer(sc.CheckpointConfig.load(None, CONFIG),
-                               run=sc.RunIdentity("p", "g", "dist"), output_root=f"{tmp}/out")
+        ckpt = sc.Checkpointer(
+            sc.CheckpointConfig.load(None, CONFIG),
+            run=sc.RunIdentity("p", "g", "dist"),
+            output_root=f"{tmp}/out",
+        )
         ckpt.track(model=model, optimizer=optimizer)
         start = ckpt.resume()
         if phase == "first":
@@ -39,10 +44,17 @@ def _phase(rank: int, world_size: int, tmp: str, phase: str) -> None:
             ckpt.record(sc.Outcome.APPLIED)
             ckpt.step_end()
         ckpt.finalize()
-        torch.save({"run_dir": str(ckpt.attempt.run_dir), "start": start.step,
-                    "source": start.source, "rng": start.rng,
-                    "next_draw": torch.rand(3), "weight": model[0].weight.detach().clone()},
-                   f"{tmp}/{phase}-rank{rank}.pt")
+        torch.save(
+            {
+                "run_dir": str(ckpt.attempt.run_dir),
+                "start": start.step,
+                "source": start.source,
+                "rng": start.rng,
+                "next_draw": torch.rand(3),
+                "weight": model[0].weight.detach().clone(),
+            },
+            f"{tmp}/{phase}-rank{rank}.pt",
+        )
     finally:
         dist.destroy_process_group()
 
@@ -66,10 +78,15 @@ class TestTwoGlooRanks:
         assert first[0]["run_dir"] == first[1]["run_dir"]
         checkpoints = Path(first[0]["run_dir"]) / "checkpoints"
         assert sorted(p.name for p in checkpoints.iterdir()) == [
-            "iter_000000002", "iter_000000004", "latest_checkpoint.txt"]
+            "iter_000000002",
+            "iter_000000004",
+            "latest_checkpoint.txt",
+        ]
         trainer = torch.load(checkpoints / "iter_000000004" / "trainer.pt", weights_only=True)
         assert trainer["rng"]["world_size"] == 2
-        assert not torch.equal(trainer["rng"]["ranks"][0]["torch"], trainer["rng"]["ranks"][1]["torch"])
+        assert not torch.equal(
+            trainer["rng"]["ranks"][0]["torch"], trainer["rng"]["ranks"][1]["torch"]
+        )
 
         # Drop the newest checkpoint so the resumed run replays steps 3-4 from iter 2.
         import shutil

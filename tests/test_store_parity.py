@@ -22,8 +22,9 @@ def _train_and_save(out: Path, filesystem) -> sc.Checkpointer:
     config = sc.CheckpointConfig.load(
         None, ["save_every=2", "save_async=false", "keep_optim_last=0", f"run_ts={RUN_TS}"]
     )
-    ckpt = sc.Checkpointer(config, run=sc.RunIdentity("p", "g", "n"), output_root=out,
-                           filesystem=filesystem)
+    ckpt = sc.Checkpointer(
+        config, run=sc.RunIdentity("p", "g", "n"), output_root=out, filesystem=filesystem
+    )
     ckpt.track(model=model, optimizer=optimizer, scheduler=scheduler)
     start = ckpt.resume()
     for _ in range(start.step, 5):
@@ -39,9 +40,7 @@ def _train_and_save(out: Path, filesystem) -> sc.Checkpointer:
 
 def _real_tree(root: Path) -> dict[str, bytes]:
     return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
     }
 
 
@@ -58,8 +57,11 @@ class TestStoreParity:
         sim_tree = sim_fs.tree(sim_root)
         assert sorted(real_tree) == sorted(sim_tree)
         assert sorted(real_tree) == sorted(
-            [f"iter_00000000{i}/{f}" for i in (2, 4, 5)
-             for f in (".posttrain-manifest.json", "model.pt", "optim.pt", "trainer.pt")]
+            [
+                f"iter_00000000{i}/{f}"
+                for i in (2, 4, 5)
+                for f in (".posttrain-manifest.json", "model.pt", "optim.pt", "trainer.pt")
+            ]
             + ["latest_checkpoint.txt"]
         )
         for name in real_tree:

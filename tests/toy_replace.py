@@ -113,7 +113,11 @@ def current_names_complete_version(ctx: CheckContext) -> None:
     if name not in VERSIONS:
         raise GuaranteeViolation(f"`current` holds {name!r}, not a version name")
     if content != VERSIONS[name]:
-        got = "missing" if content is None else f"{len(content)} bytes, not the {len(VERSIONS[name])} written"
+        got = (
+            "missing"
+            if content is None
+            else f"{len(content)} bytes, not the {len(VERSIONS[name])} written"
+        )
         raise GuaranteeViolation(f"`current` names {name} but that file is {got}")
 
 

@@ -111,7 +111,8 @@ class Checkpointer:
         self._save_machine = load_machine("save")
 
     def __repr__(self) -> str:
-        return f"Checkpointer(run={self.run}, attempt={self.attempt.run_dir if self.attempt else None})"
+        where = self.attempt.run_dir if self.attempt else None
+        return f"Checkpointer(run={self.run}, attempt={where})"
 
     # ------------------------------------------------------------------ setup
     def track(
@@ -151,14 +152,17 @@ class Checkpointer:
         if self.store is None:
             mode = self.config.resume
             self.attempt = resolve_run_attempt(
-                self.output_root, self.run, resume=mode, run_ts=self.config.run_ts,
+                self.output_root,
+                self.run,
+                resume=mode,
+                run_ts=self.config.run_ts,
                 collective=self.collective,
             )
             self.store = LocalStore(str(self.attempt.checkpoints_dir), fs=self.filesystem)
         return self.store
 
     @property
-    def clocks(self):  # noqa: ANN201 - UpdateClocks, re-exported by the facade
+    def clocks(self):
         return self.tracked.clocks
 
     @property
@@ -249,7 +253,9 @@ class Checkpointer:
         rng = gather_rng_inventory(
             rank=self.collective.rank,
             world_size=self.collective.world_size,
-            all_gather_object=None if self.collective.world_size == 1 else _gather_into(self.collective),
+            all_gather_object=None
+            if self.collective.world_size == 1
+            else _gather_into(self.collective),
         )
         report: SaveReport | None = None
         outcome: Any = None
@@ -309,7 +315,7 @@ class Checkpointer:
         return report
 
 
-def _gather_into(collective: Collective):  # noqa: ANN202 - adapter to all_gather_object's shape
+def _gather_into(collective: Collective):
     def all_gather_object(out: list[Any], value: Any) -> None:
         out[:] = collective.all_gather(value)
 

@@ -48,7 +48,8 @@ def _oracle_problem(tree: dict[str, bytes], iteration: int) -> str | None:
         manifest = json.loads(raw)
         files = manifest["files"]
         if manifest["iteration"] != iteration or manifest["components"] != _FULL:
-            return f"{name} manifest names iteration {manifest['iteration']} / {manifest['components']}"
+            found = f"{manifest['iteration']} / {manifest['components']}"
+            return f"{name} manifest names iteration {found}"
     except (ValueError, KeyError, TypeError) as exc:
         return f"{name} manifest unreadable: {exc!r}"
     for file_name, entry in files.items():
@@ -162,7 +163,9 @@ def retry_commits_the_save(ctx: CheckContext) -> None:
     if problem is not None:
         raise GuaranteeViolation(f"after the retry, {problem}")
     if _latest(tree) != scenario.target:
-        raise GuaranteeViolation(f"after the retry latest names {_latest(tree)}, not {scenario.target}")
+        raise GuaranteeViolation(
+            f"after the retry latest names {_latest(tree)}, not {scenario.target}"
+        )
     if recovery.resume_after.step != scenario.target:
         raise GuaranteeViolation(f"after the retry resume=auto adopts {recovery.resume_after.step}")
     leftovers = [p for p in tree if ".tmp-" in p.rsplit("/", 1)[-1]]
@@ -193,8 +196,9 @@ def no_newer_checkpoint_verifies(ctx: CheckContext) -> None:
     """RESUME-NEWEST: no iteration newer than the adopted one was intact when resume ran."""
     recovery = _recovery(ctx)
     crashed = _tree(ctx.world)
-    newer = [i for i in _verified(crashed) if i > recovery.resume.step
-             and i != _scenario(ctx).target]
+    newer = [
+        i for i in _verified(crashed) if i > recovery.resume.step and i != _scenario(ctx).target
+    ]
     if newer:
         raise GuaranteeViolation(
             f"resume adopted step {recovery.resume.step} though {newer} verify"
@@ -222,7 +226,9 @@ def resumed_state_is_exact(ctx: CheckContext) -> None:
         return
     step = recovery.resume.step
     if recovery.loaded_weight != float(step):
-        raise GuaranteeViolation(f"adopted iter {step} but the model holds {recovery.loaded_weight}")
+        raise GuaranteeViolation(
+            f"adopted iter {step} but the model holds {recovery.loaded_weight}"
+        )
     if _scenario(ctx).with_data and recovery.loaded_position != step:
         raise GuaranteeViolation(
             f"adopted iter {step} but the data cursor holds {recovery.loaded_position}"

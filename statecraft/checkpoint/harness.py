@@ -87,8 +87,11 @@ class Recovery:
 
 def _resume(store: Store, machine: Machine, *, with_data: bool) -> tuple[ResumeResult, Tracked]:
     model = _model()
-    tracked = Tracked(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
-                      data=Cursor() if with_data else None)
+    tracked = Tracked(
+        model=model,
+        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+        data=Cursor() if with_data else None,
+    )
     ctx = ResumeContext(mode="auto", tracked=tracked, store=store)
     machine.run(ctx).raise_for_failure()
     if ctx.result is None:
@@ -121,8 +124,9 @@ class SaveScenario:
     machine: str = "save"
     recovery_may_fail: bool = False
 
-    def _save(self, world: SimWorld, iteration: int, *, crash: CrashPlan | None = None,
-              gate: Any = None) -> RunResult:
+    def _save(
+        self, world: SimWorld, iteration: int, *, crash: CrashPlan | None = None, gate: Any = None
+    ) -> RunResult:
         ctx = SaveContext(
             store=self.store_factory(world),
             plan=full_save_plan(iteration, with_data=self.with_data),
@@ -132,11 +136,13 @@ class SaveScenario:
 
     def setup(self, world: SimWorld) -> None:
         for iteration in self.previous:
-            load_machine("save").recover(SaveContext(
-                store=world.local_store(CHECKPOINTS_ROOT),
-                plan=full_save_plan(iteration, with_data=self.with_data),
-                payloads=expected_payloads(iteration, with_data=self.with_data),
-            )).raise_for_failure()
+            load_machine("save").recover(
+                SaveContext(
+                    store=world.local_store(CHECKPOINTS_ROOT),
+                    plan=full_save_plan(iteration, with_data=self.with_data),
+                    payloads=expected_payloads(iteration, with_data=self.with_data),
+                )
+            ).raise_for_failure()
         world.local_store(CHECKPOINTS_ROOT)
         if self.setup_extra is not None:
             self.setup_extra(world)
@@ -145,14 +151,16 @@ class SaveScenario:
         return self._save(world, self.target, crash=crash, gate=world.gate)
 
     def recover(self, world: SimWorld) -> Recovery:
-        resume, tracked = _resume(self.store_factory(world), self.resume_factory(),
-                                  with_data=self.with_data)
+        resume, tracked = _resume(
+            self.store_factory(world), self.resume_factory(), with_data=self.with_data
+        )
         weight = float(tracked.model.weight[0, 0].item()) if resume.resumed else None
         position = tracked.data.position if resume.resumed and tracked.data is not None else None
         retry = self._save(world, self.target)
         retry.raise_for_failure()
-        resume_after, _ = _resume(self.store_factory(world), self.resume_factory(),
-                                  with_data=self.with_data)
+        resume_after, _ = _resume(
+            self.store_factory(world), self.resume_factory(), with_data=self.with_data
+        )
         return Recovery(resume, weight, position, retry, resume_after)
 
 
@@ -171,13 +179,16 @@ def _leftovers_of(iteration: int) -> Callable[[SimWorld], None]:
 
 def _committed_without_pointer(iteration: int, pointer_to: int) -> Callable[[SimWorld], None]:
     def commit(world: SimWorld) -> None:
-        load_machine("save").recover(SaveContext(
-            store=world.local_store(CHECKPOINTS_ROOT),
-            plan=full_save_plan(iteration, with_data=True),
-            payloads=expected_payloads(iteration, with_data=True),
-        )).raise_for_failure()
+        load_machine("save").recover(
+            SaveContext(
+                store=world.local_store(CHECKPOINTS_ROOT),
+                plan=full_save_plan(iteration, with_data=True),
+                payloads=expected_payloads(iteration, with_data=True),
+            )
+        ).raise_for_failure()
         world.local_store(CHECKPOINTS_ROOT).write_atomic(
-            LATEST_POINTER, f"{iter_dirname(pointer_to)}\n".encode())
+            LATEST_POINTER, f"{iter_dirname(pointer_to)}\n".encode()
+        )
 
     return commit
 
@@ -202,9 +213,14 @@ def save_scenarios() -> list[SaveScenario]:
     return [
         SaveScenario("first-save", target=2, with_data=False),
         SaveScenario("next-save", target=4, previous=(2,)),
-        SaveScenario("retry-commits-pointer-only", target=4, previous=(2,),
-                     setup_extra=_committed_without_pointer(4, pointer_to=2)),
+        SaveScenario(
+            "retry-commits-pointer-only",
+            target=4,
+            previous=(2,),
+            setup_extra=_committed_without_pointer(4, pointer_to=2),
+        ),
         SaveScenario("save-over-leftovers", target=4, previous=(2,), setup_extra=_leftovers_of(4)),
-        SaveScenario("newest-is-corrupt", target=6, previous=(2, 4),
-                     setup_extra=_bit_flip(4, "model.pt")),
+        SaveScenario(
+            "newest-is-corrupt", target=6, previous=(2, 4), setup_extra=_bit_flip(4, "model.pt")
+        ),
     ]

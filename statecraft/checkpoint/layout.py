@@ -102,7 +102,11 @@ class RunIdentity:
     def __attrs_post_init__(self) -> None:
         issues = [
             ConfigIssue(f"run.{field}", value, "a plain name: letters, digits, '.', '_', '-'")
-            for field, value in (("project", self.project), ("group", self.group), ("name", self.name))
+            for field, value in (
+                ("project", self.project),
+                ("group", self.group),
+                ("name", self.name),
+            )
             if not isinstance(value, str) or not _NAME_RE.match(value)
         ]
         if issues:
@@ -204,15 +208,23 @@ def _resolve_on_rank_zero(
         if not _valid_run_ts(run_ts):
             raise ConfigError([ConfigIssue("run_ts", run_ts, "YYYYmmddHHMMSS or empty")])
         created = _mkdir_durable(job_dir / run_ts)
-        return RunAttempt(job_dir / run_ts, run_ts, False, created, f"run_ts={run_ts} pinned by config")
+        return RunAttempt(
+            job_dir / run_ts, run_ts, False, created, f"run_ts={run_ts} pinned by config"
+        )
     if (job_dir / CHECKPOINTS_DIR).is_dir():
-        return RunAttempt(job_dir, "", True, False,
-                          f"legacy flat layout: {job_dir / CHECKPOINTS_DIR} exists")
+        return RunAttempt(
+            job_dir, "", True, False, f"legacy flat layout: {job_dir / CHECKPOINTS_DIR} exists"
+        )
     attempts = list_attempts(job_dir)
     if resume == "auto" and attempts:
         latest = attempts[-1]
-        return RunAttempt(job_dir / latest, latest, False, False,
-                          f"resume=auto adopts the newest attempt {latest}")
+        return RunAttempt(
+            job_dir / latest,
+            latest,
+            False,
+            False,
+            f"resume=auto adopts the newest attempt {latest}",
+        )
     minted = _mint(job_dir, now)
     why = {
         "auto": "resume=auto found no attempt: minted a new one",

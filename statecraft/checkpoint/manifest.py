@@ -107,8 +107,14 @@ def decode_manifest(data: bytes, *, source: str) -> Manifest:
     try:
         manifest = _converter.structure(raw, Manifest)
     except Exception as exc:
-        detail = "; ".join(cattrs.transform_error(exc)) if isinstance(exc, cattrs.BaseValidationError) else str(exc)
-        raise CheckpointCorruptError(source, f"manifest fields are malformed: {detail}", fix) from None
+        detail = (
+            "; ".join(cattrs.transform_error(exc))
+            if isinstance(exc, cattrs.BaseValidationError)
+            else str(exc)
+        )
+        raise CheckpointCorruptError(
+            source, f"manifest fields are malformed: {detail}", fix
+        ) from None
     problems = [
         f"{name}: size {entry.size}" for name, entry in manifest.files.items() if entry.size < 0
     ] + [
@@ -119,5 +125,7 @@ def decode_manifest(data: bytes, *, source: str) -> Manifest:
     if manifest.iteration < 0 or not manifest.files:
         problems.append(f"iteration {manifest.iteration}, {len(manifest.files)} files")
     if problems:
-        raise CheckpointCorruptError(source, "manifest values are invalid: " + ", ".join(problems), fix)
+        raise CheckpointCorruptError(
+            source, "manifest values are invalid: " + ", ".join(problems), fix
+        )
     return manifest

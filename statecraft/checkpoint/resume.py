@@ -160,12 +160,16 @@ def verify_checkpoint(
         path = f"{name}/{file_name}"
         stat = store.stat(path)
         if stat is None:
-            raise CheckpointCorruptError(f"{store.describe()}/{path}", "is missing",
-                                         "The checkpoint is incomplete; resume from another one.")
+            raise CheckpointCorruptError(
+                f"{store.describe()}/{path}",
+                "is missing",
+                "The checkpoint is incomplete; resume from another one.",
+            )
         if stat.size != entry.size:
             raise CheckpointCorruptError(
                 f"{store.describe()}/{path}",
-                f"has {stat.size} bytes, the manifest recorded {entry.size} (truncated or replaced)",
+                f"has {stat.size} bytes, the manifest recorded {entry.size} "
+                "(truncated or replaced)",
                 "Resume from another checkpoint.",
             )
         if level == "digest":
@@ -173,7 +177,8 @@ def verify_checkpoint(
             if digest != entry.sha256:
                 raise CheckpointCorruptError(
                     f"{store.describe()}/{path}",
-                    f"SHA-256 {digest[:16]}... does not match the manifest's {entry.sha256[:16]}... "
+                    f"SHA-256 {digest[:16]}... does not match the manifest's "
+                    f"{entry.sha256[:16]}... "
                     "(the bytes changed after the save)",
                     "Resume from another checkpoint.",
                 )
@@ -182,7 +187,8 @@ def verify_checkpoint(
     if trainer.optimizer_step != iteration:
         raise CheckpointCorruptError(
             f"{where}/trainer.pt",
-            f"records optimizer_step {trainer.optimizer_step} but lives in {name} (conflicting clocks)",
+            f"records optimizer_step {trainer.optimizer_step} but lives in {name} "
+            "(conflicting clocks)",
             "Resume from another checkpoint.",
         )
     return VerifiedCheckpoint(store, iteration, where, trainer, manifest)
@@ -261,12 +267,16 @@ def list_candidates(ctx: ResumeContext) -> None:
             try:
                 latest = parse_latest(ctx.store.read_bytes(LATEST_POINTER))
             except ValueError as exc:
-                note = (f"{ctx.store.describe()}/{LATEST_POINTER} is unreadable ({exc}); "
-                        "ignoring it and selecting by verified manifests")
+                note = (
+                    f"{ctx.store.describe()}/{LATEST_POINTER} is unreadable ({exc}); "
+                    "ignoring it and selecting by verified manifests"
+                )
             else:
                 if latest not in iterations:
-                    note = (f"{ctx.store.describe()}/{LATEST_POINTER} names {iter_dirname(latest)}, "
-                            "which does not exist; ignoring it and selecting by verified manifests")
+                    note = (
+                        f"{ctx.store.describe()}/{LATEST_POINTER} names {iter_dirname(latest)}, "
+                        "which does not exist; ignoring it and selecting by verified manifests"
+                    )
         return iterations, note
 
     iterations, note = _on_rank_zero(ctx, scan)
@@ -277,7 +287,8 @@ def list_candidates(ctx: ResumeContext) -> None:
     if not iterations:
         ctx.fresh_reason = (
             "resume=auto found no checkpoint in this attempt: starting fresh"
-            if ctx.store is not None else "resume=auto: new attempt, starting fresh"
+            if ctx.store is not None
+            else "resume=auto: new attempt, starting fresh"
         )
 
 
@@ -288,8 +299,10 @@ def verify_next_candidate(ctx: ResumeContext) -> None:
     if store is None:
         raise ResumeError("verify_next_candidate ran without a checkpoints store")
     try:
-        ctx.chosen = _on_rank_zero(ctx, lambda: verify_checkpoint(
-            store, iteration, level=ctx.verify_level, writer=ctx.writer))
+        ctx.chosen = _on_rank_zero(
+            ctx,
+            lambda: verify_checkpoint(store, iteration, level=ctx.verify_level, writer=ctx.writer),
+        )
     except Exception as exc:  # anything that fails verification is passed over, with why
         reason = str(exc) if isinstance(exc, CheckpointError) else f"{type(exc).__name__}: {exc}"
         ctx.passed_over.append(PassedOver(iter_dirname(iteration), reason))
@@ -340,10 +353,12 @@ def verify_explicit(ctx: ResumeContext) -> None:
                 "cannot be derived; use it as model initialisation instead of exact resume"
             )
         trainer = TrainerState.from_payload(payload["trainer"], source=f"{store.describe()}/{name}")
-        log.warning("resume=%s is a legacy .pt without a manifest: integrity is not verified",
-                    ctx.explicit)
-        return VerifiedCheckpoint(store, trainer.optimizer_step, f"{store.describe()}/{name}",
-                                  trainer, None, payload)
+        log.warning(
+            "resume=%s is a legacy .pt without a manifest: integrity is not verified", ctx.explicit
+        )
+        return VerifiedCheckpoint(
+            store, trainer.optimizer_step, f"{store.describe()}/{name}", trainer, None, payload
+        )
 
     ctx.chosen = _on_rank_zero(ctx, verify)
 
@@ -368,8 +383,11 @@ def load_checkpoint(ctx: ResumeContext) -> None:
         raise ResumeError("load_checkpoint ran without a verified checkpoint")
     tracked = ctx.tracked
     trainer = chosen.trainer
-    check_scheduler_identity(trainer.scheduler_identity, tracked.scheduler_identity,
-                             source=f"{chosen.location}/trainer.pt")
+    check_scheduler_identity(
+        trainer.scheduler_identity,
+        tracked.scheduler_identity,
+        source=f"{chosen.location}/trainer.pt",
+    )
     if tracked.scheduler is not None and trainer.scheduler_state is None:
         raise ResumeError(
             f"{chosen.location}: a scheduler is tracked but the checkpoint saved none; exact "
@@ -386,24 +404,36 @@ def load_checkpoint(ctx: ResumeContext) -> None:
         tracked.model.load_state_dict(model_state)
     if tracked.optimizer is not None:
         if optim_state is None:
-            raise ResumeError(f"{chosen.location}: no optimizer state to load into the tracked optimizer")
+            raise ResumeError(
+                f"{chosen.location}: no optimizer state to load into the tracked optimizer"
+            )
         tracked.optimizer.load_state_dict(optim_state)
     if tracked.scheduler is not None:
         tracked.scheduler.load_state_dict(trainer.scheduler_state)
     data_status = _load_data(ctx, chosen)
-    rng_status = restore_rank_rng(trainer.rng, rank=ctx.collective.rank,
-                                  world_size=ctx.collective.world_size, log=log)
+    rng_status = restore_rank_rng(
+        trainer.rng, rank=ctx.collective.rank, world_size=ctx.collective.world_size, log=log
+    )
     tracked.clocks = trainer.to_clocks()
     reason = f"resumed from {chosen.location} (iter {chosen.iteration})"
     if ctx.passed_over:
         reason += f"; passed over {', '.join(p.name for p in ctx.passed_over)}"
     if ctx.verify_level != "digest" and chosen.manifest is not None:
-        note = (f"verify={ctx.verify_level}: file sizes were checked but not SHA-256 digests, so "
-                "silent corruption of same-sized bytes would not be detected")
+        note = (
+            f"verify={ctx.verify_level}: file sizes were checked but not SHA-256 digests, so "
+            "silent corruption of same-sized bytes would not be detected"
+        )
         log.warning(note)
         ctx.notes.append(note)
-    ctx.result = ResumeResult(chosen.iteration, chosen.location, reason, tuple(ctx.passed_over),
-                              str(rng_status), data_status, tuple(ctx.notes))
+    ctx.result = ResumeResult(
+        chosen.iteration,
+        chosen.location,
+        reason,
+        tuple(ctx.passed_over),
+        str(rng_status),
+        data_status,
+        tuple(ctx.notes),
+    )
     log.info(reason)
 
 
@@ -415,16 +445,18 @@ def _load_data(ctx: ResumeContext, chosen: VerifiedCheckpoint) -> str:
     state = _component(ctx, chosen, "data", "data.pt")
     if tracked.data is None:
         if state is not None:
-            log.warning("%s holds data source state but no data source is tracked; ignored",
-                        chosen.location)
+            log.warning(
+                "%s holds data source state but no data source is tracked; ignored", chosen.location
+            )
         return "untracked"
     if state is None:
         if ctx.cursor_resume == "strict":
             raise ResumeError(
                 f"{chosen.location}: data.cursor_resume=strict but the checkpoint has no data.pt"
             )
-        log.warning("%s has no data source state: the data source restarts (not exact)",
-                    chosen.location)
+        log.warning(
+            "%s has no data source state: the data source restarts (not exact)", chosen.location
+        )
         return "missing"
     tracked.data.load_state_dict(state)
     return "restored"

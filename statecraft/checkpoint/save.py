@@ -49,7 +49,9 @@ BULK_FILES = ("model.pt", "optim.pt")  # model, optimizer
 CONTROL_FILES = ("trainer.pt", "data.pt")  # training_state (data.pt only with a data source)
 
 
-def full_save_plan(iteration: int, *, with_data: bool, format_name: str = "consolidated") -> SavePlan:
+def full_save_plan(
+    iteration: int, *, with_data: bool, format_name: str = "consolidated"
+) -> SavePlan:
     """The full plan: every logical component, ``data.pt`` when a data source is tracked."""
     files = ["model.pt", "optim.pt", "trainer.pt"] + (["data.pt"] if with_data else [])
     return SavePlan(iteration, format_name, FULL_COMPONENTS, tuple(sorted(files)))
@@ -164,7 +166,9 @@ def commit_manifest(ctx: SaveContext) -> None:
     """Publish the manifest by exclusive create: the iteration is now an immutable commit."""
     missing = sorted(set(ctx.plan.files) - set(ctx.records))
     if missing:
-        raise CheckpointCorruptError(ctx.iter_dir, f"files {missing} were not written", "Retry the save.")
+        raise CheckpointCorruptError(
+            ctx.iter_dir, f"files {missing} were not written", "Retry the save."
+        )
     manifest = Manifest(
         schema=MANIFEST_SCHEMA,
         iteration=ctx.plan.iteration,
@@ -220,8 +224,9 @@ def reconcile_committed(ctx: SaveContext) -> None:
     # The commit may have been found in the page cache of a killed process: make it durable
     # before the pointer names it.
     ctx.store.make_durable(ctx.iter_dir)
-    log.info("%s is already committed with this plan: only the latest pointer is completed",
-             ctx.iter_dir)
+    log.info(
+        "%s is already committed with this plan: only the latest pointer is completed", ctx.iter_dir
+    )
 
 
 def refuse_corrupt(ctx: SaveContext) -> None:

@@ -181,8 +181,10 @@ def reference_run(scenario: Scenario) -> _Reference:
 
 def crash_points(reference: _Reference, *, faults: bool) -> list[CrashPoint]:
     """Every point the explorer interrupts the run at (see the module doc)."""
-    points = [CrashPoint(f"io#{r.index} before {r.op} {r.target}", CrashPlan(at_io=r.index))
-              for r in reference.io_log]
+    points = [
+        CrashPoint(f"io#{r.index} before {r.op} {r.target}", CrashPlan(at_io=r.index))
+        for r in reference.io_log
+    ]
     for k, event in enumerate(reference.trace):
         points.append(CrashPoint(f"before effect #{k} {event.effect}", CrashPlan(before_effect=k)))
         points.append(CrashPoint(f"after effect #{k} {event.effect}", CrashPlan(after_effect=k)))
@@ -195,8 +197,9 @@ def crash_points(reference: _Reference, *, faults: bool) -> list[CrashPoint]:
             if r.op in ("put", "delete"):
                 kinds.append(FaultKind.LOST_RESPONSE)
             points.extend(
-                CrashPoint(f"fault {kind.value} at io#{r.index} {r.op} {r.target}", None,
-                           (r.index, kind))
+                CrashPoint(
+                    f"fault {kind.value} at io#{r.index} {r.op} {r.target}", None, (r.index, kind)
+                )
                 for kind in kinds
             )
     return points
@@ -229,7 +232,9 @@ def run_to_crash(scenario: Scenario, base: SimWorld, point: CrashPoint) -> _Cras
     return _Crashed(world, acknowledged, trace, tuple(gate.log))
 
 
-def _choices(world: SimWorld, kind: CrashKind, extra: int, rng: random.Random) -> Iterator[LossChoice | None]:
+def _choices(
+    world: SimWorld, kind: CrashKind, extra: int, rng: random.Random
+) -> Iterator[LossChoice | None]:
     if kind is not CrashKind.POWER_LOSS:
         yield None
         return
@@ -264,12 +269,31 @@ def check_crash_state(
     checks: dict[str, int] = {}
 
     def violation(g_id: str, statement: str, message: str, phase: str) -> Violation:
-        return Violation(g_id, statement, message, scenario.name, point_label, kind.value,
-                         choice_name, phase, crashed.trace, crashed.io_log)
+        return Violation(
+            g_id,
+            statement,
+            message,
+            scenario.name,
+            point_label,
+            kind.value,
+            choice_name,
+            phase,
+            crashed.trace,
+            crashed.io_log,
+        )
 
     def run_checks(phase: str, world: SimWorld, recovery: Any) -> None:
-        ctx = CheckContext(scenario, phase, kind.value, world, base, crashed.acknowledged,
-                           recovery, point_label, choice_name)
+        ctx = CheckContext(
+            scenario,
+            phase,
+            kind.value,
+            world,
+            base,
+            crashed.acknowledged,
+            recovery,
+            point_label,
+            choice_name,
+        )
         for g in guarantees:
             if phase not in g.at or kind.value not in g.kinds:
                 continue
@@ -279,9 +303,14 @@ def check_crash_state(
             except GuaranteeViolation as exc:
                 violations.append(violation(g.id, g.statement, str(exc), phase))
             except Exception as exc:  # a check that crashes is a finding, not a pass
-                violations.append(violation(
-                    g.id, g.statement,
-                    f"check raised {exc!r}\n{traceback.format_exc(limit=4)}", phase))
+                violations.append(
+                    violation(
+                        g.id,
+                        g.statement,
+                        f"check raised {exc!r}\n{traceback.format_exc(limit=4)}",
+                        phase,
+                    )
+                )
 
     run_checks("crashed", state, None)
     recovered = state.copy()
@@ -289,9 +318,14 @@ def check_crash_state(
         recovery = scenario.recover(recovered)
     except Exception as exc:
         if not scenario.recovery_may_fail:
-            violations.append(violation(
-                "RECOVERY", "recovery after any crash completes without error",
-                f"recovery raised {exc!r}", "recovered"))
+            violations.append(
+                violation(
+                    "RECOVERY",
+                    "recovery after any crash completes without error",
+                    f"recovery raised {exc!r}",
+                    "recovered",
+                )
+            )
             return violations, checks
         recovery = exc
     run_checks("recovered", recovered, recovery)

@@ -14,7 +14,7 @@ from statecraft.storage.sim import SimWorld
 __all__ = ["CheckContext", "GuaranteeViolation", "Scenario"]
 
 
-class GuaranteeViolation(StatecraftError, AssertionError):  # noqa: N818 - reads as "a violation"
+class GuaranteeViolation(StatecraftError, AssertionError):
     """Raised by a check when its guarantee does not hold in the state it was given."""
 
     code = "guarantee_violation"

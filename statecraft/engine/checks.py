@@ -142,7 +142,7 @@ def check_observations(table: MachineTable) -> list[str]:
     if labels and table.observe is None:
         problems.append(
             "observations and recover entries are declared but no observe binding is named; "
-            "add observe = \"<binding>\""
+            'add observe = "<binding>"'
         )
     return problems
 
@@ -182,4 +182,6 @@ def check_table(table: MachineTable, bindings: Bindings | None = None) -> None:
     """
     problems = table_problems(table, bindings)
     if problems:
-        raise MachineDefinitionError(table.source, [f"machine {table.name!r}: {p}" for p in problems])
+        raise MachineDefinitionError(
+            table.source, [f"machine {table.name!r}: {p}" for p in problems]
+        )

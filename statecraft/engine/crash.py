@@ -16,7 +16,7 @@ import attrs
 __all__ = ["CrashPlan", "Fault", "FaultKind", "IoGate", "IoRecord", "SimulatedCrash"]
 
 
-class SimulatedCrash(BaseException):  # noqa: N818 - a crash is not an error the code may handle
+class SimulatedCrash(BaseException):
     """The simulated process died here.
 
     Derives from ``BaseException`` so that no ``except Exception`` in production code can
@@ -33,7 +33,9 @@ class FaultKind(enum.Enum):
 
     IO_ERROR = "io_error"  # the op fails with EIO; an fsync failure loses the unsynced data
     NO_SPACE = "no_space"  # the op fails with ENOSPC (a write on a full disk)
-    LOST_RESPONSE = "lost_response"  # object store: the request took effect, the client sees an error
+    LOST_RESPONSE = (
+        "lost_response"  # object store: the request took effect, the client sees an error
+    )
 
 
 @attrs.frozen

@@ -40,7 +40,16 @@ from statecraft.errors import MachineDefinitionError
 
 __all__ = ["load_table", "parse_table"]
 
-_TOP_KEYS = {"name", "doc", "initial", "observe", "states", "transitions", "observations", "recover"}
+_TOP_KEYS = {
+    "name",
+    "doc",
+    "initial",
+    "observe",
+    "states",
+    "transitions",
+    "observations",
+    "recover",
+}
 _STATE_KEYS = {"doc", "observable", "terminal", "failure"}
 _TRANSITION_KEYS = {"from", "do", "to", "guard", "on_error", "doc"}
 

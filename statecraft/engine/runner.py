@@ -111,7 +111,8 @@ class Machine:
         return self.table.name
 
     def __repr__(self) -> str:
-        return f"Machine({self.table.name!r}, states={len(self.table.states)}, source={self.table.source!r})"
+        table = self.table
+        return f"Machine({table.name!r}, states={len(table.states)}, source={table.source!r})"
 
     def enabled(self, state: str, ctx: Any) -> TransitionSpec:
         """The single enabled transition out of ``state``.
@@ -244,7 +245,9 @@ class Machine:
     ) -> RunResult:
         """Observe durable storage, continue from the state ``recover`` maps it to."""
         label = self.observe(ctx)
-        return self.run(ctx, start=self.table.recover[label], crash=crash, gate=gate, observed=label)
+        return self.run(
+            ctx, start=self.table.recover[label], crash=crash, gate=gate, observed=label
+        )
 
     def _event(
         self,

@@ -147,4 +147,6 @@ def load_spec(path: str | Path) -> Spec:
         )
     if problems:
         raise SpecError(f"{path}: invalid spec:\n" + "\n".join(f"  - {p}" for p in problems))
-    return Spec(str(machine), str(data.get("summary", "")), tuple(guarantees), tuple(files), str(path))
+    return Spec(
+        str(machine), str(data.get("summary", "")), tuple(guarantees), tuple(files), str(path)
+    )

@@ -172,7 +172,7 @@ class OsFilesystem:
             return f.read()
 
     def open_read(self, path: str) -> BinaryIO:
-        return open(path, "rb")  # noqa: SIM115 - the caller owns the handle
+        return open(path, "rb")
 
     def real_path(self, path: str) -> str | None:
         return path

@@ -43,7 +43,7 @@ def is_temporary_name(name: str) -> bool:
 
 
 class LocalAtomicWriter:
-    """A file being written under a temporary name; see :class:`~statecraft.storage.base.AtomicWriter`."""
+    """A file being written under a temporary name (see ``storage.base.AtomicWriter``)."""
 
     def __init__(self, store: LocalStore, path: str, *, exclusive: bool) -> None:
         self.path = check_relative_path(path)
@@ -58,7 +58,9 @@ class LocalAtomicWriter:
         self._buffer = bytearray()
         self._size = 0
         while True:  # a crashed writer's leftover may hold the name: take the next one
-            self._temp = posixpath.join(directory, f".{name}.tmp-{os.getpid()}-{store.next_token()}")
+            self._temp = posixpath.join(
+                directory, f".{name}.tmp-{os.getpid()}-{store.next_token()}"
+            )
             try:
                 self._handle: int | None = self._fs.open_write(self._temp, exclusive=True)
                 break

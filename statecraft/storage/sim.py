@@ -73,7 +73,9 @@ class SimWorld:
             world.fs = self.fs.after_process_kill()
         elif kind is CrashKind.POWER_LOSS:
             if choice is None:
-                raise ValueError("a power loss needs a LossChoice saying which unsynced ops survive")
+                raise ValueError(
+                    "a power loss needs a LossChoice saying which unsynced ops survive"
+                )
             world.fs = self.fs.after_power_loss(choice)
         else:
             world.fs = self.fs.after_node_loss()

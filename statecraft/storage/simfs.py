@@ -250,7 +250,9 @@ class SimFilesystem:
             if self._inodes[existing].is_dir and not self._inodes[ino].is_dir:
                 raise IsADirectoryError(errno.EISDIR, "cannot rename a file over a directory", dst)
             if self._inodes[ino].is_dir and not self._inodes[existing].is_dir:
-                raise NotADirectoryError(errno.ENOTDIR, "cannot rename a directory over a file", dst)
+                raise NotADirectoryError(
+                    errno.ENOTDIR, "cannot rename a directory over a file", dst
+                )
             if self._inodes[existing].is_dir and self._inodes[existing].entries:
                 raise OSError(errno.ENOTEMPTY, "directory not empty", dst)
         op_id = self._op_id()
@@ -379,8 +381,9 @@ class SimFilesystem:
             node = self._inodes[ino]
             if node.is_dir:
                 entries = entries_of(node)
-                fresh._inodes[ino] = _Inode(ino, True, entries=dict(entries),
-                                            synced_entries=dict(entries))
+                fresh._inodes[ino] = _Inode(
+                    ino, True, entries=dict(entries), synced_entries=dict(entries)
+                )
                 stack.extend(entries.values())
             else:
                 data = data_of(node)
@@ -408,9 +411,13 @@ class SimFilesystem:
         for ino in reachable:
             node = self._inodes[ino]
             fresh._inodes[ino] = _Inode(
-                ino, node.is_dir, data=bytearray(node.data), synced=node.synced,
+                ino,
+                node.is_dir,
+                data=bytearray(node.data),
+                synced=node.synced,
                 pending=[attrs.evolve(w) for w in node.pending],
-                entries=dict(node.entries), synced_entries=dict(node.synced_entries),
+                entries=dict(node.entries),
+                synced_entries=dict(node.synced_entries),
                 pending_entries=[attrs.evolve(e) for e in node.pending_entries],
             )
         fresh._next_ino = self._next_ino

@@ -65,7 +65,9 @@ class ConsolidatedWriter:
                 return torch.load(local, weights_only=True, mmap=True, map_location="cpu")
             with store.open_read(path) as handle:
                 return torch.load(io.BytesIO(handle.read()), weights_only=True, map_location="cpu")
-        except Exception as exc:  # torch.load raises many types on bad bytes (UnpicklingError, IndexError...)
+        except (
+            Exception
+        ) as exc:  # torch.load raises many types on bad bytes (UnpicklingError, IndexError...)
             raise CheckpointCorruptError(
                 f"{store.describe()}/{path}",
                 f"not a loadable torch.save file ({type(exc).__name__}: {str(exc)[:200]})",
