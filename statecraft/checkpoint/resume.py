@@ -363,12 +363,17 @@ def verify_explicit(ctx: ResumeContext) -> None:
     ctx.chosen = _on_rank_zero(ctx, verify)
 
 
-def _component(ctx: ResumeContext, chosen: VerifiedCheckpoint, key: str, file_name: str) -> Any:
+def _component(
+    ctx: ResumeContext, chosen: VerifiedCheckpoint, key: str, file_name: str, *, mmap: bool
+) -> Any:
+    """A component's payload. ``mmap=True`` only for state that is *copied* into live tensors
+    (the model): an optimizer keeps the loaded tensors as its state, and a mapping would pin
+    the checkpoint file (and its disk space) for the rest of the run."""
     if chosen.legacy_payload is not None:
         return chosen.legacy_payload.get(key)
     if file_name not in (chosen.manifest.files if chosen.manifest else {}):
         return None
-    return ctx.writer.read(chosen.store, chosen.path(file_name))
+    return ctx.writer.read(chosen.store, chosen.path(file_name), mmap=mmap)
 
 
 def load_checkpoint(ctx: ResumeContext) -> None:
@@ -398,8 +403,8 @@ def load_checkpoint(ctx: ResumeContext) -> None:
             f"{chosen.location}: the checkpoint saved scheduler state but no scheduler is "
             "tracked; pass scheduler= to Checkpointer.track()"
         )
-    model_state = _component(ctx, chosen, "model", "model.pt")
-    optim_state = _component(ctx, chosen, "optimizer", "optim.pt")
+    model_state = _component(ctx, chosen, "model", "model.pt", mmap=True)
+    optim_state = _component(ctx, chosen, "optimizer", "optim.pt", mmap=False)
     if tracked.model is not None:
         tracked.model.load_state_dict(model_state)
     if tracked.optimizer is not None:
@@ -442,7 +447,7 @@ def _load_data(ctx: ResumeContext, chosen: VerifiedCheckpoint) -> str:
     if ctx.cursor_resume == "off":
         log.info("data.cursor_resume=off: the data source starts fresh (not exact)")
         return "off"
-    state = _component(ctx, chosen, "data", "data.pt")
+    state = _component(ctx, chosen, "data", "data.pt", mmap=False)
     if tracked.data is None:
         if state is not None:
             log.warning(
