@@ -1,0 +1,327 @@
+"""Tests of ``statecraft demo``, its comparator, its training process and the example loop.
+
+The slow tests run real processes and SIGKILL them; every one writes only under ``tmp_path``
+(``TMPDIR`` is pointed there for subprocesses).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from statecraft.checkpoint.layout import LATEST_POINTER, parse_latest
+from statecraft.checkpoint.resume import verify_checkpoint
+from statecraft.demo import (
+    SAVE_KILL_DELAY_S,
+    DemoError,
+    Launch,
+    _choose_trigger,
+    checkpoints_dir,
+    committed_iterations,
+    compare_checkpoints,
+    run_demo,
+    run_kill_demo,
+)
+from statecraft.demo_train import ShuffledBatches, train
+from statecraft.storage.local import LocalStore
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "TMPDIR": str(tmp_path)}
+
+
+def _statecraft_command() -> list[str]:
+    script = Path(sys.executable).with_name("statecraft")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "import sys; from statecraft.cli import main; sys.exit(main())"]
+
+
+# ----------------------------------------------------------------------- fast unit tests
+class TestShuffledBatches:
+    def test_restored_cursor_continues_with_the_same_batches_across_epochs(self):
+        """A source restored from state_dict() yields exactly the batches the original does."""
+        source = ShuffledBatches(10, 3, seed=5)
+        for _ in range(4):  # into the second epoch (3 batches per epoch)
+            source.next_indices()
+        state = source.state_dict()
+        expected = [source.next_indices() for _ in range(5)]
+        restored = ShuffledBatches(10, 3, seed=0)
+        restored.load_state_dict(state)
+        assert all(torch.equal(restored.next_indices(), e) for e in expected)
+        assert state == {"epoch": 1, "position": 3, "seed": 5}
+
+    def test_malformed_state_is_rejected_with_the_fix(self):
+        """load_state_dict refuses a state that is not three non-negative ints."""
+        with pytest.raises(ValueError, match="pass what state_dict"):
+            ShuffledBatches(10, 3, seed=0).load_state_dict({"epoch": 1, "position": -3, "seed": 0})
+
+
+class TestChooseTrigger:
+    def test_triggers_fall_after_the_resume_point_and_before_the_end(self):
+        """Kill points lie after the resumed step; the final save is aimed at only when alone."""
+        rng = random.Random(0)
+        for resumed in range(40):
+            for kind in ("step", "save-begin"):
+                trigger, delay = _choose_trigger(rng, kind, resumed, 40, 5)
+                what, number = trigger.split()
+                assert resumed < int(number) <= 40
+                if what == "step":
+                    assert int(number) < 40
+                    assert delay == 0
+                else:
+                    assert kind == "save-begin" or resumed == 39
+                    assert 0 <= delay <= SAVE_KILL_DELAY_S
+                    assert int(number) < 40 or resumed >= 35
+        assert _choose_trigger(rng, "step", 40, 40, 5) is None
+
+
+class TestRunDemoArguments:
+    @pytest.mark.parametrize(("field", "value"), [("steps", 0), ("save_every", 0), ("kills", -1)])
+    def test_out_of_range_argument_exits_2_with_a_json_error(self, field, value, capsys):
+        """A bad --steps / --save-every / --kills is refused before any process starts."""
+        args = argparse.Namespace(out=None, steps=10, save_every=5, seed=1, kills=1, json=True)
+        setattr(args, field, value)
+        assert run_demo(args) == 2
+        envelope = json.loads(capsys.readouterr().out)
+        assert envelope["status"] == "error"
+        assert envelope["errors"][0]["code"] == "invalid_argument"
+        assert f"--{field.replace('_', '-')}" in envelope["errors"][0]["message"]
+
+
+    def test_non_empty_out_is_refused_because_the_runs_would_only_resume(self, tmp_path, capsys):
+        """An --out that already holds files is refused (exit 2); the library raises DemoError."""
+        (tmp_path / "old-run").mkdir()
+        args = argparse.Namespace(out=str(tmp_path), steps=10, save_every=5, seed=1, kills=1,
+                                  json=True)
+        assert run_demo(args) == 2
+        error = json.loads(capsys.readouterr().out)["errors"][0]
+        assert "not an empty directory" in error["message"]
+        with pytest.raises(DemoError, match="not an empty directory"):
+            run_kill_demo(tmp_path, steps=10, save_every=5, kills=1, seed=1)
+
+
+# ------------------------------------------------------------------------- comparator
+@pytest.fixture(scope="module")
+def real_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real demo checkpoint (iteration 2), trained in this process (global state restored)."""
+    root = tmp_path_factory.mktemp("demo-run")
+    threads = torch.get_num_threads()
+    saved = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    try:
+        train(str(root), steps=2, save_every=2, stream=io.StringIO())
+    finally:
+        torch.set_num_threads(threads)
+        random.setstate(saved[0])
+        np.random.set_state(saved[1])
+        torch.set_rng_state(saved[2])
+    return checkpoints_dir(root) / "iter_000000002"
+
+
+@pytest.fixture
+def checkpoint_pair(real_checkpoint: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """Two identical copies of the real checkpoint."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    shutil.copytree(real_checkpoint, a)
+    shutil.copytree(real_checkpoint, b)
+    return a, b
+
+
+def _bump_bits(t: torch.Tensor) -> None:
+    """Change one element of ``t`` by the smallest possible step (one ulp / one unit)."""
+    flat = t.view(-1)
+    if t.is_floating_point():
+        flat[0] = torch.nextafter(flat[0], flat[0] + 1)
+    else:
+        flat[0] = flat[0] ^ 1
+
+
+def _weight(p: dict) -> None:
+    _bump_bits(p["0.weight"])
+
+
+def _moment(p: dict) -> None:
+    _bump_bits(p["state"][0]["exp_avg"])
+
+
+def _rng(p: dict) -> None:
+    _bump_bits(p["rng"]["ranks"][0]["torch"])
+
+
+def _clock(p: dict) -> None:
+    p["attempt_id"] += 1
+
+
+def _cursor(p: dict) -> None:
+    p["position"] += 64
+
+
+class TestCompareCheckpoints:
+    def test_identical_copies_have_no_differences(self, checkpoint_pair):
+        """Two copies of one checkpoint compare equal (the baseline the other cases break)."""
+        assert compare_checkpoints(*checkpoint_pair) == []
+
+    @pytest.mark.parametrize(
+        ("file_name", "mutate", "expected"),
+        [
+            ("model.pt", _weight, "model.pt: 0.weight: 1 of"),
+            ("optim.pt", _moment, "optim.pt: state.0.exp_avg: 1 of"),
+            ("trainer.pt", _rng, "trainer.pt: rng.ranks[0].torch: 1 of"),
+            ("trainer.pt", _clock, "trainer.pt: attempt_id: 2 != 3"),
+            ("data.pt", _cursor, "data.pt: position:"),
+        ],
+        ids=["weight-element", "optimizer-moment", "rng-state", "clock", "data-cursor"],
+    )
+    def test_a_one_element_change_is_reported_by_name(
+        self, checkpoint_pair, file_name: str, mutate: Callable[[Any], None], expected: str
+    ):
+        """Changing one weight / moment / RNG byte / clock / cursor yields one named difference."""
+        a, b = checkpoint_pair
+        payload = torch.load(b / file_name, weights_only=True)
+        mutate(payload)
+        torch.save(payload, b / file_name)
+        differences = compare_checkpoints(a, b)
+        assert len(differences) == 1, differences
+        assert differences[0].startswith(expected), differences
+
+    def test_sign_of_zero_and_dtype_are_differences(self, checkpoint_pair):
+        """Bit-exact means -0.0 differs from 0.0 and float64 differs from float32."""
+        a, b = checkpoint_pair
+        payload = torch.load(b / "model.pt", weights_only=True)
+        reference = torch.load(a / "model.pt", weights_only=True)
+        payload["0.bias"] = reference["0.bias"].double()
+        reference["6.bias"] = torch.zeros(1)
+        payload["6.bias"] = -torch.zeros(1)
+        torch.save(reference, a / "model.pt")
+        torch.save(payload, b / "model.pt")
+        differences = compare_checkpoints(a, b)
+        assert any(d.startswith("model.pt: 0.bias: dtype") for d in differences), differences
+        assert any(d.startswith("model.pt: 6.bias: 1 of 1") for d in differences), differences
+
+    def test_missing_file_and_missing_directory_are_differences(self, checkpoint_pair, tmp_path):
+        """A file present on one side only, or an absent directory, is reported, not raised."""
+        a, b = checkpoint_pair
+        (b / "data.pt").unlink()
+        assert compare_checkpoints(a, b) == [f"data.pt: only in {a}"]
+        missing = tmp_path / "nope"
+        assert compare_checkpoints(a, missing) == [f"{missing}: not a directory"]
+
+
+# --------------------------------------------------------------------- real processes
+@pytest.mark.slow
+class TestDemoCommand:
+    def test_json_reports_bit_exact_kills_and_resume_sources(self, tmp_path):
+        """`statecraft demo --json --kills 2` exits 0, bit-exact, with both kills and resumes."""
+        proc = subprocess.run(
+            [*_statecraft_command(), "demo", "--json", "--kills", "2", "--seed", "7"],
+            capture_output=True, text=True, env=_env(tmp_path), timeout=240, check=False,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        envelope = json.loads(proc.stdout)
+        data = envelope["data"]
+        assert (envelope["command"], envelope["status"], envelope["errors"]) == ("demo", "ok", [])
+        assert data["bit_exact"] is True
+        assert data["kills_performed"] == 2
+        assert Path(data["out"]).parent == tmp_path  # the default root honours TMPDIR
+        killed = [x for x in data["launches"] if x["run"] == "killed"]
+        assert [x["killed"] for x in killed] == [True, True, False]
+        assert all(x["trigger"] and x["returncode"] == -9 for x in killed[:2])
+        for launch in killed[1:]:  # each relaunch reports where it resumed from
+            step, source = launch["resumed_step"], launch["resume_source"]
+            assert (source is None and step == 0) or source.endswith(f"iter_{step:09d}")
+        assert killed[-1]["done_step"] == 60
+        assert data["reference_checkpoints"] == [10, 20, 30, 40, 50, 60]
+        assert data["killed_checkpoints"] == data["reference_checkpoints"]
+        assert data["compared"] == data["reference_checkpoints"]
+        assert data["save_seconds"]["count"] >= 6
+
+
+@pytest.mark.slow
+class TestKillStress:
+    def test_five_kills_end_bit_exact_and_latest_always_verifies(self, tmp_path, monkeypatch):
+        """Five SIGKILLs (some aimed inside saves): after each one the latest pointer names a
+        checkpoint that verifies, the relaunch adopts the newest committed one (never a partial
+        one), and the final state is bit-identical to the uninterrupted run."""
+        monkeypatch.setenv("TMPDIR", str(tmp_path))
+        latest_after_kill: dict[int, int | None] = {}
+        newest_committed: dict[int, int] = {}
+
+        def check_disk(launch: Launch, directory: Path | None) -> None:
+            committed = committed_iterations(directory)
+            newest_committed[launch.index] = committed[-1] if committed else 0
+            pointer = None if directory is None else directory / LATEST_POINTER
+            if pointer is None or not pointer.exists():
+                latest_after_kill[launch.index] = None  # killed before the first commit
+                return
+            iteration = parse_latest(pointer.read_bytes())
+            verified = verify_checkpoint(LocalStore(str(directory)), iteration)  # raises if not
+            latest_after_kill[launch.index] = verified.iteration
+
+        report = run_kill_demo(tmp_path / "demo", steps=40, save_every=5, kills=5, seed=11,
+                               on_kill=check_disk)
+        assert report.errors == []
+        assert len(report.kills) == 5
+        assert sorted(latest_after_kill) == [1, 2, 3, 4, 5]
+        assert any(x.trigger.startswith("save-begin") for x in report.kills)
+        relaunches = [x for x in report.launches if x.run == "killed"][1:]
+        assert [x.resumed_step for x in relaunches] == [newest_committed[x.index - 1]
+                                                       for x in relaunches]
+        assert report.bit_exact, report.differences
+        assert report.final_iteration == 40
+        final = f"iter_{report.final_iteration:09d}"
+        reference = checkpoints_dir(tmp_path / "demo" / "reference")
+        relaunched = checkpoints_dir(tmp_path / "demo" / "killed")
+        assert compare_checkpoints(reference / final, relaunched / final) == []
+
+
+@pytest.mark.slow
+class TestLaunchTimeout:
+    def test_a_launch_past_its_timeout_is_killed_and_reported(self, tmp_path):
+        """A process that outlives its timeout is SIGKILLed and reported; the demo never hangs."""
+        report = run_kill_demo(tmp_path / "demo", steps=40, save_every=5, kills=1, seed=0,
+                               timeout_s=0.3)
+        assert not report.bit_exact
+        assert all(x.returncode == -9 for x in report.launches)
+        assert any("did not finish within 0.3 s" in e for e in report.errors), report.errors
+        assert report.wall_s < 20
+
+
+@pytest.mark.slow
+class TestExampleTrainLoop:
+    def test_runs_then_resumes_and_continues(self, tmp_path):
+        """examples/train_loop.py trains, and a second run resumes its final checkpoint."""
+        script = REPO / "examples" / "train_loop.py"
+        out = tmp_path / "runs"
+
+        def run(steps: int) -> str:
+            proc = subprocess.run(
+                [sys.executable, str(script), "--out", str(out), "--steps", str(steps),
+                 "--save-every", "5"],
+                capture_output=True, text=True, env=_env(tmp_path), timeout=120, check=False,
+            )
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            return proc.stdout
+
+        first = run(12)
+        assert "start at step 0" in first
+        assert "saved step 12" in first
+        assert "done at step 12" in first
+        second = run(20)
+        assert "start at step 12: resumed from" in second
+        assert "saved step 15" in second
+        assert "done at step 20" in second
