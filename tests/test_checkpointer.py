@@ -43,8 +43,12 @@ class TestCadence:
         assert [r.iteration for r in ckpt.saves] == [3, 6, 7]
         assert all(r.bytes_written > 0 and r.seconds > 0 for r in ckpt.saves)
         assert [e for e, _ in ckpt.saves[0].effects] == [
-            "prepare_iteration", "write_components", "write_control", "commit_manifest",
-            "advance_latest"]
+            "prepare_iteration",
+            "write_components",
+            "write_control",
+            "commit_manifest",
+            "advance_latest",
+        ]
 
     def test_save_every_zero_disables_cadence_and_final(self, tmp_path: Path) -> None:
         """save_every=0 writes nothing, not even at finalize."""

@@ -99,8 +99,9 @@ class TestResolveRunAttempt:
     def test_explicit_path_continues_in_a_new_sibling(self, tmp_path: Path) -> None:
         """An explicit resume path writes into a fresh sibling attempt, never into the source."""
         resolve_run_attempt(tmp_path, RUN, resume="auto", now=clock(NOON))
-        attempt = resolve_run_attempt(tmp_path, RUN, resume="/some/iter_000000010",
-                                      now=clock(NOON + dt.timedelta(minutes=5)))
+        attempt = resolve_run_attempt(
+            tmp_path, RUN, resume="/some/iter_000000010", now=clock(NOON + dt.timedelta(minutes=5))
+        )
         assert attempt.minted
         assert attempt.run_ts == "20261130120500"
         assert "new sibling attempt" in attempt.reason

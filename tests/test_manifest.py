@@ -16,9 +16,14 @@ from statecraft.checkpoint.manifest import (
 from statecraft.errors import CheckpointCorruptError
 
 DIGEST = "ab" * 32
-MANIFEST = Manifest(MANIFEST_SCHEMA, 100, "consolidated", ("model", "optimizer", "training_state"),
-                    {"model.pt": FileEntry(10, DIGEST), "trainer.pt": FileEntry(3, DIGEST)},
-                    {"statecraft": "0.1.0"})
+MANIFEST = Manifest(
+    MANIFEST_SCHEMA,
+    100,
+    "consolidated",
+    ("model", "optimizer", "training_state"),
+    {"model.pt": FileEntry(10, DIGEST), "trainer.pt": FileEntry(3, DIGEST)},
+    {"statecraft": "0.1.0"},
+)
 
 
 class TestManifest:
@@ -38,14 +43,17 @@ class TestManifest:
             "files: committed ('model.pt', 'trainer.pt'), now ('data.pt', 'model.pt', 'trainer.pt')"
         ]
 
-    @pytest.mark.parametrize(("mutate", "message"), [
-        (lambda d: d.update(schema="other.v9"), "schema is 'other.v9'"),
-        (lambda d: d.update(iteration="100"), "expected int @ $.iteration"),
-        (lambda d: d.update(extra=1), "extra"),
-        (lambda d: d["files"]["model.pt"].update(size=-1), "model.pt: size -1"),
-        (lambda d: d["files"]["model.pt"].update(sha256="xyz"), "model.pt: digest 'xyz'"),
-        (lambda d: d.update(files={}), "0 files"),
-    ])
+    @pytest.mark.parametrize(
+        ("mutate", "message"),
+        [
+            (lambda d: d.update(schema="other.v9"), "schema is 'other.v9'"),
+            (lambda d: d.update(iteration="100"), "expected int @ $.iteration"),
+            (lambda d: d.update(extra=1), "extra"),
+            (lambda d: d["files"]["model.pt"].update(size=-1), "model.pt: size -1"),
+            (lambda d: d["files"]["model.pt"].update(sha256="xyz"), "model.pt: digest 'xyz'"),
+            (lambda d: d.update(files={}), "0 files"),
+        ],
+    )
     def test_malformed_manifests_are_corrupt(self, mutate, message) -> None:
         """Each malformed field is refused with the source, the problem and what to do."""
         data = json.loads(MANIFEST.encode())
