@@ -72,14 +72,25 @@ def main():
     data = ShuffledData(x, y, batch_size=32, seed=args.seed)
 
     # Checkpointing: save every K steps; resume=auto (the default) continues the newest attempt.
-    config = sc.CheckpointConfig.load(None, overrides=[
-        f"save_every={args.save_every}", "save_async=false", "keep_optim_last=0",
-    ])
-    ckpt = sc.Checkpointer(config, run=sc.RunIdentity("examples", "regression", "mlp"),
-                           output_root=args.out)
+    config = sc.CheckpointConfig.load(
+        None,
+        overrides=[
+            f"save_every={args.save_every}",
+            "save_async=false",
+            "keep_optim_last=0",
+        ],
+    )
+    ckpt = sc.Checkpointer(
+        config, run=sc.RunIdentity("examples", "regression", "mlp"), output_root=args.out
+    )
     # The schedule's identity is checked on resume, so a changed schedule cannot resume silently.
-    ckpt.track(model=model, optimizer=optimizer, scheduler=scheduler, data=data,
-               scheduler_identity=sc.SchedulerIdentity("linear_warmup", 1, {"warmup": warmup}))
+    ckpt.track(
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        data=data,
+        scheduler_identity=sc.SchedulerIdentity("linear_warmup", 1, {"warmup": warmup}),
+    )
     start = ckpt.resume()  # loads model, optimizer, scheduler, data cursor, RNG and clocks
     print(f"start at step {start.step}: {start.reason}")
 
@@ -99,8 +110,10 @@ def main():
     ckpt.finalize()  # saves the last step if it is not saved yet
 
     for save in ckpt.saves:
-        print(f"saved step {save.iteration}: {save.bytes_written} bytes in {save.seconds:.3f}s "
-              f"-> {save.location}")
+        print(
+            f"saved step {save.iteration}: {save.bytes_written} bytes in {save.seconds:.3f}s "
+            f"-> {save.location}"
+        )
     print(f"done at step {ckpt.step}")
 
 

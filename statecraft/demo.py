@@ -106,17 +106,20 @@ def _differences(a: Any, b: Any, path: str) -> list[str]:
     if type(a) is not type(b):
         return [f"{where}: type {type(a).__name__} != {type(b).__name__} ({a!r:.60} vs {b!r:.60})"]
     if isinstance(a, dict):
-        out = [f"{_join(path, k)}: only in the {side} checkpoint"
-               for side, keys in (("first", a.keys() - b.keys()), ("second", b.keys() - a.keys()))
-               for k in sorted(keys, key=repr)]
+        out = [
+            f"{_join(path, k)}: only in the {side} checkpoint"
+            for side, keys in (("first", a.keys() - b.keys()), ("second", b.keys() - a.keys()))
+            for k in sorted(keys, key=repr)
+        ]
         for key in sorted(a.keys() & b.keys(), key=repr):
             out.extend(_differences(a[key], b[key], _join(path, key)))
         return out
     if isinstance(a, list | tuple):
         if len(a) != len(b):
             return [f"{where}: length {len(a)} != {len(b)}"]
-        per_item = [_differences(x, y, f"{path}[{i}]")
-                    for i, (x, y) in enumerate(zip(a, b, strict=True))]
+        per_item = [
+            _differences(x, y, f"{path}[{i}]") for i, (x, y) in enumerate(zip(a, b, strict=True))
+        ]
         differing = [d for d in per_item if d]
         if len(differing) > _LIST_DETAIL:  # e.g. a Python RNG state: one line, not 600
             return [f"{where}: {len(differing)} of {len(a)} items differ, first {differing[0][0]}"]
@@ -153,8 +156,9 @@ def compare_checkpoints(a_dir: str | os.PathLike[str], b_dir: str | os.PathLike[
     if missing:
         return missing
     names = [{p.name for p in d.glob("*.pt")} for d in dirs]
-    out = [f"{n}: only in {dirs[i]}"
-           for i, j in ((0, 1), (1, 0)) for n in sorted(names[i] - names[j])]
+    out = [
+        f"{n}: only in {dirs[i]}" for i, j in ((0, 1), (1, 0)) for n in sorted(names[i] - names[j])
+    ]
     if not names[0] | names[1]:
         out.append(f"no *.pt files in {dirs[0]} or {dirs[1]}")
     for name in sorted(names[0] & names[1]):
@@ -246,8 +250,12 @@ class DemoReport:
 
     @property
     def bit_exact(self) -> bool:
-        return (not self.errors and not self.differences and self.final_iteration == self.steps
-                and self.reference_checkpoints == self.killed_checkpoints)
+        return (
+            not self.errors
+            and not self.differences
+            and self.final_iteration == self.steps
+            and self.reference_checkpoints == self.killed_checkpoints
+        )
 
     def to_dict(self) -> dict[str, Any]:
         data = attrs.asdict(self)
@@ -269,8 +277,9 @@ def committed_iterations(directory: Path | None) -> list[int]:
     if directory is None or not directory.is_dir():
         return []
     store = LocalStore(str(directory.resolve()))
-    return sorted(i for i in list_iterations(store)
-                  if (directory / f"iter_{i:09d}" / MANIFEST_NAME).is_file())
+    return sorted(
+        i for i in list_iterations(store) if (directory / f"iter_{i:09d}" / MANIFEST_NAME).is_file()
+    )
 
 
 def _inspect_after_kill(launch: Launch, directory: Path | None) -> None:
@@ -281,8 +290,9 @@ def _inspect_after_kill(launch: Launch, directory: Path | None) -> None:
         return
     if launch.killed_in_save is not None:
         launch.save_state = _save_state(directory, launch.killed_in_save)
-    launch.partial = sorted(p.name for p in directory.glob("iter_*")
-                            if p.is_dir() and not (p / MANIFEST_NAME).is_file())
+    launch.partial = sorted(
+        p.name for p in directory.glob("iter_*") if p.is_dir() and not (p / MANIFEST_NAME).is_file()
+    )
     pointer = directory / LATEST_POINTER
     if not pointer.is_file():
         return
@@ -391,8 +401,13 @@ def _launch(
     started = time.monotonic()
     deadline = started + timeout_s
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(launch.command, stdout=subprocess.PIPE, stderr=log, text=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc = subprocess.Popen(
+            launch.command,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
         try:
@@ -406,8 +421,10 @@ def _launch(
             launch.wall_s = round(time.monotonic() - started, 3)
     if launch.error is None and not launch.killed and launch.returncode != 0:
         tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
-        launch.error = (f"{launch.run} launch {launch.index} exited with status "
-                        f"{launch.returncode}: {' | '.join(tail) or 'no output'} (log: {log_path})")
+        launch.error = (
+            f"{launch.run} launch {launch.index} exited with status "
+            f"{launch.returncode}: {' | '.join(tail) or 'no output'} (log: {log_path})"
+        )
 
 
 def _follow(
@@ -421,8 +438,10 @@ def _follow(
 ) -> None:
     while True:
         if time.monotonic() >= deadline:
-            launch.error = (f"{launch.run} launch {launch.index} did not finish within "
-                            f"{timeout_s:g} s; it was killed")
+            launch.error = (
+                f"{launch.run} launch {launch.index} did not finish within "
+                f"{timeout_s:g} s; it was killed"
+            )
             return
         if cancel is not None and cancel.is_set():
             launch.error = f"{launch.run} launch {launch.index} was cancelled; it was killed"
@@ -499,15 +518,32 @@ def run_kill_demo(
     logs.mkdir(parents=True, exist_ok=True)
 
     def command(sub: str) -> list[str]:
-        return [sys.executable, "-m", "statecraft.demo_train", "--out", str(root / sub),
-                "--steps", str(steps), "--save-every", str(save_every),
-                "--seed", str(TRAINING_SEED)]
+        return [
+            sys.executable,
+            "-m",
+            "statecraft.demo_train",
+            "--out",
+            str(root / sub),
+            "--steps",
+            str(steps),
+            "--save-every",
+            str(save_every),
+            "--seed",
+            str(TRAINING_SEED),
+        ]
 
     reference = Launch("reference", 1, command("reference"))
     cancel = threading.Event()
-    ref_thread = threading.Thread(target=_launch, args=(reference,), kwargs={
-        "log_path": logs / "reference-1.log", "choose": None, "timeout_s": timeout_s,
-        "cancel": cancel})
+    ref_thread = threading.Thread(
+        target=_launch,
+        args=(reference,),
+        kwargs={
+            "log_path": logs / "reference-1.log",
+            "choose": None,
+            "timeout_s": timeout_s,
+            "cancel": cancel,
+        },
+    )
     ref_thread.start()
     launches: list[Launch] = []
     try:
@@ -515,12 +551,23 @@ def run_kill_demo(
             launch = Launch("killed", index, command("killed"))
             launches.append(launch)
             kind = kinds[index - 1] if index <= kills else None
-            choose = None if kind is None else (
-                lambda resumed, kind=kind: _choose_trigger(
-                    rng, kind, resumed, steps, save_every,
-                    max_delay_s=_delay_cap([reference, *launches])))
-            _launch(launch, log_path=logs / f"killed-{index}.log", choose=choose,
-                    timeout_s=timeout_s)
+            choose = (
+                None
+                if kind is None
+                else (
+                    lambda resumed, kind=kind: _choose_trigger(
+                        rng,
+                        kind,
+                        resumed,
+                        steps,
+                        save_every,
+                        max_delay_s=_delay_cap([reference, *launches]),
+                    )
+                )
+            )
+            _launch(
+                launch, log_path=logs / f"killed-{index}.log", choose=choose, timeout_s=timeout_s
+            )
             if launch.error or not launch.killed:
                 break
             ckpt_dir = checkpoints_dir(root / "killed")
@@ -534,19 +581,28 @@ def run_kill_demo(
         ref_thread.join()
     report.launches = [reference, *launches]
     report.errors = [launch.error for launch in report.launches if launch.error]
-    report.errors += [f"after the SIGKILL of killed launch {launch.index}, "
-                      f"{LATEST_POINTER} names iter {launch.latest}, which does not verify: "
-                      f"{launch.latest_problem}"
-                      for launch in launches if launch.latest_verified is False]
+    report.errors += [
+        f"after the SIGKILL of killed launch {launch.index}, "
+        f"{LATEST_POINTER} names iter {launch.latest}, which does not verify: "
+        f"{launch.latest_problem}"
+        for launch in launches
+        if launch.latest_verified is False
+    ]
     for launch in (reference, launches[-1]) if launches else (reference,):
         if not report.errors and launch.done_step != steps:
-            report.errors.append(f"the {launch.run} run did not complete: its last launch "
-                                 f"ended with '{launch.last_line}' (status {launch.returncode})")
+            report.errors.append(
+                f"the {launch.run} run did not complete: its last launch "
+                f"ended with '{launch.last_line}' (status {launch.returncode})"
+            )
     _compare(report, root)
     all_saves = [s[1] for launch in report.launches for s in launch.saves]
     if all_saves:
-        report.save_seconds = {"count": len(all_saves), "min": min(all_saves),
-                               "median": statistics.median(all_saves), "max": max(all_saves)}
+        report.save_seconds = {
+            "count": len(all_saves),
+            "min": min(all_saves),
+            "median": statistics.median(all_saves),
+            "max": max(all_saves),
+        }
     report.wall_s = round(time.monotonic() - started, 2)
     return report
 
@@ -570,17 +626,20 @@ def _compare(report: DemoReport, root: Path) -> None:
         elif latest != report.final_iteration:
             report.differences.append(
                 f"{LATEST_POINTER}: reference names iter {report.final_iteration}, "
-                f"killed run names iter {latest}")
+                f"killed run names iter {latest}"
+            )
     if report.reference_checkpoints != report.killed_checkpoints:
         report.differences.append(
             f"committed iterations differ: reference {report.reference_checkpoints}, "
-            f"killed run {report.killed_checkpoints}")
+            f"killed run {report.killed_checkpoints}"
+        )
     for iteration in report.reference_checkpoints:
         if iteration in report.killed_checkpoints:
             name = f"iter_{iteration:09d}"
             report.compared.append(iteration)
-            report.differences += [f"{name}/{line}" for line in
-                                   compare_checkpoints(ref_dir / name, run_dir / name)]
+            report.differences += [
+                f"{name}/{line}" for line in compare_checkpoints(ref_dir / name, run_dir / name)
+            ]
     final = run_dir / f"iter_{report.final_iteration:09d}"
     report.final_bytes = sum(p.stat().st_size for p in final.glob("*.pt")) if final.is_dir() else 0
 
@@ -593,10 +652,16 @@ def _short(source: str) -> str:
 
 
 def _describe_launch(launch: Launch) -> str:
-    start = ("fresh start" if launch.resume_source is None
-             else f"resumed at step {launch.resumed_step} from {_short(launch.resume_source)}")
-    saved = (", saved " + ", ".join(f"{int(i)} ({s * 1000:.0f} ms)" for i, s in launch.saves)
-             if launch.saves else "")
+    start = (
+        "fresh start"
+        if launch.resume_source is None
+        else f"resumed at step {launch.resumed_step} from {_short(launch.resume_source)}"
+    )
+    saved = (
+        ", saved " + ", ".join(f"{int(i)} ({s * 1000:.0f} ms)" for i, s in launch.saves)
+        if launch.saves
+        else ""
+    )
     text = f"  launch {launch.index}: {start}{saved}"
     if launch.error:
         return f"{text}\n    ERROR: {launch.error}"
@@ -611,15 +676,18 @@ def _describe_launch(launch: Launch) -> str:
     else:
         where = f"mid-training after step {launch.last_step}"
     delay = f" + {launch.kill_delay_ms:.0f} ms" if launch.kill_delay_ms else ""
-    lines = [text, f"    SIGKILL on '{launch.trigger}'{delay} -> died {where} "
-                   f"({launch.wall_s:.1f} s)"]
+    lines = [
+        text,
+        f"    SIGKILL on '{launch.trigger}'{delay} -> died {where} ({launch.wall_s:.1f} s)",
+    ]
     if launch.save_state:
         lines.append(f"    iter {launch.killed_in_save} on disk: {launch.save_state}")
     if launch.latest is None:
         pointer = f"no {LATEST_POINTER} yet"
     else:
-        state = ("verifies" if launch.latest_verified
-                 else f"DOES NOT VERIFY: {launch.latest_problem}")
+        state = (
+            "verifies" if launch.latest_verified else f"DOES NOT VERIFY: {launch.latest_problem}"
+        )
         pointer = f"{LATEST_POINTER} -> iter {launch.latest} ({state})"
     lines.append(f"    {pointer}")
     return "\n".join(lines)
@@ -627,24 +695,33 @@ def _describe_launch(launch: Launch) -> str:
 
 def render(report: DemoReport) -> str:
     """The human-readable account of a demo."""
-    lines = [f"statecraft demo: {report.steps} steps, save every {report.save_every}, "
-             f"{report.kills_requested} SIGKILL(s), kill seed {report.seed}"]
+    lines = [
+        f"statecraft demo: {report.steps} steps, save every {report.save_every}, "
+        f"{report.kills_requested} SIGKILL(s), kill seed {report.seed}"
+    ]
     for run in ("reference", "killed"):
         title = "uninterrupted" if run == "reference" else "killed and relaunched"
         lines.append(f"{run} run ({title}): {Path(report.out) / run}")
         lines += [_describe_launch(x) for x in report.launches if x.run == run]
     in_save = sum(1 for x in report.kills if x.killed_in_save is not None)
-    lines.append(f"kills: {len(report.kills)} of {report.kills_requested} "
-                 f"({in_save} inside a save)")
-    lines.append(f"checkpoints: reference {report.reference_checkpoints}, "
-                 f"killed run {report.killed_checkpoints}; final iter {report.final_iteration} "
-                 f"({report.final_bytes / 1024:.0f} KiB)")
+    lines.append(
+        f"kills: {len(report.kills)} of {report.kills_requested} ({in_save} inside a save)"
+    )
+    lines.append(
+        f"checkpoints: reference {report.reference_checkpoints}, "
+        f"killed run {report.killed_checkpoints}; final iter {report.final_iteration} "
+        f"({report.final_bytes / 1024:.0f} KiB)"
+    )
     if report.save_seconds:
         s = report.save_seconds
-        lines.append(f"save times: {s['count']} saves, min {s['min'] * 1000:.0f} ms, median "
-                     f"{s['median'] * 1000:.0f} ms, max {s['max'] * 1000:.0f} ms")
-    lines.append(f"compared bit-for-bit (model.pt, optim.pt, trainer.pt, data.pt): iterations "
-                 f"{report.compared}")
+        lines.append(
+            f"save times: {s['count']} saves, min {s['min'] * 1000:.0f} ms, median "
+            f"{s['median'] * 1000:.0f} ms, max {s['max'] * 1000:.0f} ms"
+        )
+    lines.append(
+        f"compared bit-for-bit (model.pt, optim.pt, trainer.pt, data.pt): iterations "
+        f"{report.compared}"
+    )
     for line in report.differences[:20]:
         lines.append(f"  DIFFERS: {line}")
     if len(report.differences) > 20:
@@ -656,24 +733,46 @@ def render(report: DemoReport) -> str:
 
 def run_demo(args: argparse.Namespace) -> int:
     """The ``statecraft demo`` command: exit 0 when the resumed run is bit-exact, else 1."""
-    bad = [f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}"
-           for name, low in (("steps", 1), ("save_every", 1), ("kills", 0))
-           if getattr(args, name) < low]
-    if args.out and Path(args.out).exists() and (
-        not Path(args.out).is_dir() or any(Path(args.out).iterdir())
+    bad = [
+        f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}"
+        for name, low in (("steps", 1), ("save_every", 1), ("kills", 0))
+        if getattr(args, name) < low
+    ]
+    if (
+        args.out
+        and Path(args.out).exists()
+        and (not Path(args.out).is_dir() or any(Path(args.out).iterdir()))
     ):
-        bad.append(f"--out {args.out} is not an empty directory; pass a new or empty one, or "
-                   "omit --out for a temporary directory")
+        bad.append(
+            f"--out {args.out} is not an empty directory; pass a new or empty one, or "
+            "omit --out for a temporary directory"
+        )
     if bad:
-        return emit("demo", as_json=args.json, exit_code=2,
-                    errors=[("invalid_argument", line) for line in bad])
+        return emit(
+            "demo",
+            as_json=args.json,
+            exit_code=2,
+            errors=[("invalid_argument", line) for line in bad],
+        )
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     out = args.out or tempfile.mkdtemp(prefix="statecraft-demo-")
-    report = run_kill_demo(out, steps=args.steps, save_every=args.save_every,
-                           kills=args.kills, seed=seed)
+    report = run_kill_demo(
+        out, steps=args.steps, save_every=args.save_every, kills=args.kills, seed=seed
+    )
     errors = [("demo_failed", e) for e in report.errors]
     if not report.errors and not report.bit_exact:
-        errors.append(("not_bit_exact", f"{len(report.differences)} difference(s) between the "
-                       "killed run and the uninterrupted reference"))
-    return emit("demo", as_json=args.json, data=report.to_dict(), errors=errors,
-                exit_code=0 if report.bit_exact else 1, text=render(report))
+        errors.append(
+            (
+                "not_bit_exact",
+                f"{len(report.differences)} difference(s) between the "
+                "killed run and the uninterrupted reference",
+            )
+        )
+    return emit(
+        "demo",
+        as_json=args.json,
+        data=report.to_dict(),
+        errors=errors,
+        exit_code=0 if report.bit_exact else 1,
+        text=render(report),
+    )

@@ -93,8 +93,10 @@ class ShuffledBatches:
         self._perm: torch.Tensor | None = None
 
     def __repr__(self) -> str:
-        return (f"ShuffledBatches(epoch={self.epoch}, position={self.position}, "
-                f"seed={self.seed}, batch_size={self.batch_size})")
+        return (
+            f"ShuffledBatches(epoch={self.epoch}, position={self.position}, "
+            f"seed={self.seed}, batch_size={self.batch_size})"
+        )
 
     def _permutation(self) -> torch.Tensor:
         if self._perm is None:
@@ -122,8 +124,10 @@ class ShuffledBatches:
             ValueError: ``state`` is not ``{"epoch", "position", "seed"}`` of non-negative ints.
         """
         keys = ("epoch", "position", "seed")
-        if not isinstance(state, dict) or sorted(state) != sorted(keys) or not all(
-            type(state[k]) is int and state[k] >= 0 for k in keys
+        if (
+            not isinstance(state, dict)
+            or sorted(state) != sorted(keys)
+            or not all(type(state[k]) is int and state[k] >= 0 for k in keys)
         ):
             raise ValueError(
                 f"ShuffledBatches state must be {{'epoch', 'position', 'seed'}} of non-negative "
@@ -145,8 +149,12 @@ def make_dataset(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 def build_model() -> nn.Module:
     """The demo MLP (about 75k parameters); dropout makes resume depend on the RNG state."""
     return nn.Sequential(
-        nn.Linear(INPUT_DIM, HIDDEN_DIM), nn.GELU(), nn.Dropout(0.1),
-        nn.Linear(HIDDEN_DIM, HIDDEN_DIM), nn.GELU(), nn.Dropout(0.1),
+        nn.Linear(INPUT_DIM, HIDDEN_DIM),
+        nn.GELU(),
+        nn.Dropout(0.1),
+        nn.Linear(HIDDEN_DIM, HIDDEN_DIM),
+        nn.GELU(),
+        nn.Dropout(0.1),
         nn.Linear(HIDDEN_DIM, 1),
     )
 
@@ -194,12 +202,23 @@ def train(
     identity = sc.SchedulerIdentity("warmup_cosine", 1, {"warmup": WARMUP_STEPS, "total": steps})
     data = ShuffledBatches(NUM_EXAMPLES, BATCH_SIZE, seed=seed)
 
-    config = sc.CheckpointConfig.load(None, overrides=[
-        f"save_every={save_every}", "save_async=false", "keep_optim_last=0", "resume=auto",
-    ])
+    config = sc.CheckpointConfig.load(
+        None,
+        overrides=[
+            f"save_every={save_every}",
+            "save_async=false",
+            "keep_optim_last=0",
+            "resume=auto",
+        ],
+    )
     ckpt = sc.Checkpointer(config, run=DEMO_RUN, output_root=out)
-    ckpt.track(model=model, optimizer=optimizer, scheduler=scheduler, data=data,
-               scheduler_identity=identity)
+    ckpt.track(
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        data=data,
+        scheduler_identity=identity,
+    )
     start = ckpt.resume()
     _say(stream, "resumed", start.step, start.source or "-")
 
@@ -241,8 +260,9 @@ def _positive(text: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m statecraft.demo_train``."""
-    parser = argparse.ArgumentParser(prog="python -m statecraft.demo_train",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m statecraft.demo_train", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--out", required=True, help="output root of the run")
     parser.add_argument("--steps", type=_positive, required=True, help="optimizer steps in total")
     parser.add_argument("--save-every", type=_positive, required=True, help="checkpoint cadence")

@@ -148,8 +148,9 @@ def _iteration_report(store: LocalStore, iteration: int, level: str) -> dict[str
     except Exception as exc:  # a reader bug must not hide the other checkpoints
         state = CORRUPT if has_manifest else PARTIAL
         first_line = (str(exc).splitlines() or [""])[0][:200]
-        reason = (f"{store.describe()}/{name}: verification raised {type(exc).__name__}: "
-                  f"{first_line}")
+        reason = (
+            f"{store.describe()}/{name}: verification raised {type(exc).__name__}: {first_line}"
+        )
     manifest: Manifest | None = None
     if has_manifest:
         try:
@@ -161,12 +162,14 @@ def _iteration_report(store: LocalStore, iteration: int, level: str) -> dict[str
     files = []
     for file_name in sorted(set(on_disk) | set(recorded)):
         entry = recorded.get(file_name)
-        files.append({
-            "name": file_name,
-            "size": on_disk.get(file_name),
-            "recorded_size": entry.size if entry else None,
-            "in_manifest": entry is not None,
-        })
+        files.append(
+            {
+                "name": file_name,
+                "size": on_disk.get(file_name),
+                "recorded_size": entry.size if entry else None,
+                "in_manifest": entry is not None,
+            }
+        )
     return {
         "name": name,
         "iteration": iteration,
@@ -181,21 +184,31 @@ def _iteration_report(store: LocalStore, iteration: int, level: str) -> dict[str
 def _latest_report(store: LocalStore, iterations: list[dict[str, Any]]) -> dict[str, Any]:
     present = {it["iteration"]: it for it in iterations}
     if store.stat(LATEST_POINTER) is None:
-        return {"status": "missing", "names": None,
-                "detail": f"no {LATEST_POINTER}; resume selects by verified manifests"}
+        return {
+            "status": "missing",
+            "names": None,
+            "detail": f"no {LATEST_POINTER}; resume selects by verified manifests",
+        }
     try:
         named = parse_latest(store.read_bytes(LATEST_POINTER))
     except ValueError as exc:
-        return {"status": "garbage", "names": None, "detail": (
-            f"unreadable ({exc}); resume ignores it and selects by verified manifests")}
+        return {
+            "status": "garbage",
+            "names": None,
+            "detail": (f"unreadable ({exc}); resume ignores it and selects by verified manifests"),
+        }
     name = iter_dirname(named)
     if named not in present:
-        return {"status": "dangling", "names": name,
-                "detail": f"names {name}, which does not exist; resume ignores it"}
+        return {
+            "status": "dangling",
+            "names": name,
+            "detail": f"names {name}, which does not exist; resume ignores it",
+        }
     target = present[named]["state"]
     detail = f"names {name} ({target})"
-    newer = [it["name"] for it in iterations
-             if it["iteration"] > named and it["state"] == COMMITTED]
+    newer = [
+        it["name"] for it in iterations if it["iteration"] > named and it["state"] == COMMITTED
+    ]
     if newer:
         detail += f"; newer committed {', '.join(newer)} not yet named (pointer update pending)"
     return {"status": "ok", "names": name, "detail": detail}
@@ -213,8 +226,11 @@ def _auto_pick(iterations: list[dict[str, Any]], level: str) -> dict[str, Any]:
                 "passed_over": passed_over,
             }
         passed_over.append({"name": it["name"], "reason": it["reason"]})
-    why = (f"no iteration verifies (verify={level}; {len(passed_over)} passed over)"
-           if iterations else "no iter_* directory exists")
+    why = (
+        f"no iteration verifies (verify={level}; {len(passed_over)} passed over)"
+        if iterations
+        else "no iter_* directory exists"
+    )
     return {"pick": None, "iteration": None, "reason": why, "passed_over": passed_over}
 
 
@@ -224,8 +240,9 @@ def _checkpoints_report(path: Path, level: str, *, only: int | None = None) -> d
     if only is not None:
         numbers = [n for n in numbers if n == only]
     iterations = [_iteration_report(store, n, level) for n in numbers]
-    extras = sorted(n for n in store.list("")
-                    if parse_iter_dirname(n) is None and n != LATEST_POINTER)
+    extras = sorted(
+        n for n in store.list("") if parse_iter_dirname(n) is None and n != LATEST_POINTER
+    )
     report: dict[str, Any] = {
         "path": store.root,
         "latest": _latest_report(store, iterations) if only is None else None,
@@ -240,8 +257,11 @@ def _checkpoints_report(path: Path, level: str, *, only: int | None = None) -> d
         accepted = it["state"] == COMMITTED
         report["explicit"] = {
             "accepted": accepted,
-            "reason": (f"resume={it['path']} would load {it['name']} (verify={level})" if accepted
-                       else f"resume={it['path']} would fail (no fallback): {it['reason']}"),
+            "reason": (
+                f"resume={it['path']} would load {it['name']} (verify={level})"
+                if accepted
+                else f"resume={it['path']} would fail (no fallback): {it['reason']}"
+            ),
         }
     return report
 
@@ -294,34 +314,57 @@ def inspect_path(path: str | os.PathLike[str], *, verify: bool = False) -> dict[
     level = "digest" if verify else "size"
     target = Path(path).expanduser()
     if not target.exists():
-        raise InspectError(f"{target}: no such file or directory; point inspect at a job dir "
-                           "(<root>/<project>/<group>/<name>), an attempt, a checkpoints/ dir "
-                           "or an iter_* dir")
+        raise InspectError(
+            f"{target}: no such file or directory; point inspect at a job dir "
+            "(<root>/<project>/<group>/<name>), an attempt, a checkpoints/ dir "
+            "or an iter_* dir"
+        )
     if not target.is_dir():
-        raise InspectError(f"{target}: is a file, not a directory; point inspect at a job dir, "
-                           "an attempt, a checkpoints/ dir or an iter_* dir")
+        raise InspectError(
+            f"{target}: is a file, not a directory; point inspect at a job dir, "
+            "an attempt, a checkpoints/ dir or an iter_* dir"
+        )
     target = target.resolve()
-    data: dict[str, Any] = {"path": str(target), "kind": "", "verify_level": level,
-                            "attempts": [], "adopted_attempt": None, "adoption_reason": None,
-                            "resume_auto": None, "explicit_resume": None}
+    data: dict[str, Any] = {
+        "path": str(target),
+        "kind": "",
+        "verify_level": level,
+        "attempts": [],
+        "adopted_attempt": None,
+        "adoption_reason": None,
+        "resume_auto": None,
+        "explicit_resume": None,
+    }
     iteration = parse_iter_dirname(target.name)
     if iteration is not None:
         data["kind"] = "iteration"
         checkpoints = _checkpoints_report(target.parent, level, only=iteration)
         parent_run = target.parent.parent
         run_ts = parent_run.name if _valid_run_ts(parent_run) else ""
-        data["attempts"] = [{"run_ts": run_ts, "legacy": not run_ts, "path": str(parent_run),
-                             "has_artifacts": (parent_run / ARTIFACTS_DIR).is_dir(),
-                             "checkpoints": checkpoints}]
+        data["attempts"] = [
+            {
+                "run_ts": run_ts,
+                "legacy": not run_ts,
+                "path": str(parent_run),
+                "has_artifacts": (parent_run / ARTIFACTS_DIR).is_dir(),
+                "checkpoints": checkpoints,
+            }
+        ]
         data["explicit_resume"] = checkpoints.get("explicit")
         return data
     if _looks_like_checkpoints(target):
         data["kind"] = "checkpoints"
         run_dir = target.parent
         run_ts = run_dir.name if _valid_run_ts(run_dir) else ""
-        data["attempts"] = [{"run_ts": run_ts, "legacy": not run_ts, "path": str(run_dir),
-                             "has_artifacts": (run_dir / ARTIFACTS_DIR).is_dir(),
-                             "checkpoints": _checkpoints_report(target, level)}]
+        data["attempts"] = [
+            {
+                "run_ts": run_ts,
+                "legacy": not run_ts,
+                "path": str(run_dir),
+                "has_artifacts": (run_dir / ARTIFACTS_DIR).is_dir(),
+                "checkpoints": _checkpoints_report(target, level),
+            }
+        ]
         data["adopted_attempt"] = str(run_dir)
         data["adoption_reason"] = f"PATH is the checkpoints dir of {run_dir.name}"
     elif _valid_run_ts(target):
@@ -349,10 +392,16 @@ def inspect_path(path: str | os.PathLike[str], *, verify: bool = False) -> dict[
         data["attempts"] = entries
     adopted = next(a for a in data["attempts"] if a["path"] == data["adopted_attempt"])
     checkpoints = adopted["checkpoints"]
-    data["resume_auto"] = checkpoints["auto"] if checkpoints else {
-        "pick": None, "iteration": None, "passed_over": [],
-        "reason": "the adopted attempt has no checkpoints/ yet",
-    }
+    data["resume_auto"] = (
+        checkpoints["auto"]
+        if checkpoints
+        else {
+            "pick": None,
+            "iteration": None,
+            "passed_over": [],
+            "reason": "the adopted attempt has no checkpoints/ yet",
+        }
+    )
     return data
 
 
@@ -386,8 +435,9 @@ def _checkpoints_lines(report: dict[str, Any]) -> list[str]:
             lines.append(f"      {f['name']:<{width}}  {_size(f['size'])}{note}")
     for name in report["other_entries"]:
         lines.append(f"    {name}  (not a checkpoint)")
-    lines.append(f"    total: {_size(report['total_bytes'])} in {len(report['iterations'])} "
-                 "iteration(s)")
+    lines.append(
+        f"    total: {_size(report['total_bytes'])} in {len(report['iterations'])} iteration(s)"
+    )
     if report.get("latest") is not None:
         latest = report["latest"]
         lines.append(f"    {LATEST_POINTER}: {latest['status']}: {latest['detail']}")
@@ -405,8 +455,11 @@ def _checkpoints_lines(report: dict[str, Any]) -> list[str]:
 def render_text(data: dict[str, Any]) -> str:
     """The human-readable report of :func:`inspect_path`'s data."""
     level = data["verify_level"]
-    how = ("sizes and SHA-256 digests" if level == "digest"
-           else "sizes only; --verify also checks SHA-256 digests, as resume's default does")
+    how = (
+        "sizes and SHA-256 digests"
+        if level == "digest"
+        else "sizes only; --verify also checks SHA-256 digests, as resume's default does"
+    )
     lines = [f"{data['path']} ({data['kind']}; verification: {how})"]
     if data["kind"] == "job":
         lines.append(f"attempts ({len(data['attempts'])}, oldest first):")
@@ -432,11 +485,14 @@ def render_text(data: dict[str, Any]) -> str:
         lines.append("")
         where = data["adopted_attempt"]
         if auto["pick"]:
-            lines.append(f"resume=auto (verify={level}) would resume from "
-                         f"{posixpath.join(where, CHECKPOINTS_DIR, auto['pick'])}")
+            lines.append(
+                f"resume=auto (verify={level}) would resume from "
+                f"{posixpath.join(where, CHECKPOINTS_DIR, auto['pick'])}"
+            )
         else:
-            lines.append(f"resume=auto (verify={level}) would start fresh in {where}: "
-                         f"{auto['reason']}")
+            lines.append(
+                f"resume=auto (verify={level}) would start fresh in {where}: {auto['reason']}"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -446,9 +502,19 @@ def run_inspect(args: argparse.Namespace) -> int:
     try:
         data = inspect_path(args.path, verify=bool(getattr(args, "verify", False)))
     except InspectError as exc:
-        return emit(COMMAND, as_json=as_json, data={"path": str(args.path)}, exit_code=1,
-                    errors=[(exc.code, str(exc))])
+        return emit(
+            COMMAND,
+            as_json=as_json,
+            data={"path": str(args.path)},
+            exit_code=1,
+            errors=[(exc.code, str(exc))],
+        )
     except OSError as exc:
-        return emit(COMMAND, as_json=as_json, data={"path": str(args.path)}, exit_code=1,
-                    errors=[("unreadable", f"{args.path}: cannot be read ({exc})")])
+        return emit(
+            COMMAND,
+            as_json=as_json,
+            data={"path": str(args.path)},
+            exit_code=1,
+            errors=[("unreadable", f"{args.path}: cannot be read ({exc})")],
+        )
     return emit(COMMAND, as_json=as_json, data=data, text=render_text(data))

@@ -79,10 +79,18 @@ def open_checkpointer(
     out: Path, *overrides: str, data: bool = True, filesystem: Any = None
 ) -> tuple[sc.Checkpointer, Objects]:
     objects = Objects()
-    ckpt = sc.Checkpointer(sc.CheckpointConfig.load(None, [*CONFIG, *overrides]), run=RUN,
-                           output_root=out, filesystem=filesystem)
-    ckpt.track(model=objects.model, optimizer=objects.optimizer, scheduler=objects.scheduler,
-               data=objects.cursor if data else None)
+    ckpt = sc.Checkpointer(
+        sc.CheckpointConfig.load(None, [*CONFIG, *overrides]),
+        run=RUN,
+        output_root=out,
+        filesystem=filesystem,
+    )
+    ckpt.track(
+        model=objects.model,
+        optimizer=objects.optimizer,
+        scheduler=objects.scheduler,
+        data=objects.cursor if data else None,
+    )
     return ckpt, objects
 
 
@@ -177,8 +185,12 @@ def flip_tensor_bit(out: Path, iteration: int, name: str = "model.pt") -> None:
     entry = next(i for i in zipfile.ZipFile(path).infolist() if "/data/" in i.filename)
     data = bytearray(path.read_bytes())
     header = entry.header_offset
-    start = (header + 30 + int.from_bytes(data[header + 26:header + 28], "little")
-             + int.from_bytes(data[header + 28:header + 30], "little"))
+    start = (
+        header
+        + 30
+        + int.from_bytes(data[header + 26 : header + 28], "little")
+        + int.from_bytes(data[header + 28 : header + 30], "little")
+    )
     data[start + 1] ^= 0x10
     path.write_bytes(bytes(data))
 
@@ -188,14 +200,16 @@ def saved_model_state(out: Path, iteration: int) -> dict[str, torch.Tensor]:
 
 
 def warnings_of(caplog: pytest.LogCaptureFixture) -> str:
-    return "\n".join(r.getMessage() for r in caplog.records
-                     if r.name == RESUME_LOG and r.levelno == logging.WARNING)
+    return "\n".join(
+        r.getMessage()
+        for r in caplog.records
+        if r.name == RESUME_LOG and r.levelno == logging.WARNING
+    )
 
 
 # ------------------------------------------------------------------------------- tests
 class TestLatestPointer:
-    def test_garbage_pointer_is_ignored(self, out: Path,
-                                        caplog: pytest.LogCaptureFixture) -> None:
+    def test_garbage_pointer_is_ignored(self, out: Path, caplog: pytest.LogCaptureFixture) -> None:
         """A garbage pointer is logged as unreadable and ignored; auto adopts the newest one."""
         (checkpoints(out) / LATEST_POINTER).write_bytes(b"\x00\xffgarbage")
         before = tree_sha256(out)
@@ -209,8 +223,7 @@ class TestLatestPointer:
         assert "ignoring it and selecting by verified manifests" in warned
         assert tree_sha256(out) == before
 
-    def test_dangling_pointer_is_ignored(self, out: Path,
-                                         caplog: pytest.LogCaptureFixture) -> None:
+    def test_dangling_pointer_is_ignored(self, out: Path, caplog: pytest.LogCaptureFixture) -> None:
         """A pointer naming a missing iteration is logged as dangling and ignored."""
         (checkpoints(out) / LATEST_POINTER).write_bytes(b"iter_000000999\n")
         before = tree_sha256(out)
@@ -276,13 +289,19 @@ class TestDamagedFiles:
 
 
 class TestMalformedManifest:
-    @pytest.mark.parametrize(("edit", "words"), [
-        ("not json", "manifest is not valid JSON"),
-        ("schema", "manifest schema is 'someone.else.v9', expected "
-                   "'statecraft.checkpoint-manifest.v1'"),
-        ("negative size", "manifest values are invalid: model.pt: size -1"),
-        ("wrong type", "manifest fields are malformed"),
-    ])
+    @pytest.mark.parametrize(
+        ("edit", "words"),
+        [
+            ("not json", "manifest is not valid JSON"),
+            (
+                "schema",
+                "manifest schema is 'someone.else.v9', expected "
+                "'statecraft.checkpoint-manifest.v1'",
+            ),
+            ("negative size", "manifest values are invalid: model.pt: size -1"),
+            ("wrong type", "manifest fields are malformed"),
+        ],
+    )
     def test_passed_over_with_reason(self, out: Path, edit: str, words: str) -> None:
         """A malformed manifest is passed over by auto with the problem as its reason."""
         path = iter_path(out, 8) / MANIFEST_NAME
@@ -398,8 +417,10 @@ class TestExplicitPath:
         with pytest.raises(CheckpointCorruptError) as info:
             ckpt.resume()
         message = str(info.value)
-        assert f"iter_000000008/optim.pt: has {size // 2} bytes, the manifest recorded {size}" \
+        assert (
+            f"iter_000000008/optim.pt: has {size // 2} bytes, the manifest recorded {size}"
             in message
+        )
         assert "Resume from another checkpoint" in message
         assert ckpt.step == 0
         assert torch.equal(objects.model.weight, weights)  # nothing loaded, no fallback
@@ -415,15 +436,20 @@ class TestExplicitPath:
 
 
 class TestConfig:
-    @pytest.mark.parametrize(("override", "line"), [
-        ("save_every=-1", "save_every: got -1; expected a non-negative integer"),
-        ("save_every=abc", "save_every: got 'abc'; expected a non-negative integer"),
-        ("checkpoint_components=[model,bogus]",
-         "checkpoint_components[1]: got 'bogus'; expected one of 'model', 'optimizer', "
-         "'training_state'"),
-        ("verify=sha1", "verify: got 'sha1'; expected one of 'digest', 'size'"),
-        ("data.cursor_resume=maybe", "data.cursor_resume: got 'maybe'; expected one of"),
-    ])
+    @pytest.mark.parametrize(
+        ("override", "line"),
+        [
+            ("save_every=-1", "save_every: got -1; expected a non-negative integer"),
+            ("save_every=abc", "save_every: got 'abc'; expected a non-negative integer"),
+            (
+                "checkpoint_components=[model,bogus]",
+                "checkpoint_components[1]: got 'bogus'; expected one of 'model', 'optimizer', "
+                "'training_state'",
+            ),
+            ("verify=sha1", "verify: got 'sha1'; expected one of 'digest', 'size'"),
+            ("data.cursor_resume=maybe", "data.cursor_resume: got 'maybe'; expected one of"),
+        ],
+    )
     def test_bad_value_names_the_knob(self, override: str, line: str) -> None:
         """A bad knob value raises ConfigError naming the knob, the value and what is allowed."""
         with pytest.raises(ConfigError) as info:
@@ -448,8 +474,11 @@ class TestConfig:
         assert sc.CheckpointConfig.load(None, ["resume=5"]).resume == "5"
         before = committed_sha256(out)
         ckpt, _ = open_checkpointer(out, "resume=5")
-        with pytest.raises(ResumeError, match=r"resume=5: no such checkpoint .* Refusing to "
-                                              r"train from scratch"):
+        with pytest.raises(
+            ResumeError,
+            match=r"resume=5: no such checkpoint .* Refusing to "
+            r"train from scratch",
+        ):
             ckpt.resume()
         assert committed_sha256(out) == before
 
@@ -460,8 +489,9 @@ class TestConfig:
 
 
 class TestOutputRoot:
-    def test_relative_output_root_works(self, tmp_path: Path,
-                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_relative_output_root_works(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         """A relative output_root (resolved against the working directory) saves and resumes."""
         monkeypatch.chdir(tmp_path)
         ckpt, objects = open_checkpointer(Path("out"))
@@ -480,8 +510,11 @@ def _model_write_index(tmp_path: Path) -> int:
     first_save_end = gate.count
     train(ckpt, objects, 2)
     ops = gate.log[first_save_end:]
-    opened = next(i for i, r in enumerate(ops)
-                  if r.op == "open_write" and "iter_000000004/.model.pt.tmp" in r.target)
+    opened = next(
+        i
+        for i, r in enumerate(ops)
+        if r.op == "open_write" and "iter_000000004/.model.pt.tmp" in r.target
+    )
     write = next(r for r in ops[opened:] if r.op == "write")
     return write.index
 
@@ -524,7 +557,8 @@ class TestDiskFull:
         index = _model_write_index(tmp_path)
         out = tmp_path / "real"
         ckpt, objects = open_checkpointer(
-            out, filesystem=OsFilesystem(gate=IoGate(faults={index: FaultKind.NO_SPACE})))
+            out, filesystem=OsFilesystem(gate=IoGate(faults={index: FaultKind.NO_SPACE}))
+        )
         ckpt.resume()
         train(ckpt, objects, 3)
         objects.step()
@@ -550,8 +584,10 @@ class TestSameIterationRetry:
             ckpt.save()
         message = str(info.value)
         assert "iter_000000008 is committed with another plan" in message
-        assert "files: committed ('data.pt', 'model.pt', 'optim.pt', 'trainer.pt'), " \
-               "now ('model.pt', 'optim.pt', 'trainer.pt')" in message
+        assert (
+            "files: committed ('data.pt', 'model.pt', 'optim.pt', 'trainer.pt'), "
+            "now ('model.pt', 'optim.pt', 'trainer.pt')" in message
+        )
         assert "A committed iteration is never rewritten" in message
         assert "restore the original component plan and tracked objects" in message
         assert tree_sha256(out) == before
@@ -567,8 +603,11 @@ class TestSameIterationRetry:
 
         before = tree_sha256(out)
         plan = full_save_plan(8, with_data=True, format_name="dcp")
-        ctx = SaveContext(store=LocalStore(str(checkpoints(out))), plan=plan,
-                          payloads=dict.fromkeys(plan.files, never))
+        ctx = SaveContext(
+            store=LocalStore(str(checkpoints(out))),
+            plan=plan,
+            payloads=dict.fromkeys(plan.files, never),
+        )
         result = load_machine("save").recover(ctx)
         assert (result.observed, result.final_state) == ("committed", "refused")
         with pytest.raises(PlanDriftError, match="format: committed 'consolidated', now 'dcp'"):
@@ -577,8 +616,7 @@ class TestSameIterationRetry:
         assert tree_sha256(out) == before
 
     @pytest.mark.parametrize("pointer", [None, b"iter_000000006\n"])
-    def test_same_plan_only_completes_the_pointer(self, out: Path,
-                                                  pointer: bytes | None) -> None:
+    def test_same_plan_only_completes_the_pointer(self, out: Path, pointer: bytes | None) -> None:
         """A same-plan retry of iter 8 whose pointer is missing or behind rewrites only latest."""
         target = checkpoints(out) / LATEST_POINTER
         if pointer is None:
@@ -596,14 +634,16 @@ class TestSameIterationRetry:
         after = tree_sha256(out)
         pointer_key = str(target.relative_to(out))
         assert {k: v for k, v in after.items() if k != pointer_key} == {
-            k: v for k, v in before.items() if k != pointer_key}
+            k: v for k, v in before.items() if k != pointer_key
+        }
 
 
 class TestTracking:
     def test_model_without_state_dict(self, tmp_path: Path) -> None:
         """Tracking a model that has no state_dict names the argument and what it needs."""
-        ckpt = sc.Checkpointer(sc.CheckpointConfig.load(None, CONFIG), run=RUN,
-                               output_root=tmp_path)
+        ckpt = sc.Checkpointer(
+            sc.CheckpointConfig.load(None, CONFIG), run=RUN, output_root=tmp_path
+        )
         optimizer = torch.optim.AdamW(torch.nn.Linear(2, 2).parameters())
         with pytest.raises(TrackingError) as info:
             ckpt.track(model=object(), optimizer=optimizer)
@@ -620,18 +660,22 @@ class TestTracking:
             def state_dict(self) -> dict[str, int]:
                 return {}
 
-        ckpt = sc.Checkpointer(sc.CheckpointConfig.load(None, CONFIG), run=RUN,
-                               output_root=tmp_path)
+        ckpt = sc.Checkpointer(
+            sc.CheckpointConfig.load(None, CONFIG), run=RUN, output_root=tmp_path
+        )
         model = torch.nn.Linear(2, 2)
-        with pytest.raises(TrackingError,
-                           match=r"track\(data=\.\.\.\): HalfCursor has no load_state_dict;"):
-            ckpt.track(model=model, optimizer=torch.optim.AdamW(model.parameters()),
-                       data=HalfCursor())
+        with pytest.raises(
+            TrackingError, match=r"track\(data=\.\.\.\): HalfCursor has no load_state_dict;"
+        ):
+            ckpt.track(
+                model=model, optimizer=torch.optim.AdamW(model.parameters()), data=HalfCursor()
+            )
 
     def test_save_before_track(self, tmp_path: Path) -> None:
         """Saving before anything is tracked says to call track() first and writes nothing."""
-        ckpt = sc.Checkpointer(sc.CheckpointConfig.load(None, CONFIG), run=RUN,
-                               output_root=tmp_path)
+        ckpt = sc.Checkpointer(
+            sc.CheckpointConfig.load(None, CONFIG), run=RUN, output_root=tmp_path
+        )
         with pytest.raises(TrackingError, match=r"cannot save: call Checkpointer\.track"):
             ckpt.save()
         assert list(tmp_path.iterdir()) == []

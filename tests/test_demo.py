@@ -103,12 +103,12 @@ class TestRunDemoArguments:
         assert envelope["errors"][0]["code"] == "invalid_argument"
         assert f"--{field.replace('_', '-')}" in envelope["errors"][0]["message"]
 
-
     def test_non_empty_out_is_refused_because_the_runs_would_only_resume(self, tmp_path, capsys):
         """An --out that already holds files is refused (exit 2); the library raises DemoError."""
         (tmp_path / "old-run").mkdir()
-        args = argparse.Namespace(out=str(tmp_path), steps=10, save_every=5, seed=1, kills=1,
-                                  json=True)
+        args = argparse.Namespace(
+            out=str(tmp_path), steps=10, save_every=5, seed=1, kills=1, json=True
+        )
         assert run_demo(args) == 2
         error = json.loads(capsys.readouterr().out)["errors"][0]
         assert "not an empty directory" in error["message"]
@@ -229,7 +229,11 @@ class TestDemoCommand:
         """`statecraft demo --json --kills 2` exits 0, bit-exact, with both kills and resumes."""
         proc = subprocess.run(
             [*_statecraft_command(), "demo", "--json", "--kills", "2", "--seed", "7"],
-            capture_output=True, text=True, env=_env(tmp_path), timeout=240, check=False,
+            capture_output=True,
+            text=True,
+            env=_env(tmp_path),
+            timeout=240,
+            check=False,
         )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         envelope = json.loads(proc.stdout)
@@ -272,15 +276,17 @@ class TestKillStress:
             verified = verify_checkpoint(LocalStore(str(directory)), iteration)  # raises if not
             latest_after_kill[launch.index] = verified.iteration
 
-        report = run_kill_demo(tmp_path / "demo", steps=40, save_every=5, kills=5, seed=11,
-                               on_kill=check_disk)
+        report = run_kill_demo(
+            tmp_path / "demo", steps=40, save_every=5, kills=5, seed=11, on_kill=check_disk
+        )
         assert report.errors == []
         assert len(report.kills) == 5
         assert sorted(latest_after_kill) == [1, 2, 3, 4, 5]
         assert any(x.trigger.startswith("save-begin") for x in report.kills)
         relaunches = [x for x in report.launches if x.run == "killed"][1:]
-        assert [x.resumed_step for x in relaunches] == [newest_committed[x.index - 1]
-                                                       for x in relaunches]
+        assert [x.resumed_step for x in relaunches] == [
+            newest_committed[x.index - 1] for x in relaunches
+        ]
         assert report.bit_exact, report.differences
         assert report.final_iteration == 40
         final = f"iter_{report.final_iteration:09d}"
@@ -293,8 +299,9 @@ class TestKillStress:
 class TestLaunchTimeout:
     def test_a_launch_past_its_timeout_is_killed_and_reported(self, tmp_path):
         """A process that outlives its timeout is SIGKILLed and reported; the demo never hangs."""
-        report = run_kill_demo(tmp_path / "demo", steps=40, save_every=5, kills=1, seed=0,
-                               timeout_s=0.3)
+        report = run_kill_demo(
+            tmp_path / "demo", steps=40, save_every=5, kills=1, seed=0, timeout_s=0.3
+        )
         assert not report.bit_exact
         assert all(x.returncode == -9 for x in report.launches)
         assert any("did not finish within 0.3 s" in e for e in report.errors), report.errors
@@ -310,9 +317,21 @@ class TestExampleTrainLoop:
 
         def run(steps: int) -> str:
             proc = subprocess.run(
-                [sys.executable, str(script), "--out", str(out), "--steps", str(steps),
-                 "--save-every", "5"],
-                capture_output=True, text=True, env=_env(tmp_path), timeout=120, check=False,
+                [
+                    sys.executable,
+                    str(script),
+                    "--out",
+                    str(out),
+                    "--steps",
+                    str(steps),
+                    "--save-every",
+                    "5",
+                ],
+                capture_output=True,
+                text=True,
+                env=_env(tmp_path),
+                timeout=120,
+                check=False,
             )
             assert proc.returncode == 0, proc.stdout + proc.stderr
             return proc.stdout

@@ -682,9 +682,7 @@ class TestCheckBindings:
         path = tmp_path / "m.toml"
         path.write_text(textwrap.dedent(VALID), encoding="utf-8")
         table = load_table(path)
-        missing_guard = Bindings(
-            effects=VALID_BINDINGS.effects, observers=VALID_BINDINGS.observers
-        )
+        missing_guard = Bindings(effects=VALID_BINDINGS.effects, observers=VALID_BINDINGS.observers)
         with pytest.raises(MachineDefinitionError) as info:
             Machine(table, missing_guard)
         assert info.value.problems == ["machine 'm': guard 'ready' is not bound"]

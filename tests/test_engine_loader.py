@@ -259,9 +259,7 @@ class TestParseTable:
 
     def test_every_shape_problem_is_reported_together(self) -> None:
         """One parse reports all shape problems of the table in a single error."""
-        data = self.minimal(
-            name=3, extra=1, states={"a": {"terminal": "yes"}}, recover={"x": 2}
-        )
+        data = self.minimal(name=3, extra=1, states={"a": {"terminal": "yes"}}, recover={"x": 2})
         with pytest.raises(MachineDefinitionError) as info:
             parse_table(data, source="bad.toml")
         assert len(info.value.problems) == 4

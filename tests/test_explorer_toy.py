@@ -245,7 +245,12 @@ def power_loss_violations(
     pending = {p.op_id for p in crashed.world.fs.pending_ops()}
     choice = LossChoice("hypothesis", frozenset(kept & pending))
     violations, checks = check_crash_state(
-        scenario, SPEC.guarantees, reference.base, crashed, CrashKind.POWER_LOSS, choice,
+        scenario,
+        SPEC.guarantees,
+        reference.base,
+        crashed,
+        CrashKind.POWER_LOSS,
+        choice,
         point.label,
     )
     assert sum(checks.values()) > 0

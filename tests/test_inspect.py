@@ -31,8 +31,16 @@ CONFIG = ["save_every=2", "save_async=false", "keep_optim_last=0"]
 RUN = sc.RunIdentity("proj", "group", "name")
 STEPS = 8  # saves iterations 2, 4, 6, 8
 ENVELOPE_KEYS = {"result_version", "command", "status", "exit_code", "data", "errors"}
-DATA_KEYS = {"path", "kind", "verify_level", "attempts", "adopted_attempt", "adoption_reason",
-             "resume_auto", "explicit_resume"}
+DATA_KEYS = {
+    "path",
+    "kind",
+    "verify_level",
+    "attempts",
+    "adopted_attempt",
+    "adoption_reason",
+    "resume_auto",
+    "explicit_resume",
+}
 
 
 def _objects() -> tuple[torch.nn.Module, torch.optim.Optimizer, Any]:
@@ -44,8 +52,9 @@ def _objects() -> tuple[torch.nn.Module, torch.optim.Optimizer, Any]:
 
 def _checkpointer(out: Path, *overrides: str) -> tuple[sc.Checkpointer, tuple[Any, ...]]:
     objects = _objects()
-    ckpt = sc.Checkpointer(sc.CheckpointConfig.load(None, [*CONFIG, *overrides]), run=RUN,
-                           output_root=out)
+    ckpt = sc.Checkpointer(
+        sc.CheckpointConfig.load(None, [*CONFIG, *overrides]), run=RUN, output_root=out
+    )
     ckpt.track(model=objects[0], optimizer=objects[1], scheduler=objects[2])
     return ckpt, objects
 
@@ -113,8 +122,12 @@ def flip_tensor_bit(out: Path, iteration: int, name: str = "model.pt") -> None:
     entry = next(i for i in info if "/data/" in i.filename)
     data = bytearray(path.read_bytes())
     header = entry.header_offset
-    start = header + 30 + int.from_bytes(data[header + 26:header + 28], "little") \
-        + int.from_bytes(data[header + 28:header + 30], "little")
+    start = (
+        header
+        + 30
+        + int.from_bytes(data[header + 26 : header + 28], "little")
+        + int.from_bytes(data[header + 28 : header + 30], "little")
+    )
     data[start + 1] ^= 0x10
     size = path.stat().st_size
     path.write_bytes(bytes(data))
@@ -136,7 +149,10 @@ def snapshot(root: Path) -> dict[str, tuple[str, bytes, int]]:
         st = path.lstat()
         kind = "dir" if path.is_dir() else "file"
         found[str(path.relative_to(root))] = (
-            kind, b"" if kind == "dir" else path.read_bytes(), st.st_mtime_ns)
+            kind,
+            b"" if kind == "dir" else path.read_bytes(),
+            st.st_mtime_ns,
+        )
     return found
 
 
@@ -176,8 +192,11 @@ class TestStates:
         assert report["kind"] == "job"
         assert states(report) == {iter_dirname(i): "committed" for i in (8, 6, 4, 2)}
         cks = checkpoints_of(report)
-        assert cks["latest"] == {"status": "ok", "names": "iter_000000008",
-                                 "detail": "names iter_000000008 (committed)"}
+        assert cks["latest"] == {
+            "status": "ok",
+            "names": "iter_000000008",
+            "detail": "names iter_000000008 (committed)",
+        }
         assert report["resume_auto"]["pick"] == "iter_000000008"
         assert report["resume_auto"]["passed_over"] == []
 
@@ -200,16 +219,21 @@ class TestStates:
         """Sizes only: partial and truncated iterations are passed over; the bit flip is unseen."""
         damage_all(out)
         report = inspect_path(job_dir(out))
-        assert states(report) == {"iter_000000008": "partial", "iter_000000006": "corrupt",
-                                  "iter_000000004": "committed", "iter_000000002": "committed"}
+        assert states(report) == {
+            "iter_000000008": "partial",
+            "iter_000000006": "corrupt",
+            "iter_000000004": "committed",
+            "iter_000000002": "committed",
+        }
         auto = report["resume_auto"]
         assert auto["pick"] == "iter_000000004"
         assert [p["name"] for p in auto["passed_over"]] == ["iter_000000008", "iter_000000006"]
         assert "has no manifest (an interrupted save)" in auto["passed_over"][0]["reason"]
         assert "model.pt: has " in auto["passed_over"][1]["reason"]
         assert "truncated" in auto["passed_over"][1]["reason"]
-        truncated = next(f for f in checkpoints_of(report)["iterations"][1]["files"]
-                         if f["name"] == "model.pt")
+        truncated = next(
+            f for f in checkpoints_of(report)["iterations"][1]["files"] if f["name"] == "model.pt"
+        )
         assert truncated["size"] == truncated["recorded_size"] // 2
         latest = checkpoints_of(report)["latest"]
         assert latest["status"] == "garbage"
@@ -224,7 +248,10 @@ class TestStates:
         auto = report["resume_auto"]
         assert auto["pick"] == "iter_000000002"
         assert [p["name"] for p in auto["passed_over"]] == [
-            "iter_000000008", "iter_000000006", "iter_000000004"]
+            "iter_000000008",
+            "iter_000000006",
+            "iter_000000004",
+        ]
         assert "SHA-256" in auto["passed_over"][2]["reason"]
 
     def test_malformed_trainer_state_is_corrupt(self, out: Path) -> None:
@@ -265,20 +292,28 @@ class TestStates:
         (iter_path(out, 8) / ".model.pt.tmp-1-1").write_bytes(b"leftover")
         report = inspect_path(ckpt_dir(out))
         files = {f["name"]: f for f in checkpoints_of(report)["iterations"][0]["files"]}
-        assert files[".model.pt.tmp-1-1"] == {"name": ".model.pt.tmp-1-1", "size": 8,
-                                              "recorded_size": None, "in_manifest": False}
+        assert files[".model.pt.tmp-1-1"] == {
+            "name": ".model.pt.tmp-1-1",
+            "size": 8,
+            "recorded_size": None,
+            "in_manifest": False,
+        }
         assert checkpoints_of(report)["iterations"][0]["state"] == "committed"
 
 
 class TestLatestPointer:
-    @pytest.mark.parametrize(("content", "status", "names", "words"), [
-        (None, "missing", None, "no latest_checkpoint.txt"),
-        (b"garbage\n", "garbage", None, "unreadable"),
-        (b"iter_000000999\n", "dangling", "iter_000000999", "does not exist"),
-        (b"iter_000000004\n", "ok", "iter_000000004", "newer committed iter_000000008"),
-    ])
-    def test_pointer_states(self, out: Path, content: bytes | None, status: str,
-                            names: str | None, words: str) -> None:
+    @pytest.mark.parametrize(
+        ("content", "status", "names", "words"),
+        [
+            (None, "missing", None, "no latest_checkpoint.txt"),
+            (b"garbage\n", "garbage", None, "unreadable"),
+            (b"iter_000000999\n", "dangling", "iter_000000999", "does not exist"),
+            (b"iter_000000004\n", "ok", "iter_000000004", "newer committed iter_000000008"),
+        ],
+    )
+    def test_pointer_states(
+        self, out: Path, content: bytes | None, status: str, names: str | None, words: str
+    ) -> None:
         """The pointer is reported missing, garbage, dangling or ok (noting newer commits)."""
         set_latest(out, content)
         report = inspect_path(ckpt_dir(out))
@@ -347,16 +382,16 @@ class TestPathKinds:
 
 class TestAgreesWithResume:
     @pytest.mark.parametrize(("verify_flag", "verify_knob"), [(False, "size"), (True, "digest")])
-    def test_auto_pick_matches_a_real_resume(self, out: Path, verify_flag: bool,
-                                             verify_knob: str) -> None:
+    def test_auto_pick_matches_a_real_resume(
+        self, out: Path, verify_flag: bool, verify_knob: str
+    ) -> None:
         """What inspect says resume=auto would pick is what a real resume=auto adopts."""
         damage_all(out)
         predicted = inspect_path(job_dir(out), verify=verify_flag)["resume_auto"]
         ckpt, _ = _checkpointer(out, f"verify={verify_knob}")
         result = ckpt.resume()
         assert result.step == predicted["iteration"]
-        assert [p.name for p in result.passed_over] == [
-            p["name"] for p in predicted["passed_over"]]
+        assert [p.name for p in result.passed_over] == [p["name"] for p in predicted["passed_over"]]
 
 
 class TestCli:
@@ -389,14 +424,29 @@ class TestCli:
         assert envelope["data"] == json.loads(json.dumps(inspect_path(job_dir(out), verify=True)))
         (attempt,) = envelope["data"]["attempts"]
         assert set(attempt) == {"run_ts", "legacy", "path", "has_artifacts", "checkpoints"}
-        assert set(attempt["checkpoints"]) == {"path", "latest", "iterations", "other_entries",
-                                               "total_bytes", "auto", "explicit"}
+        assert set(attempt["checkpoints"]) == {
+            "path",
+            "latest",
+            "iterations",
+            "other_entries",
+            "total_bytes",
+            "auto",
+            "explicit",
+        }
         assert set(attempt["checkpoints"]["iterations"][0]) == {
-            "name", "iteration", "path", "state", "reason", "files", "total_bytes"}
+            "name",
+            "iteration",
+            "path",
+            "state",
+            "reason",
+            "files",
+            "total_bytes",
+        }
 
     @pytest.mark.parametrize("as_json", [False, True])
-    def test_missing_path_exits_1(self, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                  as_json: bool) -> None:
+    def test_missing_path_exits_1(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str], as_json: bool
+    ) -> None:
         """A path that does not exist exits 1 with an error naming it."""
         missing = tmp_path / "nope"
         code, text, err = run_cli(capsys, str(missing), *(["--json"] if as_json else []))
@@ -412,8 +462,9 @@ class TestCli:
             assert text == ""
             assert f"error: {missing}: no such file or directory" in err
 
-    def test_dir_without_layout_exits_1(self, tmp_path: Path,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+    def test_dir_without_layout_exits_1(
+        self, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
         """A directory with no attempts, checkpoints or iterations exits 1 and says so."""
         (tmp_path / "empty").mkdir()
         code, envelope = run_json(capsys, str(tmp_path / "empty"))
@@ -430,8 +481,13 @@ class TestCli:
         """The installed ``statecraft`` command runs inspect end to end and exits 0."""
         script = Path(sys.executable).with_name("statecraft")
         command = [str(script)] if script.exists() else [sys.executable, "-m", "statecraft.cli"]
-        proc = subprocess.run([*command, "inspect", str(job_dir(out)), "--json"],
-                              capture_output=True, text=True, check=False, timeout=120)
+        proc = subprocess.run(
+            [*command, "inspect", str(job_dir(out)), "--json"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["data"]["resume_auto"]["pick"] == "iter_000000008"
 
@@ -442,8 +498,13 @@ class TestReadOnly:
         damage_all(out)
         (job_dir(out) / "29991231235959").mkdir()  # an empty attempt: nothing may be minted
         before = snapshot(out)
-        for path in (job_dir(out), attempt_dir(out), ckpt_dir(out), iter_path(out, 6),
-                     iter_path(out, 2)):
+        for path in (
+            job_dir(out),
+            attempt_dir(out),
+            ckpt_dir(out),
+            iter_path(out, 6),
+            iter_path(out, 2),
+        ):
             for flags in ((), ("--verify",), ("--json",), ("--verify", "--json")):
                 code, _, _ = run_cli(capsys, str(path), *flags)
                 assert code == 0

@@ -377,9 +377,7 @@ class TestPathValidation:
 
     @pytest.mark.parametrize("path", BAD_PATHS)
     @pytest.mark.parametrize("operation", ["write_atomic", "create_exclusive"])
-    def test_store_writes_refuse_bad_paths(
-        self, tmp_path: Path, path: str, operation: str
-    ) -> None:
+    def test_store_writes_refuse_bad_paths(self, tmp_path: Path, path: str, operation: str) -> None:
         """Writing through a bad path raises StoreError and performs no I/O."""
         store, gate = gated(tmp_path / "root")
         gate.log.clear()

@@ -596,9 +596,7 @@ class TestPowerLossProperty:
 
     @settings(max_examples=300, deadline=None)
     @given(ops=operations, data=st.data())
-    def test_every_crash_state_is_explainable(
-        self, ops: list[tuple], data: st.DataObject
-    ) -> None:
+    def test_every_crash_state_is_explainable(self, ops: list[tuple], data: st.DataObject) -> None:
         """Every file after a power loss holds (a torn variant of) a content that existed
         under its name, and every fsynced file whose name was dir-fsynced is intact."""
         fs = SimFilesystem()
