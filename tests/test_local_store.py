@@ -419,3 +419,25 @@ class TestIsTemporaryName:
     def test_recognises_temp_names(self, name: str, expected: bool) -> None:
         """Only ``.<name>.tmp-<pid>-<n>`` counts as a temporary name."""
         assert is_temporary_name(name) is expected
+
+
+class TestWriteback:
+    def test_large_writes_start_device_writeback_in_order(self, tmp_path: Path) -> None:
+        """A multi-MiB write schedules writeback of contiguous ranges while writing, so the
+        commit's fsync does not start the whole flush at the end; the bytes are unchanged."""
+        calls: list[tuple[int, int]] = []
+
+        class Recording(OsFilesystem):
+            def start_writeback(self, handle: int, offset: int, length: int) -> None:
+                calls.append((offset, length))
+                super().start_writeback(handle, offset, length)
+
+        store = LocalStore(tmp_path, fs=Recording())
+        data = os.urandom(3 << 20)
+        with store.open_atomic("big") as writer:
+            for _ in range(4):
+                writer.write(data)
+        assert calls
+        assert calls[0][0] == 0
+        assert all(a[0] + a[1] == b[0] for a, b in zip(calls, calls[1:], strict=False))
+        assert (tmp_path / "big").read_bytes() == data * 4

@@ -12,9 +12,13 @@ durable state as a crash after the previous mutation.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import errno
+import functools
 import os
 import stat as stat_module
+from collections.abc import Callable
 from typing import BinaryIO, Protocol
 
 import attrs
@@ -49,6 +53,11 @@ class Filesystem(Protocol):
     def fsync(self, handle: int) -> None:
         """Make the file's written data durable. An error means that data is lost."""
 
+    def start_writeback(self, handle: int, offset: int, length: int) -> None:
+        """Hint: begin writing ``[offset, offset+length)`` to the device now, without waiting,
+        so the commit's ``fsync`` finds less left to do. Durability still comes only from
+        ``fsync``; a filesystem may ignore the hint. Not a crash point (nothing changes)."""
+
     def close(self, handle: int) -> None: ...
 
     def rename(self, src: str, dst: str) -> None:
@@ -81,6 +90,22 @@ class Filesystem(Protocol):
 
     def real_path(self, path: str) -> str | None:
         """An OS path usable for ``mmap`` (``None`` for simulated filesystems)."""
+
+
+@functools.cache
+def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    """libc's ``sync_file_range`` (Linux), or ``None`` where there is none."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        function = libc.sync_file_range
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+_SYNC_FILE_RANGE_WRITE = 2
 
 
 class OsFilesystem:
@@ -117,6 +142,11 @@ class OsFilesystem:
     def fsync(self, handle: int) -> None:
         self._io("fsync", str(handle))
         os.fsync(handle)
+
+    def start_writeback(self, handle: int, offset: int, length: int) -> None:
+        function = _sync_file_range()
+        if function is not None:  # a failure here is reported by the fsync that follows
+            function(handle, offset, length, _SYNC_FILE_RANGE_WRITE)
 
     def close(self, handle: int) -> None:
         os.close(handle)

@@ -35,6 +35,7 @@ __all__ = ["LocalStore", "is_temporary_name"]
 _TEMP_RE = re.compile(r"^\..+\.tmp-\d+-\d+$")
 _BUFFER_BYTES = 4 << 20  # small writes are coalesced into one write call of up to this size
 _DIRECT_BYTES = 1 << 20  # writes at least this large go straight through (hashed in parallel)
+_WRITEBACK_BYTES = 4 << 20  # start device writeback once this much is written since the last
 
 
 def is_temporary_name(name: str) -> bool:
@@ -57,6 +58,8 @@ class LocalAtomicWriter:
         self._digest = OverlappedDigest()
         self._buffer = bytearray()
         self._size = 0
+        self._flushed = 0  # bytes handed to the OS so far
+        self._writeback_from = 0  # start of the range not yet scheduled for writeback
         while True:  # a crashed writer's leftover may hold the name: take the next one
             self._temp = posixpath.join(
                 directory, f".{name}.tmp-{os.getpid()}-{store.next_token()}"
@@ -82,6 +85,8 @@ class LocalAtomicWriter:
                 self._digest.start(view)
                 try:
                     self._fs.write(self._handle, view)
+                    self._flushed += size
+                    self._start_writeback()
                 finally:
                     self._digest.join()
             else:
@@ -110,6 +115,17 @@ class LocalAtomicWriter:
             self._buffer.clear()
             self._digest.start(chunk)
             self._fs.write(self._handle, chunk)
+            self._flushed += len(chunk)
+            self._start_writeback()
+
+    def _start_writeback(self) -> None:
+        """Let the device work on what is written while the next chunk is hashed, so the
+        commit's fsync does not start the whole flush only after the last byte."""
+        if self._handle is not None and self._flushed - self._writeback_from >= _WRITEBACK_BYTES:
+            self._fs.start_writeback(
+                self._handle, self._writeback_from, self._flushed - self._writeback_from
+            )
+            self._writeback_from = self._flushed
 
     def commit(self) -> FileRecord:
         """Make the bytes durable and publish them under the final name.

@@ -235,6 +235,9 @@ class SimFilesystem:
         node.synced = _apply_writes(node.synced, node.pending, None)
         node.pending.clear()
 
+    def start_writeback(self, handle: int, offset: int, length: int) -> None:
+        """A hint with no effect on durability: nothing to simulate."""
+
     def close(self, handle: int) -> None:
         self._handles.pop(handle)
 
