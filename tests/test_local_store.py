@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import itertools
 import os
 from pathlib import Path
 
@@ -439,5 +440,5 @@ class TestWriteback:
                 writer.write(data)
         assert calls
         assert calls[0][0] == 0
-        assert all(a[0] + a[1] == b[0] for a, b in zip(calls, calls[1:], strict=False))
+        assert all(a[0] + a[1] == b[0] for a, b in itertools.pairwise(calls))
         assert (tmp_path / "big").read_bytes() == data * 4
