@@ -28,7 +28,12 @@ from statecraft.checkpoint.manifest import (
     decode_manifest,
 )
 from statecraft.engine import Bindings
-from statecraft.errors import CheckpointCorruptError, PlanDriftError, StoreConflictError
+from statecraft.errors import (
+    CheckpointCorruptError,
+    CheckpointError,
+    PlanDriftError,
+    StoreConflictError,
+)
 from statecraft.storage.base import FileRecord, Store
 from statecraft.writers.consolidated import ConsolidatedWriter
 
@@ -82,7 +87,9 @@ class SaveContext:
     def __attrs_post_init__(self) -> None:
         missing = sorted(set(self.plan.files) - set(self.payloads))
         if missing:
-            raise ValueError(f"save plan needs payloads for {missing}; got {sorted(self.payloads)}")
+            raise CheckpointError(
+                f"save plan needs payloads for {missing}; got {sorted(self.payloads)}"
+            )
 
     @property
     def iter_dir(self) -> str:

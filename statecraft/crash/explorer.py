@@ -264,36 +264,20 @@ def check_crash_state(
     """Apply one crash to the crashed run, check, recover, check. Returns the violations and
     the number of checks run per guarantee."""
     state = crashed.world.after_crash(kind, choice)
-    choice_name = choice.name if choice is not None else kind.value
     violations: list[Violation] = []
     checks: dict[str, int] = {}
 
-    def violation(g_id: str, statement: str, message: str, phase: str) -> Violation:
+    def violation(g_id: str, statement: str, message: str, phase: str, label: str) -> Violation:
         return Violation(
-            g_id,
-            statement,
-            message,
-            scenario.name,
-            point_label,
-            kind.value,
-            choice_name,
-            phase,
-            crashed.trace,
-            crashed.io_log,
-        )
+            g_id, statement, message, scenario.name, point_label, kind.value, label, phase,
+            crashed.trace, crashed.io_log,
+        )  # fmt: skip
 
-    def run_checks(phase: str, world: SimWorld, recovery: Any) -> None:
+    def run_checks(phase: str, world: SimWorld, recovery: Any, label: str) -> None:
         ctx = CheckContext(
-            scenario,
-            phase,
-            kind.value,
-            world,
-            base,
-            crashed.acknowledged,
-            recovery,
-            point_label,
-            choice_name,
-        )
+            scenario, phase, kind.value, world, base, crashed.acknowledged, recovery,
+            point_label, label,
+        )  # fmt: skip
         for g in guarantees:
             if phase not in g.at or kind.value not in g.kinds:
                 continue
@@ -301,40 +285,31 @@ def check_crash_state(
             try:
                 g.resolve()(ctx)
             except GuaranteeViolation as exc:
-                violations.append(violation(g.id, g.statement, str(exc), phase))
+                violations.append(violation(g.id, g.statement, str(exc), phase, label))
             except Exception as exc:  # a check that crashes is a finding, not a pass
-                violations.append(
-                    violation(
-                        g.id,
-                        g.statement,
-                        f"check raised {exc!r}\n{traceback.format_exc(limit=4)}",
-                        phase,
-                    )
-                )
+                message = f"check raised {exc!r}\n{traceback.format_exc(limit=4)}"
+                violations.append(violation(g.id, g.statement, message, phase, label))
 
-    run_checks("crashed", state, None)
+    label = choice.name if choice is not None else kind.value
+    run_checks("crashed", state, None, label)
     recovered = state.copy()
     try:
         recovery = scenario.recover(recovered)
     except Exception as exc:
         if not scenario.recovery_may_fail:
-            violations.append(
-                violation(
-                    "RECOVERY",
-                    "recovery after any crash completes without error",
-                    f"recovery raised {exc!r}",
-                    "recovered",
-                )
-            )
+            violations.append(violation(
+                "RECOVERY", "recovery after any crash completes without error",
+                f"recovery raised {exc!r}", "recovered", label,
+            ))  # fmt: skip
             return violations, checks
         recovery = exc
-    run_checks("recovered", recovered, recovery)
+    run_checks("recovered", recovered, recovery, label)
     if kind is CrashKind.PROCESS_KILL:
         # What recovery adopted must itself be durable: a power loss right after recovery
         # (while the killed run's unsynced writes may still be in the page cache) must leave
         # the recovered guarantees intact.
-        choice_name = "process_kill, recovery, then power_loss(all_lost)"
-        run_checks("recovered", recovered.after_crash(CrashKind.POWER_LOSS, _ALL_LOST), recovery)
+        after = recovered.after_crash(CrashKind.POWER_LOSS, _ALL_LOST)
+        run_checks("recovered", after, recovery, f"{label}, recovery, then power_loss(all_lost)")
     return violations, checks
 
 
