@@ -195,21 +195,8 @@ def _statecraft_save(model: Any, output_root: str) -> tuple[float, Any]:
 
 def _traced_resume(ckpt: Any) -> tuple[Any, list[tuple[str, float]]]:
     """``ckpt.resume()`` and the resume machine's effects with their durations."""
-    machine = ckpt._resume_machine  # the facade keeps the run's trace to itself
-    runs: list[Any] = []
-    run = machine.run
-
-    def recording_run(*args: Any, **kwargs: Any) -> Any:
-        result = run(*args, **kwargs)
-        runs.append(result)
-        return result
-
-    machine.run = recording_run
-    try:
-        result = ckpt.resume()
-    finally:
-        del machine.run
-    effects = [(e.effect, e.duration_s) for r in runs for e in r.trace]
+    result = ckpt.resume()
+    effects = [(e.effect, e.duration_s) for e in ckpt.last_resume_run.trace]
     return result, effects
 
 

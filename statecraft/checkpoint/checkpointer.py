@@ -107,6 +107,7 @@ class Checkpointer:
         self.store: LocalStore | None = None
         self.saves: list[SaveReport] = []
         self.last_saved_step: int | None = None
+        self.last_resume_run: RunResult | None = None  # the resume machine's run and trace
         self._resume_machine = load_machine("resume")
         self._save_machine = load_machine("save")
 
@@ -198,7 +199,7 @@ class Checkpointer:
             cursor_resume=self.config.data.cursor_resume,
             collective=self.collective,
         )
-        self._resume_machine.run(ctx).raise_for_failure()
+        self.last_resume_run = self._resume_machine.run(ctx).raise_for_failure()
         if kind == "explicit":
             self._ensure_attempt()
         result = ctx.result
