@@ -55,6 +55,7 @@ def _phase(rank: int, world_size: int, tmp: str, phase: str) -> None:
             },
             f"{tmp}/{phase}-rank{rank}.pt",
         )
+        dist.barrier()  # no rank tears the group down while another is still receiving
     finally:
         dist.destroy_process_group()
 

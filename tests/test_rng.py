@@ -343,5 +343,6 @@ def _gloo_worker(rank: int, world_size: int, tmp: str) -> None:
             {"status": status, "same_draws": same, "ranks_differ": differ},
             f"{tmp}/rank{rank}.pt",
         )
+        torch.distributed.barrier()  # no rank tears the group down while another still receives
     finally:
         torch.distributed.destroy_process_group()
