@@ -20,16 +20,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
+from checkpoint_runs import RUN, committed_run, open_checkpointer
 
-import statecraft as sc
 from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname
 from statecraft.cli import RESULT_VERSION, main
 from statecraft.inspect import inspect_path
 
-CONFIG = ["save_every=2", "save_async=false", "keep_optim_last=0"]
-RUN = sc.RunIdentity("proj", "group", "name")
-STEPS = 8  # saves iterations 2, 4, 6, 8
 ENVELOPE_KEYS = {"result_version", "command", "status", "exit_code", "data", "errors"}
 DATA_KEYS = {
     "path",
@@ -43,49 +39,10 @@ DATA_KEYS = {
 }
 
 
-def _objects() -> tuple[torch.nn.Module, torch.optim.Optimizer, Any]:
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 3)
-    opt = torch.optim.AdamW(model.parameters(), lr=0.01)
-    return model, opt, torch.optim.lr_scheduler.StepLR(opt, step_size=2)
-
-
-def _checkpointer(out: Path, *overrides: str) -> tuple[sc.Checkpointer, tuple[Any, ...]]:
-    objects = _objects()
-    ckpt = sc.Checkpointer(
-        sc.CheckpointConfig.load(None, [*CONFIG, *overrides]), run=RUN, output_root=out
-    )
-    ckpt.track(model=objects[0], optimizer=objects[1], scheduler=objects[2])
-    return ckpt, objects
-
-
-def _train(ckpt: sc.Checkpointer, objects: tuple[Any, ...], steps: int) -> None:
-    model, opt, sched = objects
-    for _ in range(steps):
-        model(torch.randn(2, 4)).sum().backward()
-        opt.step()
-        opt.zero_grad()
-        sched.step()
-        ckpt.record(sc.Outcome.APPLIED)
-        ckpt.step_end()
-
-
 @pytest.fixture(scope="module")
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An output root holding one attempt with committed iterations 2, 4, 6 and 8."""
-    out = tmp_path_factory.mktemp("pristine")
-    ckpt, objects = _checkpointer(out)
-    ckpt.resume()
-    _train(ckpt, objects, STEPS)
-    return out
-
-
-@pytest.fixture
-def out(pristine: Path, tmp_path: Path) -> Path:
-    """A private copy of the pristine output root."""
-    copy = tmp_path / "out"
-    shutil.copytree(pristine, copy)
-    return copy
+    """Committed iterations 2, 4, 6 and 8 of a run without a data source."""
+    return committed_run(tmp_path_factory.mktemp("pristine"), data=False)
 
 
 def job_dir(out: Path) -> Path:
@@ -388,7 +345,7 @@ class TestAgreesWithResume:
         """What inspect says resume=auto would pick is what a real resume=auto adopts."""
         damage_all(out)
         predicted = inspect_path(job_dir(out), verify=verify_flag)["resume_auto"]
-        ckpt, _ = _checkpointer(out, f"verify={verify_knob}")
+        ckpt, _ = open_checkpointer(out, f"verify={verify_knob}", data=False)
         result = ckpt.resume()
         assert result.step == predicted["iteration"]
         assert [p.name for p in result.passed_over] == [p["name"] for p in predicted["passed_over"]]
