@@ -266,14 +266,23 @@ def _checkpoints_report(path: Path, level: str, *, only: int | None = None) -> d
     return report
 
 
-def _attempt_entry(run_dir: Path, run_ts: str, level: str, *, legacy: bool) -> dict[str, Any]:
-    checkpoints = run_dir / CHECKPOINTS_DIR
+def _attempt_entry(
+    run_dir: Path,
+    run_ts: str,
+    level: str,
+    *,
+    legacy: bool,
+    checkpoints: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One attempt's record; ``checkpoints`` defaults to the report of its checkpoints dir."""
+    if checkpoints is None and (run_dir / CHECKPOINTS_DIR).is_dir():
+        checkpoints = _checkpoints_report(run_dir / CHECKPOINTS_DIR, level)
     return {
         "run_ts": run_ts,
         "legacy": legacy,
         "path": str(run_dir.resolve()),
         "has_artifacts": (run_dir / ARTIFACTS_DIR).is_dir(),
-        "checkpoints": _checkpoints_report(checkpoints, level) if checkpoints.is_dir() else None,
+        "checkpoints": checkpoints,
     }
 
 
@@ -342,13 +351,7 @@ def inspect_path(path: str | os.PathLike[str], *, verify: bool = False) -> dict[
         parent_run = target.parent.parent
         run_ts = parent_run.name if _valid_run_ts(parent_run) else ""
         data["attempts"] = [
-            {
-                "run_ts": run_ts,
-                "legacy": not run_ts,
-                "path": str(parent_run),
-                "has_artifacts": (parent_run / ARTIFACTS_DIR).is_dir(),
-                "checkpoints": checkpoints,
-            }
+            _attempt_entry(parent_run, run_ts, level, legacy=not run_ts, checkpoints=checkpoints)
         ]
         data["explicit_resume"] = checkpoints.get("explicit")
         return data
@@ -357,14 +360,11 @@ def inspect_path(path: str | os.PathLike[str], *, verify: bool = False) -> dict[
         run_dir = target.parent
         run_ts = run_dir.name if _valid_run_ts(run_dir) else ""
         data["attempts"] = [
-            {
-                "run_ts": run_ts,
-                "legacy": not run_ts,
-                "path": str(run_dir),
-                "has_artifacts": (run_dir / ARTIFACTS_DIR).is_dir(),
-                "checkpoints": _checkpoints_report(target, level),
-            }
-        ]
+            _attempt_entry(
+                run_dir, run_ts, level, legacy=not run_ts,
+                checkpoints=_checkpoints_report(target, level),
+            )
+        ]  # fmt: skip
         data["adopted_attempt"] = str(run_dir)
         data["adoption_reason"] = f"PATH is the checkpoints dir of {run_dir.name}"
     elif _valid_run_ts(target):

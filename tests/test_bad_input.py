@@ -15,13 +15,13 @@ import hashlib
 import io
 import json
 import logging
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from checkpoint_runs import CONFIG, RUN, committed_run, open_checkpointer, train
+from checkpoint_runs import flip_tensor_bit as flip_bit_in_tensor_file
 
 import statecraft as sc
 from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname
@@ -109,18 +109,7 @@ def truncate(out: Path, iteration: int, name: str = "model.pt") -> int:
 
 def flip_tensor_bit(out: Path, iteration: int, name: str = "model.pt") -> None:
     """Flip one bit inside the first tensor's bytes: same size, still a loadable file."""
-    path = iter_path(out, iteration) / name
-    entry = next(i for i in zipfile.ZipFile(path).infolist() if "/data/" in i.filename)
-    data = bytearray(path.read_bytes())
-    header = entry.header_offset
-    start = (
-        header
-        + 30
-        + int.from_bytes(data[header + 26 : header + 28], "little")
-        + int.from_bytes(data[header + 28 : header + 30], "little")
-    )
-    data[start + 1] ^= 0x10
-    path.write_bytes(bytes(data))
+    flip_bit_in_tensor_file(iter_path(out, iteration) / name)
 
 
 def saved_model_state(out: Path, iteration: int) -> dict[str, torch.Tensor]:

@@ -15,12 +15,12 @@ import os
 import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 from checkpoint_runs import RUN, committed_run, open_checkpointer
+from checkpoint_runs import flip_tensor_bit as flip_bit_in_tensor_file
 
 from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname
 from statecraft.cli import RESULT_VERSION, main
@@ -74,21 +74,7 @@ def truncate(out: Path, iteration: int, name: str = "model.pt") -> None:
 
 def flip_tensor_bit(out: Path, iteration: int, name: str = "model.pt") -> None:
     """Flip one bit inside the first tensor's bytes: same size, still a loadable file."""
-    path = iter_path(out, iteration) / name
-    info = zipfile.ZipFile(path).infolist()
-    entry = next(i for i in info if "/data/" in i.filename)
-    data = bytearray(path.read_bytes())
-    header = entry.header_offset
-    start = (
-        header
-        + 30
-        + int.from_bytes(data[header + 26 : header + 28], "little")
-        + int.from_bytes(data[header + 28 : header + 30], "little")
-    )
-    data[start + 1] ^= 0x10
-    size = path.stat().st_size
-    path.write_bytes(bytes(data))
-    assert path.stat().st_size == size
+    flip_bit_in_tensor_file(iter_path(out, iteration) / name)
 
 
 def set_latest(out: Path, content: bytes | None) -> None:
