@@ -512,7 +512,7 @@ class TestSameIterationRetry:
     def test_plan_drift_through_the_save_machine(self, out: Path) -> None:
         """The save machine refuses a retry of iter 8 in another format before any writer runs."""
         from statecraft.checkpoint.machines import load_machine
-        from statecraft.checkpoint.save import SaveContext, full_save_plan
+        from statecraft.checkpoint.transactions.save import SaveContext, full_save_plan
         from statecraft.storage import LocalStore
 
         def never() -> Any:

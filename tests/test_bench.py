@@ -1,4 +1,4 @@
-"""Tests of statecraft.bench through the ``statecraft bench`` command: the shape of the output
+"""Tests of statecraft.cli.bench through the ``statecraft bench`` command: the shape of the output
 at a tiny size. No speed is ever asserted (machines here are noisy); only that every number is
 there and positive, and that the benchmark cleans up after itself."""
 

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statecraft.checkpoint.harness import CHECKPOINTS_ROOT, SaveScenario, save_scenarios
+from statecraft.proofs.save_scenarios import CHECKPOINTS_ROOT, SaveScenario, save_scenarios
 from statecraft.checkpoint.machines import MACHINE_BINDINGS, load_machine
-from statecraft.checkpoint.resume import verify_checkpoint
-from statecraft.crash import (
+from statecraft.checkpoint.transactions.resume import verify_checkpoint
+from statecraft.proofs import (
     ExploreOptions,
     check_crash_state,
     crash_points,
@@ -21,7 +21,7 @@ from statecraft.crash import (
     reference_run,
     run_to_crash,
 )
-from statecraft.crashcheck import crashcheck
+from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import Bindings, Machine, load_spec, parse_table
 from statecraft.resources import machine_path, spec_path
 from statecraft.storage import CrashKind, LocalStore, LossChoice, SimWorld
@@ -77,7 +77,7 @@ def _save_table_with_swapped_effects(a: str, b: str) -> Machine:
 
 def _resume_adopting_unverified() -> Machine:
     """Broken resume: the newest iter dir is adopted if its trainer.pt loads; no manifest check."""
-    from statecraft.checkpoint import resume as r
+    from statecraft.checkpoint.transactions import resume as r
 
     def verify_next_candidate(ctx) -> None:
         iteration = ctx.candidates.pop(0)

@@ -23,8 +23,8 @@ import pytest
 import torch
 
 from statecraft.checkpoint.layout import LATEST_POINTER, parse_latest
-from statecraft.checkpoint.resume import verify_checkpoint
-from statecraft.demo import (
+from statecraft.checkpoint.transactions.resume import verify_checkpoint
+from statecraft.cli.demo import (
     SAVE_KILL_DELAY_S,
     DemoError,
     Launch,
@@ -35,7 +35,7 @@ from statecraft.demo import (
     run_demo,
     run_kill_demo,
 )
-from statecraft.demo_train import ShuffledBatches, train
+from statecraft.cli.demo_train import ShuffledBatches, train
 from statecraft.storage.local import LocalStore
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Acceptance tests of the crash harness (statecraft.crash.explorer) on the toy ``replace``
+"""Acceptance tests of the crash harness (statecraft.proofs.explorer) on the toy ``replace``
 machine: the right bindings survive every crash state, the deliberately wrong ones are caught,
 for the right reason, at the right crash point, with a usable reproducer.
 
@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 from toy_replace import RIGHT, SPEC, WRONG, ReplaceScenario
 
-from statecraft.crash import (
+from statecraft.proofs import (
     CrashPoint,
     ExploreOptions,
     ScenarioReport,

@@ -23,8 +23,9 @@ from checkpoint_runs import RUN, committed_run, open_checkpointer
 from checkpoint_runs import flip_tensor_bit as flip_bit_in_tensor_file
 
 from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname
-from statecraft.cli import RESULT_VERSION, main
-from statecraft.inspect import inspect_path
+from statecraft.cli import main
+from statecraft.cli.envelope import RESULT_VERSION
+from statecraft.cli.inspect import inspect_path
 
 ENVELOPE_KEYS = {"result_version", "command", "status", "exit_code", "data", "errors"}
 DATA_KEYS = {
@@ -456,7 +457,7 @@ class TestReadOnly:
     def test_store_refuses_writes(self, out: Path) -> None:
         """The store inspect reads through refuses every mutating operation."""
         from statecraft.errors import StoreError
-        from statecraft.inspect import _ReadOnlyFilesystem
+        from statecraft.cli.inspect import _ReadOnlyFilesystem
         from statecraft.storage.local import LocalStore
 
         store = LocalStore(str(ckpt_dir(out)), fs=_ReadOnlyFilesystem())

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import attrs
 
-from statecraft.crash import CheckContext, GuaranteeViolation
+from statecraft.proofs import CheckContext, GuaranteeViolation
 from statecraft.engine import Bindings, CrashPlan, Machine, RunResult, load_spec, load_table
 from statecraft.storage import LocalStore, SimWorld
 

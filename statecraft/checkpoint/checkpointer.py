@@ -32,13 +32,13 @@ import torch
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.layout import RunAttempt, RunIdentity, iter_dirname, resolve_run_attempt
 from statecraft.checkpoint.machines import load_machine
-from statecraft.checkpoint.resume import ResumeContext, ResumeResult, Tracked
 from statecraft.checkpoint.rng import gather_rng_inventory
-from statecraft.checkpoint.save import SaveContext, full_save_plan
 from statecraft.checkpoint.trainer_state import Outcome, SchedulerIdentity, TrainerState
-from statecraft.collectives import Collective, default_collective
+from statecraft.checkpoint.transactions.resume import ResumeContext, ResumeResult, Tracked
+from statecraft.checkpoint.transactions.save import SaveContext, full_save_plan
 from statecraft.engine import RunResult
 from statecraft.errors import CheckpointError, TrackingError
+from statecraft.parallel.collectives import Collective, default_collective
 from statecraft.storage.filesystem import Filesystem
 from statecraft.storage.local import LocalStore
 

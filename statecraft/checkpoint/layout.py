@@ -24,8 +24,8 @@ from pathlib import Path
 
 import attrs
 
-from statecraft.collectives import Collective, SingleProcess
 from statecraft.errors import ConfigError, ConfigIssue, ResumeError
+from statecraft.parallel.collectives import Collective, SingleProcess
 
 __all__ = [
     "LATEST_POINTER",

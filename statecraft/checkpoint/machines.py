@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from statecraft.checkpoint.resume import resume_bindings
-from statecraft.checkpoint.save import save_bindings
+from statecraft.checkpoint.transactions.resume import resume_bindings
+from statecraft.checkpoint.transactions.save import save_bindings
 from statecraft.engine import Bindings, Machine, load_table
 from statecraft.errors import StatecraftError
 from statecraft.resources import machine_path, machines_dir

@@ -9,7 +9,7 @@ Format (TOML, one file per machine in ``specs/``; documented in ``docs/specs.md`
     [[guarantees]]
     id = "SAVE-1"
     statement = "latest_checkpoint.txt names only a complete, verified checkpoint."
-    check = "statecraft.checkpoint.checks:latest_names_complete"   # module:callable
+    check = "statecraft.proofs.save_checks:latest_names_complete"   # module:callable
     at = ["crashed", "recovered"]          # phases it must hold in (default: both)
     kinds = ["process_kill", "power_loss"] # crash kinds it applies to (default: all)
 
@@ -20,7 +20,7 @@ Format (TOML, one file per machine in ``specs/``; documented in ``docs/specs.md`
     schema = "save.manifest.schema.json"   # optional JSON schema beside the spec
 
 A check is called with the harness's check context and raises ``GuaranteeViolation`` (from
-``statecraft.crash``) when the guarantee does not hold.
+``statecraft.proofs``) when the guarantee does not hold.
 """
 
 from __future__ import annotations

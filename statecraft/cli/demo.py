@@ -1,6 +1,6 @@
 """``statecraft demo``: train, SIGKILL, resume, and prove the result is bit-exact.
 
-Two runs of the same command (``python -m statecraft.demo_train``, see its progress protocol),
+Two runs of the same command (``python -m statecraft.cli.demo_train``, see its progress protocol),
 each in its own output root under the demo's root:
 
 - ``reference/``: one uninterrupted run to completion;
@@ -37,9 +37,9 @@ import attrs
 import torch
 
 from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, parse_latest
-from statecraft.checkpoint.resume import list_iterations, verify_checkpoint
-from statecraft.cli import emit
-from statecraft.demo_train import DEMO_RUN
+from statecraft.checkpoint.transactions.resume import list_iterations, verify_checkpoint
+from statecraft.cli.demo_train import DEMO_RUN
+from statecraft.cli.envelope import emit
 from statecraft.errors import StatecraftError
 from statecraft.storage.local import LocalStore
 
@@ -521,7 +521,7 @@ def run_kill_demo(
         return [
             sys.executable,
             "-m",
-            "statecraft.demo_train",
+            "statecraft.cli.demo_train",
             "--out",
             str(root / sub),
             "--steps",

@@ -14,13 +14,13 @@ a ``checkpoints/`` dir, or one ``iter_*`` dir. For every checkpoints dir it repo
 with its files and sizes, what ``latest_checkpoint.txt`` names (or that it is missing, garbage
 or dangling), and which iteration ``resume=auto`` would adopt, listing every newer one it passes
 over with the reason. Classification is exactly resume's: it calls
-:func:`~statecraft.checkpoint.resume.verify_checkpoint` (level ``"digest"`` with ``--verify``,
-``"size"`` without) on :func:`~statecraft.checkpoint.resume.list_iterations`, so a checkpoint
+:func:`~statecraft.checkpoint.transactions.resume.verify_checkpoint` (level ``"digest"`` with ``--verify``,
+``"size"`` without) on :func:`~statecraft.checkpoint.transactions.resume.list_iterations`, so a checkpoint
 shown ``committed`` is one resume (at that verification level) would accept.
 
 Exit status: 0 when PATH holds a checkpoints layout (whatever state the checkpoints are in);
 1 when PATH does not exist or holds no checkpoints layout. ``--json`` prints the same data in
-the CLI's versioned envelope (see :func:`statecraft.cli.emit`).
+the CLI's versioned envelope (see :func:`statecraft.cli.envelope.emit`).
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from statecraft.checkpoint.layout import (
     parse_latest,
 )
 from statecraft.checkpoint.manifest import Manifest
-from statecraft.checkpoint.resume import list_iterations, verify_checkpoint
-from statecraft.checkpoint.save import read_manifest
-from statecraft.cli import emit
+from statecraft.checkpoint.transactions.resume import list_iterations, verify_checkpoint
+from statecraft.checkpoint.transactions.save import read_manifest
+from statecraft.cli.envelope import emit
 from statecraft.errors import CheckpointError, StatecraftError, StoreError
 from statecraft.storage.filesystem import FileStat, OsFilesystem
 from statecraft.storage.local import LocalStore

@@ -31,10 +31,10 @@ from typing import Any
 
 import attrs
 
-from statecraft.crash.scenario import CheckContext, GuaranteeViolation, Scenario
 from statecraft.engine.crash import CrashPlan, FaultKind, IoGate, IoRecord, SimulatedCrash
 from statecraft.engine.spec import Guarantee, Spec
 from statecraft.engine.trace import TraceEvent, format_trace
+from statecraft.proofs.scenario import CheckContext, GuaranteeViolation, Scenario
 from statecraft.storage.sim import CrashKind, SimWorld
 from statecraft.storage.simfs import LossChoice
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import attrs
 
-from statecraft.checkpoint.harness import save_scenarios
-from statecraft.crash import ExploreOptions, Scenario, ScenarioReport, explore
 from statecraft.engine import Spec, load_spec
+from statecraft.proofs import ExploreOptions, Scenario, ScenarioReport, explore
+from statecraft.proofs.save_scenarios import save_scenarios
 from statecraft.resources import spec_path
 
 __all__ = ["CRASHCHECK_SCENARIOS", "crashcheck", "run_crashcheck"]
@@ -99,7 +99,7 @@ def crashcheck(
 
 
 def run_crashcheck(args: argparse.Namespace) -> int:
-    from statecraft.cli import emit
+    from statecraft.cli.envelope import emit
 
     if args.machine and args.machine not in CRASHCHECK_SCENARIOS:
         return emit(

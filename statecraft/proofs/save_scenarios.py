@@ -5,7 +5,7 @@ Each scenario runs the production save machine with its production bindings over
 production ``LocalStore``, acting on a :class:`~statecraft.storage.SimWorld` disk. Recovery
 is what a restarted training process does: ``resume=auto`` (the production resume machine,
 loading into real torch objects), then the retry of the interrupted save, then another
-``resume=auto``. The checks in :mod:`statecraft.checkpoint.checks` prove ``specs/save.toml``
+``resume=auto``. The checks in :mod:`statecraft.proofs.save_checks` prove ``specs/save.toml``
 and ``specs/resume.toml`` on the result.
 """
 
@@ -19,9 +19,9 @@ import torch
 
 from statecraft.checkpoint.layout import LATEST_POINTER, iter_dirname
 from statecraft.checkpoint.machines import load_machine
-from statecraft.checkpoint.resume import ResumeContext, ResumeResult, Tracked
-from statecraft.checkpoint.save import SaveContext, full_save_plan
 from statecraft.checkpoint.trainer_state import TrainerState
+from statecraft.checkpoint.transactions.resume import ResumeContext, ResumeResult, Tracked
+from statecraft.checkpoint.transactions.save import SaveContext, full_save_plan
 from statecraft.engine import CrashPlan, Machine, RunResult
 from statecraft.storage.base import Store
 from statecraft.storage.sim import SimWorld

@@ -33,11 +33,11 @@ from statecraft.checkpoint.layout import (
 )
 from statecraft.checkpoint.manifest import Manifest
 from statecraft.checkpoint.rng import restore_rank_rng
-from statecraft.checkpoint.save import FULL_COMPONENTS, read_manifest
 from statecraft.checkpoint.trainer_state import TrainerState, UpdateClocks, check_scheduler_identity
-from statecraft.collectives import Collective, SingleProcess
+from statecraft.checkpoint.transactions.save import FULL_COMPONENTS, read_manifest
 from statecraft.engine import Bindings
 from statecraft.errors import CheckpointCorruptError, CheckpointError, ResumeError
+from statecraft.parallel.collectives import Collective, SingleProcess
 from statecraft.storage.base import Store
 from statecraft.storage.local import LocalStore
 from statecraft.writers.consolidated import ConsolidatedWriter

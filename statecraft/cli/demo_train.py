@@ -2,7 +2,7 @@
 
 ::
 
-    python -m statecraft.demo_train --out DIR --steps N --save-every K [--seed S]
+    python -m statecraft.cli.demo_train --out DIR --steps N --save-every K [--seed S]
 
 A small real training run (an MLP with dropout on synthetic regression data, AdamW, a warmup +
 cosine ``LambdaLR``, a shuffled data source) checkpointed through the public API with
@@ -259,9 +259,9 @@ def _positive(text: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m statecraft.demo_train``."""
+    """Entry point of ``python -m statecraft.cli.demo_train``."""
     parser = argparse.ArgumentParser(
-        prog="python -m statecraft.demo_train", description=__doc__.split("\n\n")[0]
+        prog="python -m statecraft.cli.demo_train", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("--out", required=True, help="output root of the run")
     parser.add_argument("--steps", type=_positive, required=True, help="optimizer steps in total")

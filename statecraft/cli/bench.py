@@ -15,7 +15,7 @@ Targets (DESIGN.md §7): save >= 0.9x raw; resume peak RSS increase <= 1.2x the 
 Nothing here asserts a speed; tests only check the shape of the output.
 
 Example:
-    >>> from statecraft.bench import measure_engine
+    >>> from statecraft.cli.bench import measure_engine
     >>> measure_engine(transitions=200)["chains"][0]["us_per_transition"] > 0
     True
 """
@@ -295,7 +295,7 @@ def _resume_rss_child(output_root: str, size_mib: int) -> dict[str, Any]:
 
 def _resume_rss(output_root: str, size_mib: int) -> dict[str, Any]:
     code = (
-        "import json, sys; from statecraft.bench import _resume_rss_child; "
+        "import json, sys; from statecraft.cli.bench import _resume_rss_child; "
         "print(json.dumps(_resume_rss_child(sys.argv[1], int(sys.argv[2]))))"
     )
     proc = subprocess.run(
@@ -508,7 +508,7 @@ def format_save(data: dict) -> str:
 
 def run_bench_save(args: argparse.Namespace) -> int:
     """``statecraft bench save``: print :func:`measure_save` as a table or the JSON envelope."""
-    from statecraft.cli import emit
+    from statecraft.cli.envelope import emit
 
     data = measure_save(size_mib=args.size_mib, directory=args.dir, repeat=args.repeat)
     return emit("bench save", as_json=args.json, data=data, text=format_save(data))
@@ -547,7 +547,7 @@ def _sim_save_runs(runs: int) -> dict[str, Any]:
     import torch
 
     from statecraft.checkpoint.machines import load_machine
-    from statecraft.checkpoint.save import SaveContext, full_save_plan
+    from statecraft.checkpoint.transactions.save import SaveContext, full_save_plan
     from statecraft.storage import SimWorld
 
     machine = load_machine("save")
@@ -659,7 +659,7 @@ def format_engine(data: dict) -> str:
 
 def run_bench_engine(args: argparse.Namespace) -> int:
     """``statecraft bench engine``: print :func:`measure_engine` as a table or JSON."""
-    from statecraft.cli import emit
+    from statecraft.cli.envelope import emit
 
     data = measure_engine(transitions=args.transitions)
     return emit("bench engine", as_json=args.json, data=data, text=format_engine(data))

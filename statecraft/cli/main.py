@@ -15,117 +15,14 @@ Subcommands:
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
 
+from statecraft.cli.envelope import emit
 from statecraft.errors import StatecraftError
 
-__all__ = ["RESULT_VERSION", "emit", "main"]
-
-RESULT_VERSION = 1
-
-
-def emit(
-    command: str,
-    *,
-    as_json: bool,
-    data: Any = None,
-    errors: Sequence[tuple[str, str]] = (),
-    exit_code: int = 0,
-    text: str = "",
-) -> int:
-    """Print the result (human text or the JSON envelope) and return the exit code."""
-    if as_json:
-        envelope = {
-            "result_version": RESULT_VERSION,
-            "command": command,
-            "status": "ok" if exit_code == 0 else "error",
-            "exit_code": exit_code,
-            "data": data,
-            "errors": [{"code": c, "message": m} for c, m in errors],
-        }
-        print(json.dumps(envelope, indent=1, default=str))
-    else:
-        if text:
-            print(text.rstrip("\n"))
-        for _, message in errors:
-            print(f"error: {message}", file=sys.stderr)
-    return exit_code
-
-
-def _machines_check(args: argparse.Namespace) -> int:
-    from statecraft.checkpoint.machines import MACHINE_BINDINGS, shipped_machine_names
-    from statecraft.engine import load_table, table_problems
-    from statecraft.resources import machine_path
-
-    data: dict[str, Any] = {}
-    errors: list[tuple[str, str]] = []
-    lines = []
-    for name in shipped_machine_names():
-        path = machine_path(name)
-        try:
-            table = load_table(path)
-            bindings = MACHINE_BINDINGS[name]() if name in MACHINE_BINDINGS else None
-            problems = table_problems(table, bindings)
-            if bindings is None:
-                problems.append(f"no bindings registered for machine {name!r}")
-        except StatecraftError as exc:
-            problems = [str(exc)]
-            table = None
-        data[name] = {
-            "path": str(path),
-            "problems": problems,
-            "states": len(table.states) if table else None,
-            "transitions": len(table.transitions) if table else None,
-        }
-        if problems:
-            errors.extend(("machine_definition", f"{path}: {p}") for p in problems)
-            lines.append(f"FAIL {name} ({path})")
-            lines.extend(f"  - {p}" for p in problems)
-        else:
-            lines.append(
-                f"ok   {name}: {data[name]['states']} states, "
-                f"{data[name]['transitions']} transitions ({path})"
-            )
-    return emit(
-        "machines check",
-        as_json=args.json,
-        data=data,
-        errors=errors,
-        exit_code=1 if errors else 0,
-        text="\n".join(lines),
-    )
-
-
-def _machines_draw(args: argparse.Namespace) -> int:
-    from statecraft.engine import load_table, render_mermaid
-    from statecraft.resources import machine_path
-
-    path = machine_path(args.name)
-    if not path.exists():
-        from statecraft.checkpoint.machines import shipped_machine_names
-
-        return emit(
-            "machines draw",
-            as_json=args.json,
-            exit_code=2,
-            errors=[
-                (
-                    "unknown_machine",
-                    f"no machine {args.name!r}; shipped: {', '.join(shipped_machine_names())}",
-                )
-            ],
-        )
-    diagram = render_mermaid(load_table(path))
-    return emit(
-        "machines draw",
-        as_json=args.json,
-        data={"name": args.name, "mermaid": diagram},
-        text=diagram,
-    )
+__all__ = ["build_parser", "main"]
 
 
 def _lazy(module: str, function: str) -> Callable[[argparse.Namespace], int]:
@@ -146,11 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
     msub = machines.add_subparsers(dest="machines_command", required=True)
     check = msub.add_parser("check", help="static checks of every shipped table")
     check.add_argument("--json", action="store_true")
-    check.set_defaults(func=_machines_check)
+    check.set_defaults(func=_lazy("statecraft.cli.machines", "run_machines_check"))
     draw = msub.add_parser("draw", help="mermaid diagram of one table")
     draw.add_argument("name")
     draw.add_argument("--json", action="store_true")
-    draw.set_defaults(func=_machines_draw)
+    draw.set_defaults(func=_lazy("statecraft.cli.machines", "run_machines_draw"))
 
     crash = sub.add_parser("crashcheck", help="crash every transaction at every I/O boundary")
     crash.add_argument("--machine", help="only this machine (default: all with scenarios)")
@@ -162,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     crash.add_argument("--seed", type=int, default=0)
     crash.add_argument("--json", action="store_true")
-    crash.set_defaults(func=_lazy("statecraft.crashcheck", "run_crashcheck"))
+    crash.set_defaults(func=_lazy("statecraft.cli.crashcheck", "run_crashcheck"))
 
     demo = sub.add_parser("demo", help="train, SIGKILL, resume, and prove bit-exact resume")
     demo.add_argument("--out", help="output root (default: a new temporary directory)")
@@ -171,13 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=None, help="seed for the kill point")
     demo.add_argument("--kills", type=int, default=2, help="SIGKILLs before completion (default 2)")
     demo.add_argument("--json", action="store_true")
-    demo.set_defaults(func=_lazy("statecraft.demo", "run_demo"))
+    demo.set_defaults(func=_lazy("statecraft.cli.demo", "run_demo"))
 
     inspect = sub.add_parser("inspect", help="list attempts and checkpoints under PATH")
     inspect.add_argument("path")
     inspect.add_argument("--verify", action="store_true", help="verify every file's digest")
     inspect.add_argument("--json", action="store_true")
-    inspect.set_defaults(func=_lazy("statecraft.inspect", "run_inspect"))
+    inspect.set_defaults(func=_lazy("statecraft.cli.inspect", "run_inspect"))
 
     bench = sub.add_parser("bench", help="benchmarks (ratios against in-process baselines)")
     bsub = bench.add_subparsers(dest="bench_command", required=True)
@@ -186,11 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
     bsave.add_argument("--dir", help="directory to write in (default: a temporary one)")
     bsave.add_argument("--repeat", type=int, default=2, help="runs per measurement (best kept)")
     bsave.add_argument("--json", action="store_true")
-    bsave.set_defaults(func=_lazy("statecraft.bench", "run_bench_save"))
+    bsave.set_defaults(func=_lazy("statecraft.cli.bench", "run_bench_save"))
     bengine = bsub.add_parser("engine", help="engine overhead per transition")
     bengine.add_argument("--transitions", type=int, default=20000)
     bengine.add_argument("--json", action="store_true")
-    bengine.set_defaults(func=_lazy("statecraft.bench", "run_bench_engine"))
+    bengine.set_defaults(func=_lazy("statecraft.cli.bench", "run_bench_engine"))
     return parser
 
 

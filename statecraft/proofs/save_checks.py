@@ -3,7 +3,7 @@
 They judge the disk with an independent oracle: they read the raw bytes of the simulated
 disk, parse the manifest JSON themselves and hash every file themselves, instead of calling
 the production verification they are meant to judge. Each raises
-:class:`~statecraft.crash.GuaranteeViolation` with what it found.
+:class:`~statecraft.proofs.GuaranteeViolation` with what it found.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import hashlib
 import json
 import re
 
-from statecraft.checkpoint.harness import CHECKPOINTS_ROOT, Recovery, SaveScenario
-from statecraft.crash.scenario import CheckContext, GuaranteeViolation
+from statecraft.proofs.save_scenarios import CHECKPOINTS_ROOT, Recovery, SaveScenario
+from statecraft.proofs.scenario import CheckContext, GuaranteeViolation
 from statecraft.storage.sim import SimWorld
 
 __all__ = [

@@ -1,6 +1,6 @@
 """The crash explorer used by ``tests/`` and by ``statecraft crashcheck``."""
 
-from statecraft.crash.explorer import (
+from statecraft.proofs.explorer import (
     CrashPoint,
     ExploreOptions,
     ScenarioReport,
@@ -12,7 +12,7 @@ from statecraft.crash.explorer import (
     reference_run,
     run_to_crash,
 )
-from statecraft.crash.scenario import CheckContext, GuaranteeViolation, Scenario
+from statecraft.proofs.scenario import CheckContext, GuaranteeViolation, Scenario
 
 __all__ = [
     "CheckContext",

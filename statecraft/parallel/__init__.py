@@ -1,0 +1,1 @@
+"""Rank coordination: collectives over torch.distributed or a single process."""
