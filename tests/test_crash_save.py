@@ -10,9 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statecraft.proofs.save_scenarios import CHECKPOINTS_ROOT, SaveScenario, save_scenarios
 from statecraft.checkpoint.machines import MACHINE_BINDINGS, load_machine
 from statecraft.checkpoint.transactions.resume import verify_checkpoint
+from statecraft.cli.crashcheck import crashcheck
+from statecraft.engine import Bindings, Machine, load_spec, parse_table
 from statecraft.proofs import (
     ExploreOptions,
     check_crash_state,
@@ -21,8 +22,7 @@ from statecraft.proofs import (
     reference_run,
     run_to_crash,
 )
-from statecraft.cli.crashcheck import crashcheck
-from statecraft.engine import Bindings, Machine, load_spec, parse_table
+from statecraft.proofs.save_scenarios import CHECKPOINTS_ROOT, SaveScenario, save_scenarios
 from statecraft.resources import machine_path, spec_path
 from statecraft.storage import CrashKind, LocalStore, LossChoice, SimWorld
 

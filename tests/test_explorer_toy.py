@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 from toy_replace import RIGHT, SPEC, WRONG, ReplaceScenario
 
+from statecraft.engine import CrashPlan, format_trace
 from statecraft.proofs import (
     CrashPoint,
     ExploreOptions,
@@ -28,7 +29,6 @@ from statecraft.proofs import (
     reference_run,
     run_to_crash,
 )
-from statecraft.engine import CrashPlan, format_trace
 from statecraft.storage import CrashKind, LossChoice
 
 ALL = ExploreOptions(max_violations=1000)

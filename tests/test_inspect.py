@@ -456,8 +456,8 @@ class TestReadOnly:
 
     def test_store_refuses_writes(self, out: Path) -> None:
         """The store inspect reads through refuses every mutating operation."""
-        from statecraft.errors import StoreError
         from statecraft.cli.inspect import _ReadOnlyFilesystem
+        from statecraft.errors import StoreError
         from statecraft.storage.local import LocalStore
 
         store = LocalStore(str(ckpt_dir(out)), fs=_ReadOnlyFilesystem())

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import attrs
 
-from statecraft.proofs import CheckContext, GuaranteeViolation
 from statecraft.engine import Bindings, CrashPlan, Machine, RunResult, load_spec, load_table
+from statecraft.proofs import CheckContext, GuaranteeViolation
 from statecraft.storage import LocalStore, SimWorld
 
 HERE = Path(__file__).parent / "toy"

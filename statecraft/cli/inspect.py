@@ -14,9 +14,10 @@ a ``checkpoints/`` dir, or one ``iter_*`` dir. For every checkpoints dir it repo
 with its files and sizes, what ``latest_checkpoint.txt`` names (or that it is missing, garbage
 or dangling), and which iteration ``resume=auto`` would adopt, listing every newer one it passes
 over with the reason. Classification is exactly resume's: it calls
-:func:`~statecraft.checkpoint.transactions.resume.verify_checkpoint` (level ``"digest"`` with ``--verify``,
-``"size"`` without) on :func:`~statecraft.checkpoint.transactions.resume.list_iterations`, so a checkpoint
-shown ``committed`` is one resume (at that verification level) would accept.
+:func:`~statecraft.checkpoint.transactions.resume.verify_checkpoint` (level ``"digest"``
+with ``--verify``, ``"size"`` without) on
+:func:`~statecraft.checkpoint.transactions.resume.list_iterations`, so a checkpoint shown
+``committed`` is one resume (at that verification level) would accept.
 
 Exit status: 0 when PATH holds a checkpoints layout (whatever state the checkpoints are in);
 1 when PATH does not exist or holds no checkpoints layout. ``--json`` prints the same data in

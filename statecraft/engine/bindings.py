@@ -32,6 +32,9 @@ class Bindings:
     effects: Mapping[str, Effect] = attrs.field(factory=dict)
     guards: Mapping[str, Guard] = attrs.field(factory=dict)
     observers: Mapping[str, Observer] = attrs.field(factory=dict)
+    #: effect name -> ``Role`` (``statecraft.engine.tagging``); an effect without an entry
+    #: runs on the coordinator.
+    roles: Mapping[str, Any] = attrs.field(factory=dict)
 
     def merged(self, other: Bindings) -> Bindings:
         """A new ``Bindings`` with ``other``'s entries overriding this one's (used by tests to
@@ -40,4 +43,5 @@ class Bindings:
             effects={**self.effects, **other.effects},
             guards={**self.guards, **other.guards},
             observers={**self.observers, **other.observers},
+            roles={**self.roles, **other.roles},
         )

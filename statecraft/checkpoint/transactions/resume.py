@@ -19,6 +19,7 @@ import hashlib
 import logging
 import mmap
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from statecraft.checkpoint.rng import restore_rank_rng
 from statecraft.checkpoint.trainer_state import TrainerState, UpdateClocks, check_scheduler_identity
 from statecraft.checkpoint.transactions.save import FULL_COMPONENTS, read_manifest
 from statecraft.engine import Bindings
+from statecraft.engine.tagging import Role, collect_bindings, effect, guard
 from statecraft.errors import CheckpointCorruptError, CheckpointError, ResumeError
 from statecraft.parallel.collectives import Collective, SingleProcess
 from statecraft.storage.base import Store
@@ -233,18 +235,22 @@ class ResumeContext:
 
 
 # ------------------------------------------------------------------------------ guards
+@guard()
 def resume_off(ctx: ResumeContext) -> bool:
     return ctx.mode == "off"
 
 
+@guard()
 def resume_explicit(ctx: ResumeContext) -> bool:
     return ctx.mode == "explicit"
 
 
+@guard()
 def resume_auto(ctx: ResumeContext) -> bool:
     return ctx.mode == "auto"
 
 
+@guard()
 def has_candidate(ctx: ResumeContext) -> bool:
     return bool(ctx.candidates)
 
@@ -264,6 +270,7 @@ def _on_rank_zero(ctx: ResumeContext, fn: Any) -> Any:
     return value
 
 
+@effect(role=Role.COORDINATOR)
 def list_candidates(ctx: ResumeContext) -> None:
     """Collect the attempt's iterations, newest first, and note a bad latest pointer."""
 
@@ -301,6 +308,7 @@ def list_candidates(ctx: ResumeContext) -> None:
         )
 
 
+@effect(role=Role.COORDINATOR)
 def verify_next_candidate(ctx: ResumeContext) -> None:
     """Verify the newest remaining candidate; on failure record why it was passed over."""
     iteration = ctx.candidates.pop(0)
@@ -342,6 +350,7 @@ def _resolve_explicit(path_text: str) -> tuple[Store, int | None, str]:
     )
 
 
+@effect(role=Role.COORDINATOR)
 def verify_explicit(ctx: ResumeContext) -> None:
     """Verify the explicitly named checkpoint; any problem fails the resume (no fallback)."""
 
@@ -385,6 +394,7 @@ def _component(
     return ctx.writer.read(chosen.store, chosen.path(file_name), mmap=mmap)
 
 
+@effect(role=Role.EVERY_RANK)
 def load_checkpoint(ctx: ResumeContext) -> None:
     """Load the verified checkpoint into the tracked objects, validating identities first.
 
@@ -476,6 +486,7 @@ def _load_data(ctx: ResumeContext, chosen: VerifiedCheckpoint) -> str:
     return "restored"
 
 
+@effect(role=Role.EVERY_RANK)
 def start_fresh(ctx: ResumeContext) -> None:
     """No checkpoint is adopted: training starts at step 0."""
     reason = ctx.fresh_reason or "resume=off: starting fresh in a new attempt"
@@ -484,19 +495,5 @@ def start_fresh(ctx: ResumeContext) -> None:
 
 
 def resume_bindings() -> Bindings:
-    """The bindings of ``machines/resume.toml``."""
-    return Bindings(
-        effects={
-            "list_candidates": list_candidates,
-            "verify_next_candidate": verify_next_candidate,
-            "verify_explicit": verify_explicit,
-            "load_checkpoint": load_checkpoint,
-            "start_fresh": start_fresh,
-        },
-        guards={
-            "resume_off": resume_off,
-            "resume_explicit": resume_explicit,
-            "resume_auto": resume_auto,
-            "has_candidate": has_candidate,
-        },
-    )
+    """The bindings of this module's table, collected from the tags above."""
+    return collect_bindings(sys.modules[__name__])

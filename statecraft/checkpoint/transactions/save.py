@@ -8,6 +8,7 @@ acts on a store; it never decides the order. See ``specs/save.toml`` for the gua
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -28,6 +29,7 @@ from statecraft.checkpoint.manifest import (
     decode_manifest,
 )
 from statecraft.engine import Bindings
+from statecraft.engine.tagging import Role, collect_bindings, effect, observer
 from statecraft.errors import (
     CheckpointCorruptError,
     CheckpointError,
@@ -126,6 +128,7 @@ def _latest_iteration(store: Store) -> int | None:
 
 
 # ----------------------------------------------------------------------------- observe
+@observer()
 def observe_save(ctx: SaveContext) -> str:
     """Classify durable storage for this plan's iteration (the table's ``[recover]`` keys)."""
     if ctx.store.stat(ctx.iter_dir) is None:
@@ -142,6 +145,7 @@ def observe_save(ctx: SaveContext) -> str:
 
 
 # ----------------------------------------------------------------------------- effects
+@effect(role=Role.COORDINATOR)
 def prepare_iteration(ctx: SaveContext) -> None:
     """Clear uncommitted leftovers of this iteration (never adopted) and create its directory."""
     sweep = getattr(ctx.store, "sweep_temporaries", None)
@@ -159,16 +163,19 @@ def _write_files(ctx: SaveContext, names: tuple[str, ...]) -> None:
             ctx.records[name] = ctx.writer.write(ctx.store, ctx.path(name), ctx.payloads[name]())
 
 
+@effect(role=Role.COORDINATOR)
 def write_components(ctx: SaveContext) -> None:
     """Write the bulk component files (``model.pt``, ``optim.pt``), each durable."""
     _write_files(ctx, BULK_FILES)
 
 
+@effect(role=Role.COORDINATOR)
 def write_control(ctx: SaveContext) -> None:
     """Write the control state (``trainer.pt``, ``data.pt``), each durable."""
     _write_files(ctx, CONTROL_FILES)
 
 
+@effect(role=Role.COORDINATOR)
 def commit_manifest(ctx: SaveContext) -> None:
     """Publish the manifest by exclusive create: the iteration is now an immutable commit."""
     missing = sorted(set(ctx.plan.files) - set(ctx.records))
@@ -191,11 +198,13 @@ def commit_manifest(ctx: SaveContext) -> None:
         raise
 
 
+@effect(role=Role.COORDINATOR)
 def advance_latest(ctx: SaveContext) -> None:
     """Point ``latest_checkpoint.txt`` at this iteration (atomic replace)."""
     ctx.store.write_atomic(LATEST_POINTER, format_latest(ctx.plan.iteration))
 
 
+@effect(role=Role.COORDINATOR)
 def reconcile_committed(ctx: SaveContext) -> None:
     """A retry at a committed iteration: the plan must match and the files must be there;
     leftover writer temporaries (never part of the commit) are removed, and the iteration is
@@ -236,12 +245,14 @@ def reconcile_committed(ctx: SaveContext) -> None:
     )
 
 
+@effect(role=Role.COORDINATOR)
 def refuse_corrupt(ctx: SaveContext) -> None:
     """The iteration holds a manifest that does not parse: refuse to touch it."""
     read_manifest(ctx.store, ctx.plan.iteration)  # raises with the precise problem
     raise CheckpointCorruptError(ctx.iter_dir, "manifest changed while saving", "Retry the save.")
 
 
+@effect(role=Role.COORDINATOR)
 def discard_partial(ctx: SaveContext) -> None:
     """After a failed write: remove this iteration's files so a full disk is not left fuller.
 
@@ -256,17 +267,5 @@ def discard_partial(ctx: SaveContext) -> None:
 
 
 def save_bindings() -> Bindings:
-    """The bindings of ``machines/save.toml``."""
-    return Bindings(
-        effects={
-            "prepare_iteration": prepare_iteration,
-            "write_components": write_components,
-            "write_control": write_control,
-            "commit_manifest": commit_manifest,
-            "advance_latest": advance_latest,
-            "reconcile_committed": reconcile_committed,
-            "refuse_corrupt": refuse_corrupt,
-            "discard_partial": discard_partial,
-        },
-        observers={"observe_save": observe_save},
-    )
+    """The bindings of this module's table, collected from the tags above."""
+    return collect_bindings(sys.modules[__name__])
