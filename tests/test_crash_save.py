@@ -84,7 +84,7 @@ def _resume_adopting_unverified() -> Machine:
         try:
             ctx.chosen = r.verify_checkpoint(ctx.store, iteration, level="size")
         except Exception:
-            from statecraft.checkpoint.trainer_state import TrainerState
+            from statecraft.checkpoint.state import TrainerState
 
             name = f"iter_{iteration:09d}"
             payload = ctx.writer.read(ctx.store, f"{name}/trainer.pt", mmap=False)

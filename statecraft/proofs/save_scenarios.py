@@ -19,7 +19,7 @@ import torch
 
 from statecraft.checkpoint.layout import LATEST_POINTER, iter_dirname
 from statecraft.checkpoint.machines import load_machine
-from statecraft.checkpoint.trainer_state import TrainerState
+from statecraft.checkpoint.state import TrainerState
 from statecraft.checkpoint.transactions.resume import ResumeContext, ResumeResult, Tracked
 from statecraft.checkpoint.transactions.save import SaveContext, full_save_plan
 from statecraft.engine import CrashPlan, Machine, RunResult

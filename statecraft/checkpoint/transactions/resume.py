@@ -33,8 +33,12 @@ from statecraft.checkpoint.layout import (
     parse_latest,
 )
 from statecraft.checkpoint.manifest import Manifest
-from statecraft.checkpoint.rng import restore_rank_rng
-from statecraft.checkpoint.trainer_state import TrainerState, UpdateClocks, check_scheduler_identity
+from statecraft.checkpoint.state import (
+    TrainerState,
+    UpdateClocks,
+    check_scheduler_identity,
+    restore_rank_rng,
+)
 from statecraft.checkpoint.transactions.save import FULL_COMPONENTS, read_manifest
 from statecraft.engine import Bindings
 from statecraft.engine.tagging import Role, collect_bindings, effect, guard
