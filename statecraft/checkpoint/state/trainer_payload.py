@@ -318,11 +318,13 @@ class TrainerState:
 
         def count(name: str, default: int | None) -> int | None:
             """The counter ``name``, its legacy default when absent, None when malformed."""
-            value = payload.get(name, default)
-            if name in payload and (not is_int(value) or value < 0):
+            if name not in payload:
+                return default
+            value: Any = payload[name]
+            if not is_int(value) or value < 0:
                 problems.append(f"{name}: expected an int >= 0; got {describe(value)}")
                 return None
-            return value
+            return int(value)
 
         step, alias = count("optimizer_step", None), count("iter", None)
         if "optimizer_step" not in payload and "iter" not in payload:
@@ -333,13 +335,14 @@ class TrainerState:
                 "they are the same clock and must agree"
             )
         step = alias if step is None else step
-        clocks = {
+        counted = {
             "optimizer_step": step,
             "attempt_id": count("attempt_id", step),
             "skips_total": count("skips_total", 0),
             "skips_consecutive": count("skips_consecutive", 0),
         }
-        if None not in clocks.values():
+        clocks = {name: value for name, value in counted.items() if value is not None}
+        if len(clocks) == len(counted):
             problems += clock_problems(**clocks)
         if "open_microbatches" in payload:
             open_mb = payload["open_microbatches"]
