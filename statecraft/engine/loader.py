@@ -6,6 +6,7 @@ The file format (documented in ``docs/machines.md``)::
     doc = "Replace a file atomically."
     initial = "planned"
     observe = "observe_replace"          # binding that classifies durable storage
+    bindings = "myproject.replace"       # module whose tagged functions bind the names
 
     [states]
     planned   = { doc = "nothing written yet" }
@@ -45,6 +46,7 @@ _TOP_KEYS = {
     "doc",
     "initial",
     "observe",
+    "bindings",
     "states",
     "transitions",
     "observations",
@@ -98,6 +100,15 @@ def parse_table(data: dict[str, Any], *, source: str = "<table>") -> MachineTabl
     observe = data.get("observe")
     if observe is not None:
         _expect(problems, "observe", observe, str, "the name of an observation binding")
+    bindings = data.get("bindings")
+    if bindings is not None:
+        _expect(
+            problems,
+            "bindings",
+            bindings,
+            str,
+            "the dotted name of the module whose tagged functions bind this table",
+        )
 
     states: list[StateSpec] = []
     raw_states = data.get("states")
@@ -188,4 +199,5 @@ def parse_table(data: dict[str, Any], *, source: str = "<table>") -> MachineTabl
         observations=observations,
         recover=recover,
         observe=observe,
+        bindings=bindings,
     )
