@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 
-from statecraft.engine import Bindings, Machine, load_table
-from statecraft.engine import registry
+from statecraft.engine import Bindings, Machine, load_table, registry
 from statecraft.errors import StatecraftError
 from statecraft.resources import machine_path, machines_dir
 
@@ -42,7 +41,8 @@ def machine_bindings(name: str) -> Bindings:
     path = machine_path(name)
     if not path.is_file():
         raise StatecraftError(
-            f"no machine {name!r} in {machines_dir()}; shipped: {', '.join(shipped_machine_names())}"
+            f"no machine {name!r} in {machines_dir()}; "
+            f"shipped: {', '.join(shipped_machine_names())}"
         )
     return registry.load_bindings(load_table(path))
 

@@ -131,7 +131,6 @@ def crashcheck(
 
 def run_crashcheck(args: argparse.Namespace) -> int:
     from statecraft.cli.envelope import emit
-
     from statecraft.cli.machines import resolve_dirs
     from statecraft.engine import transaction_names
 
