@@ -23,7 +23,7 @@ from statecraft.engine import Spec, load_spec
 from statecraft.engine.registry import scenarios_factory
 from statecraft.proofs import ExploreOptions, Scenario, ScenarioReport, explore
 
-__all__ = ["MachineReport", "crashcheck", "run_crashcheck"]
+__all__ = ["MachineReport", "crashcheck", "run_crashcheck", "vacuous_errors"]
 
 
 @attrs.frozen
@@ -129,6 +129,20 @@ def crashcheck(
     return out, scenario_reports
 
 
+def vacuous_errors(reports: Sequence[MachineReport]) -> list[tuple[str, str]]:
+    """One ``("vacuous_guarantee", message)`` per guarantee that ran zero checks."""
+    return [
+        (
+            "vacuous_guarantee",
+            f"{r.spec}: guarantee {g} ran 0 checks over {len(r.scenarios)} scenario(s) of "
+            f"machine {r.machine}, so it proves nothing; widen its at/kinds or add a scenario "
+            "that reaches it",
+        )
+        for r in reports
+        for g in r.vacuous
+    ]
+
+
 def run_crashcheck(args: argparse.Namespace) -> int:
     from statecraft.cli.envelope import emit
     from statecraft.cli.machines import resolve_dirs
@@ -177,16 +191,7 @@ def run_crashcheck(args: argparse.Namespace) -> int:
         )
         for v in violations
     ]
-    errors.extend(
-        (
-            "vacuous_guarantee",
-            f"{r.spec}: guarantee {g} ran 0 checks over {len(r.scenarios)} scenario(s) of "
-            f"machine {r.machine}, so it proves nothing; widen its at/kinds or add a scenario "
-            "that reaches it",
-        )
-        for r in reports
-        for g in r.vacuous
-    )
+    errors.extend(vacuous_errors(reports))
     return emit(
         "crashcheck",
         as_json=args.json,
