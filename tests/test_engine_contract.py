@@ -5,15 +5,23 @@ effect at fault, and the fix."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
-from transaction_unit_files import Unit, make_unit  # noqa: F401  (fixture)
+from transaction_unit_files import Unit, unit_factory
 
 from statecraft.cli import main
 from statecraft.engine import contract_problems, load_spec, load_table
 
 SPEC = "specs/swap.toml"
 TABLE = "machines/swap.toml"
+
+
+@pytest.fixture
+def make_unit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Unit]]:
+    """Writes swap units into ``tmp_path``."""
+    yield from unit_factory(tmp_path, monkeypatch)
 
 
 def problems(capsys: pytest.CaptureFixture[str], unit: Unit) -> list[str]:
@@ -143,7 +151,7 @@ class TestGuaranteesExercised:
     def test_scenarios_factory_returns_nothing(self, make_unit, capsys) -> None:
         """A factory returning no scenario leaves every guarantee unexercised."""
         unit = make_unit()
-        unit.edit(f"{{mod}}_scenarios.py", "return [SwapScenario()]", "return []")
+        unit.edit("{mod}_scenarios.py", "return [SwapScenario()]", "return []")
         message = only(problems(capsys, unit))
         assert "returned no scenario, so no guarantee (SWAP-COMPLETE, SWAP-RECOVERS)" in message
         assert "return at least one scenario" in message
@@ -151,7 +159,7 @@ class TestGuaranteesExercised:
     def test_scenarios_factory_raises(self, make_unit, capsys) -> None:
         """A factory that raises is reported with the exception and the fix."""
         unit = make_unit()
-        unit.edit(f"{{mod}}_scenarios.py", "return [SwapScenario()]", "raise OSError('disk')")
+        unit.edit("{mod}_scenarios.py", "return [SwapScenario()]", "raise OSError('disk')")
         message = only(problems(capsys, unit))
         assert "raised OSError: disk; fix the factory" in message
 
@@ -208,7 +216,7 @@ class TestBindings:
     def test_a_name_left_unbound(self, make_unit, capsys) -> None:
         """An effect of the table that the module does not tag is reported."""
         unit = make_unit()
-        unit.edit(f"{{mod}}_bindings.py", "@effect()\ndef switch_pointer", "def switch_pointer")
+        unit.edit("{mod}_bindings.py", "@effect()\ndef switch_pointer", "def switch_pointer")
         message = only(problems(capsys, unit))
         assert str(unit.machines_dir / "swap.toml") in message
         assert (

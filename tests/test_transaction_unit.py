@@ -4,14 +4,22 @@ directory, and ``machines check`` and ``crashcheck`` take it with no edit to the
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
-from transaction_unit_files import NO_FSYNC_WRITE, make_unit  # noqa: F401  (fixture)
+from transaction_unit_files import NO_FSYNC_WRITE, Unit, unit_factory
 
 from statecraft.cli import main
 from statecraft.cli.crashcheck import crashcheck, vacuous_errors
 from statecraft.proofs import ExploreOptions
 from statecraft.storage import CrashKind
+
+
+@pytest.fixture
+def make_unit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Unit]]:
+    """Writes swap units into ``tmp_path``."""
+    yield from unit_factory(tmp_path, monkeypatch)
 
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:

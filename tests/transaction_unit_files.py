@@ -227,10 +227,9 @@ def write_unit(root: Path, *, write_data: str = RIGHT_WRITE) -> Unit:
     return Unit(root, mod)
 
 
-@pytest.fixture
-def make_unit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Unit]]:
-    """A factory writing swap units into ``tmp_path`` (on ``sys.path`` for the test); their
-    modules are forgotten afterwards."""
+def unit_factory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Unit]]:
+    """Body of a ``make_unit`` fixture: yields a factory writing swap units into ``tmp_path``
+    (each on ``sys.path`` for the test); their modules are forgotten afterwards."""
     monkeypatch.syspath_prepend(str(tmp_path))
     made: list[Unit] = []
 
