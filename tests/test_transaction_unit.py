@@ -111,3 +111,30 @@ class TestVacuousGuarantees:
         assert str(unit.specs_dir / "swap.toml") in message
         assert "guarantee SWAP-RECOVERS ran 0 checks" in message
         assert "widen its at/kinds or add a scenario" in message
+
+
+class TestSharedScenarios:
+    def test_two_machines_naming_one_factory_are_explored_once(self, make_unit) -> None:
+        """Specs that name the same scenarios factory share one exploration, and each machine
+        is credited with its own guarantees' checks (as save and resume are)."""
+        unit = make_unit()
+        table = (unit.machines_dir / "swap.toml").read_text()
+        (unit.machines_dir / "twin.toml").write_text(
+            table.replace('name = "swap"', 'name = "twin"')
+        )
+        spec = (unit.specs_dir / "swap.toml").read_text()
+        (unit.specs_dir / "twin.toml").write_text(
+            spec.replace('machine = "swap"', 'machine = "twin"').replace("SWAP-", "TWIN-")
+        )
+        reports, scenario_reports = crashcheck(
+            ["swap", "twin"], ExploreOptions(extra_subsets=0), specs_dir=unit.specs_dir
+        )
+        assert [s.scenario for s in scenario_reports] == ["swap-v1-to-v2"]
+        swap, twin = reports
+        assert swap.crash_states == twin.crash_states == scenario_reports[0].crash_states
+        assert set(swap.checks_by_guarantee) == {"SWAP-COMPLETE", "SWAP-RECOVERS"}
+        assert set(twin.checks_by_guarantee) == {"TWIN-COMPLETE", "TWIN-RECOVERS"}
+        assert (
+            swap.checks_by_guarantee["SWAP-COMPLETE"] == twin.checks_by_guarantee["TWIN-COMPLETE"]
+        )
+        assert swap.checks_run > 0
