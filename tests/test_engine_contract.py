@@ -223,4 +223,6 @@ class TestBindings:
             "effect 'switch_pointer' (used by #1 data_durable --switch_pointer--> committed)"
             in message
         )
-        assert message.endswith("is not bound")
+        assert message.endswith(
+            "is not bound; tag a function @effect('switch_pointer') in the bindings module"
+        )
