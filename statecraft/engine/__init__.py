@@ -1,7 +1,10 @@
-"""The generic engine: transition tables, static checks, the runner, crash injection, rendering.
+"""The generic engine: transition tables, static checks, the runner, crash injection, rendering,
+contracts checked against tables, and the registry that discovers transactions.
 
 This package imports nothing else of statecraft except its error types; the checkpoint
-package binds the effect, guard and observation names that tables use.
+package binds the effect, guard and observation names that tables use. The registry imports
+the modules that tables and specs name (``bindings``, ``scenarios``, ``check``) by their
+dotted names at run time, never statically.
 """
 
 from statecraft.engine.bindings import Bindings
