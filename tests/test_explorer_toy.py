@@ -244,7 +244,7 @@ def power_loss_violations(
     crashed = run_to_crash(scenario, reference.base, point)
     pending = {p.op_id for p in crashed.world.fs.pending_ops()}
     choice = LossChoice("hypothesis", frozenset(kept & pending))
-    violations, checks = check_crash_state(
+    violations, checks, _ = check_crash_state(
         scenario,
         SPEC.guarantees,
         reference.base,
@@ -282,7 +282,7 @@ class TestCheckCrashStateProperty:
                 torn = (data.draw(st.sampled_from(writes)), mode)
                 kept.add(torn[0])
             choice = LossChoice("hypothesis", frozenset(kept), torn)
-        violations, checks = check_crash_state(
+        violations, checks, _ = check_crash_state(
             scenario, SPEC.guarantees, RIGHT_REF.base, crashed, kind, choice, point.label
         )
         assert sum(checks.values()) > 0
