@@ -71,6 +71,9 @@ class DiskView:
 
     files: dict[str, bytes]
     names: tuple[str, ...]
+    _problems: dict[tuple[int, tuple[str, ...]], str | None] = attrs.field(
+        factory=dict, eq=False, repr=False
+    )
 
     @classmethod
     def of(cls, world: SimWorld) -> DiskView:
@@ -86,6 +89,12 @@ class DiskView:
     def problem(self, iteration: int, files: Sequence[str]) -> str | None:
         """Why ``iteration`` is not a complete, intact, loadable checkpoint with exactly the
         plan ``files`` (None if it is)."""
+        key = (iteration, tuple(sorted(files)))
+        if key not in self._problems:
+            self._problems[key] = self._problem(iteration, key[1])
+        return self._problems[key]
+
+    def _problem(self, iteration: int, files: tuple[str, ...]) -> str | None:
         name = iteration_name(iteration)
         raw = self.files.get(f"{name}/{MANIFEST}")
         if raw is None:

@@ -48,6 +48,18 @@ def scenario_of(ctx: CheckContext) -> SaveScenario:
     return ctx.scenario
 
 
+def world_view(ctx: CheckContext) -> DiskView:
+    """The checked world's disk (derived once per state)."""
+    view: DiskView = ctx.memo("world", lambda: DiskView.of(ctx.world))
+    return view
+
+
+def before_view(ctx: CheckContext) -> DiskView:
+    """The disk as the scenario's setup left it (derived once per state)."""
+    view: DiskView = ctx.memo("before", lambda: DiskView.of(ctx.before))
+    return view
+
+
 def _describe(records: Iterable[IoRecord]) -> str:
     return "; ".join(f"#{r.index} {r.op} {r.target}" for r in records)
 
@@ -57,16 +69,13 @@ def latest_names_complete_checkpoint(ctx: CheckContext) -> None:
     """SAVE-LATEST: the pointer, when present, names a complete checkpoint (unless it is the
     very pointer the damaged starting tree held, untouched)."""
     files = scenario_of(ctx).plan_files
-    now, before = DiskView.of(ctx.world), DiskView.of(ctx.before)
+    now, before = world_view(ctx), before_view(ctx)
     if now.pointer_raw() is None:
         return
     if now.pointer_raw() == before.pointer_raw():
-        try:
-            damaged = before.pointer() is None or before.problem(before.pointer(), files)
-        except GuaranteeViolation:
-            damaged = True  # garbage before this save began, untouched by it
-        if damaged:
-            return
+        previous = before.pointer_or_none()  # None: garbage before this save began
+        if previous is None or before.problem(previous, files) is not None:
+            return  # the damaged starting pointer, untouched by this save
     ctx.exercised()
     latest = now.pointer()
     assert latest is not None
@@ -78,11 +87,11 @@ def latest_names_complete_checkpoint(ctx: CheckContext) -> None:
 def latest_never_absent_or_older(ctx: CheckContext) -> None:
     """SAVE-LATEST-MONOTONIC: once the pointer exists it is never absent, and once it names a
     complete checkpoint it never names an older iteration."""
-    before = DiskView.of(ctx.before)
+    before = before_view(ctx)
     if before.pointer_raw() is None:
         return
     ctx.exercised()
-    now = DiskView.of(ctx.world)
+    now = world_view(ctx)
     if now.pointer_raw() is None:
         raise GuaranteeViolation(
             f"{POINTER} existed before the save ({before.pointer_raw()!r}) and is now absent"
@@ -97,7 +106,7 @@ def latest_never_absent_or_older(ctx: CheckContext) -> None:
 
 def committed_iterations_never_rewritten(ctx: CheckContext) -> None:
     """SAVE-IMMUTABLE: every file of an iteration committed before the save is unchanged."""
-    before, after = DiskView.of(ctx.before), DiskView.of(ctx.world)
+    before, after = before_view(ctx), world_view(ctx)
     committed = sorted(committed_files(before))
     prefix = CHECKPOINTS_ROOT + "/"
     for path in committed:
@@ -113,7 +122,7 @@ def committed_files_never_reopened(ctx: CheckContext) -> None:
     """SAVE-NO-REOPEN: no operation of the save (nor of its retry) opens, replaces, links over,
     renames or removes a file (or the directory) of an iteration that was committed when it
     started, even to write identical bytes."""
-    runs = [("the save", ctx.io_log, DiskView.of(ctx.before))]
+    runs = [("the save", ctx.io_log, before_view(ctx))]
     if ctx.phase == "recovered":
         recovery = recovery_of(ctx)
         runs.append(("the retry", recovery.retry_io, recovery.retry_seen))
@@ -160,7 +169,7 @@ def resume_lands_on_previous_or_new(ctx: CheckContext) -> None:
     scenario = scenario_of(ctx)
     recovery = recovery_of(ctx)
     ctx.exercised()
-    before_verified = DiskView.of(ctx.before).verified(scenario.plan_files)
+    before_verified = before_view(ctx).verified(scenario.plan_files)
     previous = max(before_verified) if before_verified else 0
     allowed = {previous, scenario.target}
     resume = recovery.resume
@@ -182,7 +191,7 @@ def acknowledged_save_is_durable(ctx: CheckContext) -> None:
         return
     ctx.exercised()
     scenario = scenario_of(ctx)
-    now = DiskView.of(ctx.world)
+    now = world_view(ctx)
     problem = now.problem(scenario.target, scenario.plan_files)
     if problem is not None or now.pointer() != scenario.target:
         raise GuaranteeViolation(
@@ -197,7 +206,7 @@ def retry_commits_the_save(ctx: CheckContext) -> None:
     scenario = scenario_of(ctx)
     recovery = recovery_of(ctx)
     ctx.exercised()
-    now = DiskView.of(ctx.world)
+    now = world_view(ctx)
     problem = now.problem(scenario.target, scenario.plan_files)
     if problem is not None:
         raise GuaranteeViolation(f"after the retry, {problem}")

@@ -252,23 +252,27 @@ def save_scenarios() -> list[SaveScenario]:
             setup_extra=damage.bit_flip(4, "model.pt"),
         ),
         # Damaged trees, so resume's fallback rules are proven at every crash point. Each
-        # combines a pointer damage with a checkpoint damage (keeping crashcheck fast).
+        # combines a pointer damage with a checkpoint damage, without a data source (fewer
+        # files per save: keeping crashcheck fast).
         SaveScenario(
             "stale-latest-newer-partial",
             target=6,
             previous=(2, 4),
+            with_data=False,
             setup_extra=_damaged(damage.stale_latest(2), damage.newer_partial(8)),
         ),
         SaveScenario(
             "garbage-latest-size-disagrees",
             target=6,
             previous=(2, 4),
+            with_data=False,
             setup_extra=_damaged(damage.garbage_latest(), damage.grown_file(4, "optim.pt")),
         ),
         SaveScenario(
             "dangling-latest-hostile-pickle",
             target=6,
             previous=(2, 4),
+            with_data=False,
             setup_extra=_damaged(damage.dangling_latest(9), damage.hostile_pickle(4, "trainer.pt")),
         ),
     ]

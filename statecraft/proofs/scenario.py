@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import attrs
@@ -81,6 +82,14 @@ class CheckContext:
     choice: str = ""
     io_log: tuple[IoRecord, ...] = ()
     _marks: list[int] = attrs.field(factory=lambda: [0], eq=False, repr=False, alias="marks")
+    _memo: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False, alias="memo")
+
+    def memo(self, key: str, compute: Callable[[], Any]) -> Any:
+        """``compute()``, once per context: checks of one state share what they derive from
+        it (the worlds are not changed while checks run)."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     def exercised(self) -> None:
         """Record that the calling check asserted something substantive in this state."""

@@ -103,6 +103,12 @@ def expected_payloads(
     iteration: int, *, with_data: bool, salt: int = SALT_SETUP
 ) -> dict[str, Callable[[], Any]]:
     """The payloads a training run saves at ``iteration`` (see the module doc)."""
+    return dict(_payloads(iteration, with_data, salt))
+
+
+@functools.lru_cache(maxsize=64)
+def _payloads(iteration: int, with_data: bool, salt: int) -> dict[str, Callable[[], Any]]:
+    """Built once per (iteration, data, salt): serializing never changes the objects."""
     with preserved_rng():
         model = _model()
     with torch.no_grad():
