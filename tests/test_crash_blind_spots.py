@@ -59,6 +59,14 @@ def _violated(scenario: SaveScenario, options: ExploreOptions = FAST) -> set[str
     return explore(scenario, BOTH, options).violated_guarantees()
 
 
+def _caught(scenario: SaveScenario, guarantee: str, message: str) -> None:
+    """``guarantee`` is violated, and one of its violations says ``message``."""
+    report = explore(scenario, BOTH, KILL_ONLY)
+    messages = [v.message for v in report.violations if v.guarantee == guarantee]
+    assert messages, (guarantee, report.violated_guarantees())
+    assert any(message in m for m in messages), messages
+
+
 # ------------------------------------------------------------- vacuous checks, now judged
 def _resume_oldest_first(ctx: Any) -> None:
     resume_tx.list_candidates(ctx)
@@ -81,7 +89,7 @@ class TestVacuousChecks:
             "next-save",
             resume_factory=_with_effects("resume", list_candidates=_resume_oldest_first),
         )
-        assert "RESUME-NEWEST" in _violated(scenario, KILL_ONLY)
+        _caught(scenario, "RESUME-NEWEST", "verified when it ran")
 
     def test_resume_recording_no_reason_violates_resume_reasons(self) -> None:
         """A resume that passes over a corrupt checkpoint without recording it passed
@@ -92,7 +100,7 @@ class TestVacuousChecks:
                 "resume", verify_next_candidate=_resume_forgetting_reasons
             ),
         )
-        assert "RESUME-REASONS" in _violated(scenario, KILL_ONLY)
+        _caught(scenario, "RESUME-REASONS", "but the newer iterations were ['iter_000000004']")
 
     def test_manifest_without_the_full_plan_is_caught(self) -> None:
         """The oracle requires every planned file in the manifest (it once required only
@@ -132,7 +140,7 @@ def test_resume_that_cleans_up_a_corrupt_commit_violates_read_only() -> None:
         "newest-is-corrupt",
         resume_factory=_with_effects("resume", verify_next_candidate=_resume_cleaning_up),
     )
-    assert "RESUME-READ-ONLY" in _violated(scenario, KILL_ONLY)
+    _caught(scenario, "RESUME-READ-ONLY", "resume changed the store: unlink")
 
 
 # ------------------------------------------------------- the pointer never goes backwards
@@ -146,7 +154,11 @@ def test_pointer_replaced_by_delete_then_create_violates_monotonic() -> None:
         "next-save",
         machine_factory=_with_effects("save", advance_latest=_delete_then_create_pointer),
     )
-    assert "SAVE-LATEST-MONOTONIC" in _violated(scenario, KILL_ONLY)
+    _caught(
+        scenario,
+        "SAVE-LATEST-MONOTONIC",
+        "existed before the save (b'iter_000000002\\n') and is now absent",
+    )
 
 
 # ----------------------------------------------- committed files are never opened again
@@ -164,21 +176,25 @@ def _rewrite_committed_with_fresh_payloads(ctx: Any) -> None:
     save_tx.reconcile_committed(ctx)
 
 
-@pytest.mark.parametrize(
-    ("effect", "expected"),
-    [
-        (_rewrite_committed_identically, {"SAVE-NO-REOPEN"}),
-        # the run's payloads carry another salt than the committed ones: the bytes differ
-        (_rewrite_committed_with_fresh_payloads, {"SAVE-NO-REOPEN", "SAVE-IMMUTABLE"}),
-    ],
-)
-def test_rewriting_a_committed_iteration_is_caught(effect: Any, expected: set[str]) -> None:
-    """Rewriting a committed file, even with identical bytes, is seen in the I/O trace."""
+def test_rewriting_a_committed_file_with_identical_bytes_violates_no_reopen() -> None:
+    """The bytes stay the same, so only the I/O trace can tell (SAVE-IMMUTABLE cannot)."""
     scenario = _shipped(
         "retry-commits-pointer-only",
-        machine_factory=_with_effects("save", reconcile_committed=effect),
+        machine_factory=_with_effects("save", reconcile_committed=_rewrite_committed_identically),
     )
-    assert expected <= _violated(scenario, KILL_ONLY)
+    _caught(scenario, "SAVE-NO-REOPEN", "touched committed names: #")
+    assert "SAVE-IMMUTABLE" not in _violated(scenario, KILL_ONLY)
+
+
+def test_rewriting_a_committed_file_with_fresh_payloads_violates_immutable() -> None:
+    """The run's payloads carry another salt than the committed ones: the bytes differ."""
+    scenario = _shipped(
+        "retry-commits-pointer-only",
+        machine_factory=_with_effects(
+            "save", reconcile_committed=_rewrite_committed_with_fresh_payloads
+        ),
+    )
+    assert {"SAVE-NO-REOPEN", "SAVE-IMMUTABLE"} <= _violated(scenario, KILL_ONLY)
 
 
 def test_payloads_differ_between_a_run_and_its_retry() -> None:
@@ -210,7 +226,7 @@ def test_loading_with_weights_only_false_violates_no_code(monkeypatch: pytest.Mo
     scenario = _shipped("dangling-latest-hostile-pickle")
     assert "RESUME-NO-CODE" not in _violated(scenario, KILL_ONLY)
     monkeypatch.setattr(ConsolidatedWriter, "read", _unsafe_read)
-    assert "RESUME-NO-CODE" in _violated(scenario, KILL_ONLY)
+    _caught(scenario, "RESUME-NO-CODE", "executed pickle payloads ['iter_000000004/trainer.pt']")
 
 
 def _world_with_hostile_model() -> SimWorld:
@@ -276,12 +292,17 @@ def _load_skipping_clocks(ctx: Any) -> None:
 
 
 @pytest.mark.parametrize(
-    "effect",
-    [_load_skipping_optimizer, _load_skipping_scheduler, _load_skipping_rng, _load_skipping_clocks],
+    ("effect", "what"),
+    [
+        (_load_skipping_optimizer, "the optimizer differs"),
+        (_load_skipping_scheduler, "the scheduler differs"),
+        (_load_skipping_rng, "the RNG streams differ"),
+        (_load_skipping_clocks, "the clocks differ"),
+    ],
 )
-def test_resume_skipping_a_tracked_object_violates_exact(effect: Any) -> None:
+def test_resume_skipping_a_tracked_object_violates_exact(effect: Any, what: str) -> None:
     scenario = _shipped("next-save", resume_factory=_with_effects("resume", load_checkpoint=effect))
-    assert "RESUME-EXACT" in _violated(scenario, KILL_ONLY)
+    _caught(scenario, "RESUME-EXACT", what)
 
 
 # ------------------------------------------------- an exclusive create never replaces
@@ -295,7 +316,7 @@ def test_exclusive_create_by_rename_violates_exclusive() -> None:
     scenario = _shipped(
         "next-save", store_factory=lambda world: _RenamingStore(CHECKPOINTS_ROOT, fs=world.fs)
     )
-    assert "SAVE-EXCLUSIVE" in _violated(scenario, KILL_ONLY)
+    _caught(scenario, "SAVE-EXCLUSIVE", "by something other than an exclusive link: #")
 
 
 # ------------------------------------------------------- scenarios from damaged trees
@@ -342,7 +363,7 @@ def test_damaged_trees_are_what_they_claim() -> None:
         world = SimWorld()
         scenario.setup(world)
         views[scenario.name] = DiskView.of(world)
-    files = ("data.pt", "model.pt", "optim.pt", "trainer.pt")
+    files = ("model.pt", "optim.pt", "trainer.pt")  # these scenarios track no data source
     stale = views["stale-latest-newer-partial"]
     assert stale.pointer() == 2
     assert stale.verified(files) == [2, 4]
