@@ -12,6 +12,8 @@ import hashlib
 import json
 import re
 
+import xxhash
+
 from statecraft.proofs.save_scenarios import CHECKPOINTS_ROOT, Recovery, SaveScenario
 from statecraft.proofs.scenario import CheckContext, GuaranteeViolation
 from statecraft.storage.sim import SimWorld
@@ -38,6 +40,19 @@ def _tree(world: SimWorld) -> dict[str, bytes]:
     return world.fs.tree(CHECKPOINTS_ROOT)
 
 
+def _recorded_digest(entry: dict) -> str:
+    """The digest a manifest entry records: v2 ``digest.value`` or v1 ``sha256``."""
+    return entry["digest"]["value"] if "digest" in entry else entry["sha256"]
+
+
+def _hex_digest(data: bytes, entry: dict) -> str:
+    """``data`` hashed with the entry's algorithm, computed here (not by statecraft.storage)."""
+    algorithm = entry["digest"]["algorithm"] if "digest" in entry else "sha256"
+    if algorithm == "xxh3_128":
+        return xxhash.xxh3_128_hexdigest(data)
+    return hashlib.new(algorithm, data).hexdigest()
+
+
 def _oracle_problem(tree: dict[str, bytes], iteration: int) -> str | None:
     """Why ``iteration`` is not a complete, intact checkpoint on this disk (None if it is)."""
     name = f"iter_{iteration:09d}"
@@ -56,7 +71,7 @@ def _oracle_problem(tree: dict[str, bytes], iteration: int) -> str | None:
         data = tree.get(f"{name}/{file_name}")
         if data is None:
             return f"{name}/{file_name} is missing"
-        if len(data) != entry["size"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        if len(data) != entry["size"] or _hex_digest(data, entry) != _recorded_digest(entry):
             return f"{name}/{file_name} does not match its manifest ({len(data)} bytes)"
     if "trainer.pt" not in files or "model.pt" not in files:
         return f"{name} manifest lacks trainer.pt or model.pt"
