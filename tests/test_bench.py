@@ -1,4 +1,4 @@
-"""Tests of statecraft.cli.bench through the ``statecraft bench`` command: the shape of the output
+"""Tests of the statecraft.cli.bench package through the ``statecraft bench`` command: the shape of the output
 at a tiny size. No speed is ever asserted (machines here are noisy); only that every number is
 there and positive, and that the benchmark cleans up after itself."""
 
@@ -105,6 +105,33 @@ class TestBenchSave:
             if name == "resume_rss_increase" or (name.endswith("_cold") and value is None):
                 continue  # the increase may round to 0; cold loads need posix_fadvise
             assert positive(value), name
+
+    def test_targets_and_ratio_spread(self, save_run) -> None:
+        """The ratios carry the issue's targets, and each paired-run spread has min <= max."""
+        data = save_run[1]["data"]
+        assert data["ratios"]["save_vs_raw_target"] == 0.95
+        assert data["ratios"]["resume_vs_torch_load_target"] == 0.9
+        spread = data["ratio_spread"]
+        assert set(spread) == {
+            "save_vs_raw",
+            "resume_vs_torch_load",
+            "resume_vs_torch_load_cold",
+        }
+        for name, row in spread.items():
+            if row is None and name.endswith("_cold"):
+                continue  # cold loads need posix_fadvise
+            assert positive(row["min"]), name
+            assert row["min"] <= row["max"], name
+
+    def test_text_table_names_the_targets(self, tmp_path: Path, capsys) -> None:
+        """Without ``--json`` the table states each target with its verdict and the spread."""
+        args = ["bench", "save", "--size-mib", "4", "--repeat", "1", "--dir", str(tmp_path)]
+        assert main(args) == 0
+        text = capsys.readouterr().out
+        assert "save / raw write" in text
+        assert "(target >= 0.95: " in text
+        assert "(target >= 0.9: " in text
+        assert "ratio spread over the 1 paired runs (min .. max):" in text
 
     def test_files_are_removed(self, save_run) -> None:
         """Nothing is left under ``--dir`` after the benchmark."""

@@ -9,8 +9,9 @@ The scheme (DESIGN.md §4, manifest ``statecraft.checkpoint-manifest.v2``):
   stage of a save, slower than the disk it writes to, and a plain SHA-256 cannot be spread over
   threads.
 - **Resume** recomputes that digest (:func:`file_digest`): through an ``mmap`` of the file when
-  the store has a local path, advising the kernel to read ahead of the hashing cursor, so the
-  pages read for hashing are the page-cache pages ``torch.load(mmap=True)`` then maps; through
+  the store has a local path, with a helper thread reading ahead of the hashing cursor (cold
+  files are hashed at disk speed), so the pages read for hashing are the page-cache pages
+  ``torch.load(mmap=True)`` then maps; through
   :meth:`Store.open_read` otherwise, with the next chunk read while the last one is hashed.
 - **SHA-256 stays obtainable**: :func:`file_digests` computes several algorithms in one pass,
   so an archive step that must record SHA-256 per file (the ``.uploaded`` inventory) hashes
@@ -50,7 +51,7 @@ SAVE_ALGORITHM = "xxh3_128"
 ALGORITHMS = {"sha256": 64, "xxh3_128": 32}  # algorithm -> hex digits of its value
 OVERLAP_THRESHOLD = 1 << 20  # chunks at least this large are hashed on the helper thread
 CHUNK_BYTES = 16 << 20  # verification hashes the file in chunks of this size
-READAHEAD_CHUNKS = 4  # ... asking the kernel to read this many chunks ahead of the hasher
+READAHEAD_CHUNKS = 4  # ... while a helper reads up to this many chunks ahead of the hasher
 
 
 class Hasher(Protocol):
@@ -159,9 +160,48 @@ class StreamDigest:
         return next(iter(self.digests().values()))
 
 
+class _ReadAhead:
+    """A helper thread that reads the file with large ``pread`` calls a few chunks ahead of the
+    hasher, so the disk stays busy while the hasher works through pages already cached (a
+    cold mapping otherwise faults one read-around window at a time). It only warms the page
+    cache: the digest is computed from the mapping, whatever the helper manages to do."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self._fd, self._size = fd, size
+        self._cursor = 0  # the hasher's offset
+        self._wake = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        scratch = bytearray(CHUNK_BYTES)
+        for offset in range(0, self._size, CHUNK_BYTES):
+            with self._wake:
+                while not self._stop and offset > self._cursor + READAHEAD_CHUNKS * CHUNK_BYTES:
+                    self._wake.wait()
+                if self._stop:
+                    return
+            try:
+                os.preadv(self._fd, [scratch], offset)
+            except OSError:  # the hasher reads the mapping and meets any real error itself
+                return
+
+    def advance(self, cursor: int) -> None:
+        with self._wake:
+            self._cursor = cursor
+            self._wake.notify()
+
+    def close(self) -> None:
+        with self._wake:
+            self._stop = True
+            self._wake.notify()
+        self._thread.join()
+
+
 def _hash_mapping(local: str, stream: StreamDigest) -> bool:
-    """Hash the file at ``local`` through a read-only mapping; False if it cannot be mapped
-    (the caller falls back to reading through the store)."""
+    """Hash the file at ``local`` through a read-only mapping, with :class:`_ReadAhead`
+    keeping the disk busy; False if it cannot be mapped (the caller reads through the store)."""
     try:
         fd = os.open(local, os.O_RDONLY)
     except OSError:
@@ -174,20 +214,19 @@ def _hash_mapping(local: str, stream: StreamDigest) -> bool:
     except (OSError, ValueError):
         os.close(fd)
         return False
-    os.close(fd)  # the mapping keeps its own reference to the file
-    advise = getattr(mapped, "madvise", None)
+    reader = _ReadAhead(fd, size) if size > CHUNK_BYTES and hasattr(os, "preadv") else None
     try:
         with memoryview(mapped) as view:
-            if advise is not None:
-                advise(mmap.MADV_SEQUENTIAL)
             for offset in range(0, size, CHUNK_BYTES):
-                ahead = offset + READAHEAD_CHUNKS * CHUNK_BYTES
-                if advise is not None and ahead < size:  # keep the disk busy while we hash
-                    advise(mmap.MADV_WILLNEED, ahead, min(CHUNK_BYTES, size - ahead))
+                if reader is not None:
+                    reader.advance(offset)
                 stream.start(view[offset : offset + CHUNK_BYTES])
             stream.join()
     finally:
+        if reader is not None:
+            reader.close()
         mapped.close()
+        os.close(fd)
     return True
 
 
@@ -209,7 +248,7 @@ def file_digests(store: Any, path: str, algorithms: Iterable[str]) -> dict[str, 
     """Digests of the stored file ``path`` for every algorithm in ``algorithms``, in one pass.
 
     A local file (``store.local_path`` is a path) is hashed through ``mmap`` with kernel
-    read-ahead ahead of the hasher; any other store is read with ``store.open_read`` in
+    a helper thread reading ahead of the hasher; any other store is read with ``store.open_read`` in
     16 MiB chunks, each hashed on a helper thread while the next is read.
 
     Args:

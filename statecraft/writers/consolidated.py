@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 from collections.abc import Iterator
-from typing import Any
+from typing import IO, Any, cast
 
 import torch
 
@@ -31,7 +31,7 @@ def _without_zip_crc() -> Iterator[None]:
     except ImportError:  # torch 2.4: no option; the CRC is computed
         yield
         return
-    with config.patch({"save.compute_crc32": False}):
+    with cast(Any, config).patch({"save.compute_crc32": False}):  # a dynamic ConfigModule
         yield
 
 
@@ -50,7 +50,7 @@ class ConsolidatedWriter:
             StoreError: the bytes could not be made durable (nothing was published).
         """
         with _without_zip_crc(), store.open_atomic(path) as writer:
-            torch.save(payload, writer)
+            torch.save(payload, cast(IO[bytes], writer))  # write/flush is all torch.save uses
         return writer.record  # type: ignore[return-value]
 
     def read(self, store: Store, path: str, *, mmap: bool = True) -> Any:
