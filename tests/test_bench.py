@@ -1,5 +1,5 @@
-"""Tests of the statecraft.cli.bench package through the ``statecraft bench`` command: the shape of the output
-at a tiny size. No speed is ever asserted (machines here are noisy); only that every number is
+"""Tests of the statecraft.cli.bench package through the ``statecraft bench`` command: the shape
+of the output at a tiny size. No speed is ever asserted (machines here are noisy); only that every number is
 there and positive, and that the benchmark cleans up after itself."""
 
 from __future__ import annotations
@@ -114,6 +114,7 @@ class TestBenchSave:
         spread = data["ratio_spread"]
         assert set(spread) == {
             "save_vs_raw",
+            "save_vs_raw_writeback",
             "resume_vs_torch_load",
             "resume_vs_torch_load_cold",
         }

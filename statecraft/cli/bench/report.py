@@ -27,6 +27,7 @@ def format_save(data: dict) -> str:
     ]
     for name, row in (
         ("raw write + fsync", s["raw_write_fsync"]),
+        ("raw write + writeback + fsync", s["raw_write_writeback_fsync"]),
         ("torch.save + fsync + rename", s["torch_save_fsync_rename"]),
         ("statecraft Checkpointer.save", sc),
     ):
@@ -66,6 +67,7 @@ def format_save(data: dict) -> str:
         "ratios:",
         f"  save / raw write                 {r['save_vs_raw']:6.2f}  (target >= "
         f"{SAVE_RAW_TARGET}: {_verdict(r['save_vs_raw'] >= SAVE_RAW_TARGET)})",
+        f"  save / raw write + writeback     {r['save_vs_raw_writeback']:6.2f}",
         f"  save / torch.save                {r['save_vs_torch_save']:6.2f}",
         f"  resume / torch.load        warm  {_ratio_text(r['resume_vs_torch_load'])}"
         f"   cold {_ratio_text(r['resume_vs_torch_load_cold'])}  (target >= "
@@ -79,6 +81,7 @@ def format_save(data: dict) -> str:
     lines += ["", f"ratio spread over the {data['repeat']} paired runs (min .. max):"]
     for name, key in (
         ("save / raw write", "save_vs_raw"),
+        ("save / raw write + writeback", "save_vs_raw_writeback"),
         ("resume / torch.load warm", "resume_vs_torch_load"),
         ("resume / torch.load cold", "resume_vs_torch_load_cold"),
     ):

@@ -1,6 +1,7 @@
 """``statecraft bench save``: save and resume of one state against the baselines, same run.
 
-Each repeat runs every contender once, in turn (raw write, ``torch.save``, statecraft; then for
+Each repeat runs every contender once, in turn (raw write, raw write with early writeback,
+``torch.save``, statecraft; then for
 each page-cache state ``torch.load``, ``torch.load(mmap)``, statecraft resume), so a burst of
 load from other processes hits all of them alike. The reported throughput of each is its best
 run; the ratios are best over best, and ``ratio_spread`` gives the smallest and largest ratio
@@ -53,6 +54,7 @@ def _spread(pairs: list[tuple[float, float]]) -> dict[str, float] | None:
 def _saves(model: Any, root: str, repeat: int) -> dict[str, Any]:
     """Interleaved save runs; the last statecraft checkpoint is kept for the loads."""
     raw: list[float] = []
+    raw_wb: list[float] = []
     tsave: list[float] = []
     ours: list[float] = []
     tsave_bytes = 0
@@ -61,6 +63,8 @@ def _saves(model: Any, root: str, repeat: int) -> dict[str, Any]:
     for i in range(repeat):
         with scratch(root, "raw") as d:
             raw.append(raw_write(model, d))
+        with scratch(root, "raw-writeback") as d:
+            raw_wb.append(raw_write(model, d, writeback=True))
         with scratch(root, "torch-save") as d:
             seconds, tsave_bytes = torch_save(model, d)
             tsave.append(seconds)
@@ -79,6 +83,7 @@ def _saves(model: Any, root: str, repeat: int) -> dict[str, Any]:
             shutil.rmtree(out, ignore_errors=True)
     return {
         "raw": raw,
+        "raw_wb": raw_wb,
         "tsave": tsave,
         "tsave_bytes": tsave_bytes,
         "ours": ours,
@@ -153,6 +158,7 @@ def measure_save(*, size_mib: int = 1024, directory: str | None = None, repeat: 
     report = saves["best_report"]
     sc_seconds = best(saves["ours"])
     raw_gbs = rate(nbytes, best(saves["raw"]))
+    raw_wb_gbs = rate(nbytes, best(saves["raw_wb"]))
     tsave_gbs = rate(saves["tsave_bytes"], best(saves["tsave"]))
     sc_gbs = rate(report.bytes_written, sc_seconds)
     loads = {
@@ -175,6 +181,10 @@ def measure_save(*, size_mib: int = 1024, directory: str | None = None, repeat: 
         "repeat": repeat,
         "save": {
             "raw_write_fsync": {"seconds": best(saves["raw"]), "gb_per_s": raw_gbs},
+            "raw_write_writeback_fsync": {
+                "seconds": best(saves["raw_wb"]),
+                "gb_per_s": raw_wb_gbs,
+            },
             "torch_save_fsync_rename": {
                 "seconds": best(saves["tsave"]),
                 "bytes": saves["tsave_bytes"],
@@ -197,6 +207,7 @@ def measure_save(*, size_mib: int = 1024, directory: str | None = None, repeat: 
         "ratios": {
             "save_vs_raw": sc_gbs / raw_gbs,
             "save_vs_raw_target": SAVE_RAW_TARGET,
+            "save_vs_raw_writeback": sc_gbs / raw_wb_gbs,
             "save_vs_torch_save": sc_gbs / tsave_gbs,
             "resume_vs_torch_load": load_ratio("warm", "torch_load"),
             "resume_vs_torch_load_mmap": load_ratio("warm", "torch_load_mmap"),
@@ -208,6 +219,9 @@ def measure_save(*, size_mib: int = 1024, directory: str | None = None, repeat: 
         "ratio_spread": {
             "save_vs_raw": _spread(
                 [(o * per_byte, r) for o, r in zip(saves["ours"], saves["raw"], strict=True)]
+            ),
+            "save_vs_raw_writeback": _spread(
+                [(o * per_byte, r) for o, r in zip(saves["ours"], saves["raw_wb"], strict=True)]
             ),
             "resume_vs_torch_load": load_spread("warm", "torch_load"),
             "resume_vs_torch_load_cold": load_spread("cold", "torch_load"),
