@@ -1,6 +1,6 @@
 """Tests of the statecraft.cli.bench package through the ``statecraft bench`` command: the shape
-of the output at a tiny size. No speed is ever asserted (machines here are noisy); only that every number is
-there and positive, and that the benchmark cleans up after itself."""
+of the output at a tiny size. No speed is ever asserted (machines here are noisy); only that
+every number is there and positive, and that the benchmark cleans up after itself."""
 
 from __future__ import annotations
 
