@@ -30,12 +30,15 @@ import mmap
 import os
 import threading
 from collections.abc import Iterable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 import xxhash
 
 from statecraft.errors import StoreError
+
+if TYPE_CHECKING:  # base.py imports Digest from here
+    from statecraft.storage.base import Store
 
 __all__ = [
     "ALGORITHMS",
@@ -231,20 +234,17 @@ def _hash_mapping(local: str, stream: StreamDigest) -> bool:
 
 
 def _hash_stream(handle: Any, stream: StreamDigest) -> None:
-    """Hash a readable binary handle, reading the next chunk while the last one hashes."""
-    buffers = (bytearray(CHUNK_BYTES), bytearray(CHUNK_BYTES))
-    turn = 0
+    """Hash a readable binary handle, reading the next chunk while the last one hashes (each
+    chunk is a fresh ``bytes`` of at most the file's size, so small files cost little)."""
     while True:
-        buffer = buffers[turn]  # the chunk in flight (if any) hashes the other buffer
-        count = handle.readinto(buffer)
-        if not count:
+        chunk = handle.read(CHUNK_BYTES)
+        if not chunk:
             break
-        stream.start(memoryview(buffer)[:count])
-        turn ^= 1
+        stream.start(chunk)  # joins the previous chunk's hash first
     stream.join()
 
 
-def file_digests(store: Any, path: str, algorithms: Iterable[str]) -> dict[str, Digest]:
+def file_digests(store: Store, path: str, algorithms: Iterable[str]) -> dict[str, Digest]:
     """Digests of the stored file ``path`` for every algorithm in ``algorithms``, in one pass.
 
     A local file (``store.local_path`` is a path) is hashed through ``mmap`` with kernel
@@ -271,7 +271,7 @@ def file_digests(store: Any, path: str, algorithms: Iterable[str]) -> dict[str, 
     return stream.digests()
 
 
-def file_digest(store: Any, path: str, algorithm: str = SAVE_ALGORITHM) -> Digest:
+def file_digest(store: Store, path: str, algorithm: str = SAVE_ALGORITHM) -> Digest:
     """The ``algorithm`` digest of stored file ``path`` (see :func:`file_digests`).
 
     Example:

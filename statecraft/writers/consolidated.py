@@ -1,11 +1,12 @@
 """The consolidated writer: one portable ``torch.save`` file per component.
 
 Files are ordinary ``torch.save`` zip archives, loadable by plain ``torch.load``. Writing goes
-through the store's atomic writer, which computes the SHA-256 from the bytes as they stream out
-(no re-read); the zip's own per-record CRC32 is skipped (``torch.serialization`` option
-``compute_crc32``) because the manifest digest already covers every byte and the CRC pass costs
-a second read of the data. Loading uses ``weights_only=True`` and, when the store has a real
-path, ``mmap=True`` (no copy of the tensors into anonymous memory).
+through the store's atomic writer, which computes the digest (xxh3_128,
+``statecraft.storage.digest``) from the bytes as they stream out (no re-read); the zip's own
+per-record CRC32 is skipped (``torch.serialization`` option ``compute_crc32``) because the
+manifest digest already covers every byte and the CRC pass costs a second read of the data.
+Loading uses ``weights_only=True`` and, when the store has a real path, ``mmap=True`` (no copy
+of the tensors into anonymous memory).
 """
 
 from __future__ import annotations
