@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from statecraft.cli import main
+from statecraft.cli.bench import format_save
 
 ENVELOPE_KEYS = {"result_version", "command", "status", "exit_code", "data", "errors"}
 
@@ -124,11 +125,10 @@ class TestBenchSave:
             assert positive(row["min"]), name
             assert row["min"] <= row["max"], name
 
-    def test_text_table_names_the_targets(self, tmp_path: Path, capsys) -> None:
-        """Without ``--json`` the table states each target with its verdict and the spread."""
-        args = ["bench", "save", "--size-mib", "4", "--repeat", "1", "--dir", str(tmp_path)]
-        assert main(args) == 0
-        text = capsys.readouterr().out
+    def test_text_table_names_the_targets(self, save_run) -> None:
+        """The human table (what ``bench save`` prints without ``--json``) states each target
+        with its verdict, and the ratio spread."""
+        text = format_save(save_run[1]["data"])
         assert "save / raw write" in text
         assert "(target >= 0.95: " in text
         assert "(target >= 0.9: " in text
