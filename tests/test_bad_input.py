@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import torch
+import xxhash
 from checkpoint_runs import CONFIG, RUN, committed_run, open_checkpointer, train
 from checkpoint_runs import flip_tensor_bit as flip_bit_in_tensor_file
 
@@ -94,7 +95,10 @@ def replace_file_and_manifest(out: Path, iteration: int, name: str, data: bytes)
     (iter_path(out, iteration) / name).write_bytes(data)
 
     def edit(manifest: dict[str, Any]) -> None:
-        manifest["files"][name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        manifest["files"][name] = {
+            "size": len(data),
+            "digest": {"algorithm": "xxh3_128", "value": xxhash.xxh3_128_hexdigest(data)},
+        }
 
     rewrite_manifest(out, iteration, edit)
 
@@ -170,7 +174,7 @@ class TestDamagedFiles:
         assert tree_sha256(out) == before
 
     def test_bit_flip_is_caught_by_digest(self, out: Path) -> None:
-        """A same-size bit flip in model.pt fails the SHA-256 check (verify=digest, the default)."""
+        """A same-size bit flip in model.pt fails the digest check (verify=digest, the default)."""
         flip_tensor_bit(out, 8)
         before = tree_sha256(out)
         ckpt, _ = open_checkpointer(out)
@@ -178,7 +182,7 @@ class TestDamagedFiles:
         assert result.step == 6
         (passed,) = result.passed_over
         assert passed.name == "iter_000000008"
-        assert "model.pt: SHA-256" in passed.reason
+        assert "model.pt: digest xxh3_128" in passed.reason
         assert "does not match the manifest's" in passed.reason
         assert tree_sha256(out) == before
 
@@ -213,7 +217,7 @@ class TestMalformedManifest:
             (
                 "schema",
                 "manifest schema is 'someone.else.v9', expected "
-                "'statecraft.checkpoint-manifest.v1'",
+                "'statecraft.checkpoint-manifest.v2'",
             ),
             ("negative size", "manifest values are invalid: model.pt: size -1"),
             ("wrong type", "manifest fields are malformed"),

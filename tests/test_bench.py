@@ -1,6 +1,6 @@
-"""Tests of statecraft.cli.bench through the ``statecraft bench`` command: the shape of the output
-at a tiny size. No speed is ever asserted (machines here are noisy); only that every number is
-there and positive, and that the benchmark cleans up after itself."""
+"""Tests of the statecraft.cli.bench package through the ``statecraft bench`` command: the shape
+of the output at a tiny size. No speed is ever asserted (machines here are noisy); only that
+every number is there and positive, and that the benchmark cleans up after itself."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from statecraft.cli import main
+from statecraft.cli.bench import format_save
 
 ENVELOPE_KEYS = {"result_version", "command", "status", "exit_code", "data", "errors"}
 
@@ -105,6 +106,33 @@ class TestBenchSave:
             if name == "resume_rss_increase" or (name.endswith("_cold") and value is None):
                 continue  # the increase may round to 0; cold loads need posix_fadvise
             assert positive(value), name
+
+    def test_targets_and_ratio_spread(self, save_run) -> None:
+        """The ratios carry the issue's targets, and each paired-run spread has min <= max."""
+        data = save_run[1]["data"]
+        assert data["ratios"]["save_vs_raw_target"] == 0.95
+        assert data["ratios"]["resume_vs_torch_load_target"] == 0.9
+        spread = data["ratio_spread"]
+        assert set(spread) == {
+            "save_vs_raw",
+            "save_vs_raw_writeback",
+            "resume_vs_torch_load",
+            "resume_vs_torch_load_cold",
+        }
+        for name, row in spread.items():
+            if row is None and name.endswith("_cold"):
+                continue  # cold loads need posix_fadvise
+            assert positive(row["min"]), name
+            assert row["min"] <= row["max"], name
+
+    def test_text_table_names_the_targets(self, save_run) -> None:
+        """The human table (what ``bench save`` prints without ``--json``) states each target
+        with its verdict, and the ratio spread."""
+        text = format_save(save_run[1]["data"])
+        assert "save / raw write" in text
+        assert "(target >= 0.95: " in text
+        assert "(target >= 0.9: " in text
+        assert "ratio spread over the 1 paired runs (min .. max):" in text
 
     def test_files_are_removed(self, save_run) -> None:
         """Nothing is left under ``--dir`` after the benchmark."""

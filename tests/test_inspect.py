@@ -196,7 +196,7 @@ class TestStates:
             "iter_000000006",
             "iter_000000004",
         ]
-        assert "SHA-256" in auto["passed_over"][2]["reason"]
+        assert "digest xxh3_128" in auto["passed_over"][2]["reason"]
 
     def test_malformed_trainer_state_is_corrupt(self, out: Path) -> None:
         """A same-size trainer.pt that is not a torch file is corrupt even without --verify.

@@ -7,19 +7,25 @@ DESIGN.md §4 (temp name, fsync, rename, fsync of the directory) is pinned on th
 from __future__ import annotations
 
 import errno
-import hashlib
 import itertools
 import os
 from pathlib import Path
 
 import pytest
+import xxhash
 
 from statecraft.engine import FaultKind, IoGate, SimulatedCrash
 from statecraft.errors import StoreConflictError, StoreError
 from statecraft.storage import FileRecord, LocalStore, OsFilesystem, is_temporary_name
 from statecraft.storage.base import check_relative_path
+from statecraft.storage.digest import Digest
 
 MiB = 1 << 20
+
+
+def xxh3(data: bytes) -> Digest:
+    """The xxh3_128 digest of ``data``, computed here with ``xxhash`` itself."""
+    return Digest("xxh3_128", xxhash.xxh3_128_hexdigest(data))
 
 
 def gated(root: Path, **gate_args: object) -> tuple[LocalStore, IoGate]:
@@ -57,27 +63,27 @@ class TestWriteAtomic:
         assert entries(tmp_path) == ["f"]
 
     def test_record_matches_the_file(self, tmp_path: Path) -> None:
-        """The FileRecord names the path, the size and the sha256 of the bytes on disk."""
+        """The FileRecord names the path, the size and the digest of the bytes on disk."""
         store = LocalStore(tmp_path)
         record = store.write_atomic("f", b"abc")
         data = (tmp_path / "f").read_bytes()
-        assert record == FileRecord("f", len(data), hashlib.sha256(data).hexdigest())
+        assert record == FileRecord("f", len(data), xxh3(data))
 
     def test_multi_mib_write_digest(self, tmp_path: Path) -> None:
         """A single multi-MiB write (the parallel digest path) records the true size and
-        sha256."""
+        digest."""
         data = os.urandom(5 * MiB + 123)
         record = LocalStore(tmp_path).write_atomic("big", data)
         on_disk = (tmp_path / "big").read_bytes()
         assert on_disk == data
         assert record.size == len(data)
-        assert record.sha256 == hashlib.sha256(on_disk).hexdigest()
+        assert record.digest == xxh3(on_disk)
 
     def test_empty_write(self, tmp_path: Path) -> None:
         """Writing no bytes publishes an empty file with the digest of b''."""
         record = LocalStore(tmp_path).write_atomic("empty", b"")
         assert (tmp_path / "empty").read_bytes() == b""
-        assert record == FileRecord("empty", 0, hashlib.sha256(b"").hexdigest())
+        assert record == FileRecord("empty", 0, xxh3(b""))
 
     def test_io_order(self, tmp_path: Path) -> None:
         """write_atomic performs exactly: open temp, write, fsync, rename over the name, fsync
@@ -157,7 +163,7 @@ class TestOpenAtomic:
                 writer.write(chunk)
         data = (tmp_path / "f").read_bytes()
         assert data == chunk * 6000
-        assert writer.record == FileRecord("f", len(data), hashlib.sha256(data).hexdigest())
+        assert writer.record == FileRecord("f", len(data), xxh3(data))
         assert [r.op for r in gate.log].count("write") == 2
 
     def test_mixed_chunk_sizes_keep_order_and_digest(self, tmp_path: Path) -> None:
@@ -172,7 +178,7 @@ class TestOpenAtomic:
         assert (tmp_path / "f").read_bytes() == expected
         assert writer.record is not None
         assert writer.record.size == len(expected)
-        assert writer.record.sha256 == hashlib.sha256(expected).hexdigest()
+        assert writer.record.digest == xxh3(expected)
 
     def test_exception_inside_block_publishes_nothing(self, tmp_path: Path) -> None:
         """An exception in the with block aborts: the old bytes stay, no temp file remains."""
@@ -208,7 +214,7 @@ class TestCreateExclusive:
         """A free name is published with its record; no temp file remains."""
         record = LocalStore(tmp_path).create_exclusive("marker", b"claimed")
         assert (tmp_path / "marker").read_bytes() == b"claimed"
-        assert record == FileRecord("marker", 7, hashlib.sha256(b"claimed").hexdigest())
+        assert record == FileRecord("marker", 7, xxh3(b"claimed"))
         assert entries(tmp_path) == ["marker"]
 
     def test_refuses_an_existing_name(self, tmp_path: Path) -> None:

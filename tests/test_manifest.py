@@ -14,8 +14,9 @@ from statecraft.checkpoint.manifest import (
     decode_manifest,
 )
 from statecraft.errors import CheckpointCorruptError
+from statecraft.storage.digest import Digest
 
-DIGEST = "ab" * 32
+DIGEST = Digest("xxh3_128", "ab" * 16)
 MANIFEST = Manifest(
     MANIFEST_SCHEMA,
     100,
@@ -32,7 +33,7 @@ class TestManifest:
         data = MANIFEST.encode()
         assert decode_manifest(data, source="m") == MANIFEST
         assert data == decode_manifest(data, source="m").encode()
-        assert json.loads(data)["schema"] == "statecraft.checkpoint-manifest.v1"
+        assert json.loads(data)["schema"] == "statecraft.checkpoint-manifest.v2"
 
     def test_plan_and_differences(self) -> None:
         """The plan lists files sorted; differences name each changed field."""
@@ -50,7 +51,14 @@ class TestManifest:
             (lambda d: d.update(iteration="100"), "expected int @ $.iteration"),
             (lambda d: d.update(extra=1), "extra"),
             (lambda d: d["files"]["model.pt"].update(size=-1), "model.pt: size -1"),
-            (lambda d: d["files"]["model.pt"].update(sha256="xyz"), "model.pt: digest 'xyz'"),
+            (
+                lambda d: d["files"]["model.pt"]["digest"].update(value="xyz"),
+                "model.pt: digest 'xyz'",
+            ),
+            (
+                lambda d: d["files"]["model.pt"]["digest"].update(algorithm="md5"),
+                "model.pt: digest algorithm 'md5' (known: ['sha256', 'xxh3_128'])",
+            ),
             (lambda d: d.update(files={}), "0 files"),
         ],
     )

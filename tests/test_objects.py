@@ -3,9 +3,8 @@ injected faults) and the ObjectStore adapter that gives it the Store interface."
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
+import xxhash
 
 from statecraft.engine import FaultKind, IoGate
 from statecraft.errors import StoreConflictError, StoreError
@@ -18,6 +17,12 @@ from statecraft.storage import (
     PreconditionFailed,
     SimBucket,
 )
+from statecraft.storage.digest import Digest
+
+
+def xxh3(data: bytes) -> Digest:
+    """The xxh3_128 digest of ``data``, computed here with ``xxhash`` itself."""
+    return Digest("xxh3_128", xxhash.xxh3_128_hexdigest(data))
 
 
 class TestSimBucket:
@@ -150,7 +155,7 @@ class TestObjectStore:
     """ObjectStore: the Store interface over a bucket and a key prefix."""
 
     def test_write_and_read_under_prefix(self) -> None:
-        """Paths map to ``prefix/path`` keys; the record carries size and sha256."""
+        """Paths map to ``prefix/path`` keys; the record carries size and digest."""
         bucket = SimBucket()
         store = ObjectStore(bucket, prefix="/runs/r1/", name="ckpts")
         record = store.write_atomic("iter_1/model.pt", b"weights")
@@ -158,7 +163,7 @@ class TestObjectStore:
         assert store.read_bytes("iter_1/model.pt") == b"weights"
         with store.open_read("iter_1/model.pt") as f:
             assert f.read() == b"weights"
-        assert record == FileRecord("iter_1/model.pt", 7, hashlib.sha256(b"weights").hexdigest())
+        assert record == FileRecord("iter_1/model.pt", 7, xxh3(b"weights"))
         assert store.describe() == "s3://ckpts/runs/r1"
         assert store.local_path("iter_1/model.pt") is None
 

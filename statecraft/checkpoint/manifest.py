@@ -2,14 +2,21 @@
 
 ``iter_<9 digits>/.posttrain-manifest.json`` is written last (by exclusive create) and makes the
 iteration an immutable commit. It records the plan (format, logical components) and every file
-with its size and the SHA-256 digest computed from the bytes as they were written. Its JSON
-schema is ``specs/save.manifest.schema.json``.
+with its size and the digest computed from the bytes as they were written. Its JSON schema is
+``specs/save.manifest.schema.json``.
+
+Schema versions (both are read; new manifests are written as v2):
+
+- ``statecraft.checkpoint-manifest.v2``: each file is ``{"size": N, "digest": {"algorithm":
+  "xxh3_128", "value": "<32 hex>"}}`` (any algorithm of ``storage.digest.ALGORITHMS``).
+- ``statecraft.checkpoint-manifest.v1``: each file is ``{"size": N, "sha256": "<64 hex>"}``;
+  read as a ``sha256`` :class:`~statecraft.storage.digest.Digest` and verified with it, and
+  encoded back in the v1 shape, so checkpoints written before v2 keep resuming.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import attrs
@@ -17,11 +24,21 @@ import cattrs
 
 from statecraft.checkpoint.schemas import MANIFEST_SCHEMA_FILE, schema_violations
 from statecraft.errors import CheckpointCorruptError, CheckpointError
+from statecraft.storage.digest import ALGORITHMS, Digest
 
-__all__ = ["MANIFEST_SCHEMA", "FileEntry", "Manifest", "SavePlan", "decode_manifest"]
+__all__ = [
+    "MANIFEST_SCHEMA",
+    "MANIFEST_SCHEMA_V1",
+    "READABLE_SCHEMAS",
+    "FileEntry",
+    "Manifest",
+    "SavePlan",
+    "decode_manifest",
+]
 
-MANIFEST_SCHEMA = "statecraft.checkpoint-manifest.v1"
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+MANIFEST_SCHEMA = "statecraft.checkpoint-manifest.v2"
+MANIFEST_SCHEMA_V1 = "statecraft.checkpoint-manifest.v1"  # sha256 per file; read, never written
+READABLE_SCHEMAS = (MANIFEST_SCHEMA, MANIFEST_SCHEMA_V1)
 _converter = cattrs.Converter(forbid_extra_keys=True)
 
 
@@ -63,13 +80,44 @@ class SavePlan:
 
 @attrs.frozen
 class FileEntry:
+    """One committed file: its size and the digest of its bytes."""
+
     size: int
-    sha256: str
+    digest: Digest
+
+
+def _v1_files_to_v2(files: Any) -> Any:
+    """A v1 ``files`` mapping in the v2 shape (``sha256`` -> ``digest``); other shapes are left
+    for the structuring step to report."""
+    if not isinstance(files, dict):
+        return files
+    out = {}
+    for name, entry in files.items():
+        if isinstance(entry, dict) and "sha256" in entry and "digest" not in entry:
+            entry = {k: v for k, v in entry.items() if k != "sha256"}
+            entry["digest"] = {"algorithm": "sha256", "value": files[name]["sha256"]}
+        out[name] = entry
+    return out
+
+
+def _unknown_algorithms(files: Any) -> list[str]:
+    """``name: digest algorithm 'x'`` for every entry whose algorithm this release lacks."""
+    if not isinstance(files, dict):
+        return []
+    return [
+        f"{name}: digest algorithm {entry['digest']['algorithm']!r} (known: {sorted(ALGORITHMS)})"
+        for name, entry in files.items()
+        if isinstance(entry, dict)
+        and isinstance(entry.get("digest"), dict)
+        and isinstance(entry["digest"].get("algorithm"), str)
+        and entry["digest"]["algorithm"] not in ALGORITHMS
+    ]
 
 
 @attrs.frozen
 class Manifest:
-    """The commit record of a full checkpoint (schema ``statecraft.checkpoint-manifest.v1``)."""
+    """The commit record of a full checkpoint (schema ``statecraft.checkpoint-manifest.v2``,
+    or v1 when read from an older checkpoint)."""
 
     schema: str
     iteration: int
@@ -90,6 +138,11 @@ class Manifest:
                 the code that built it); nothing is written.
         """
         data = _converter.unstructure(self)
+        if self.schema == MANIFEST_SCHEMA_V1:  # a v1 manifest keeps its v1 shape
+            data["files"] = {
+                n: {"size": e["size"], "sha256": e["digest"]["value"]}
+                for n, e in data["files"].items()
+            }
         text = json.dumps(data, sort_keys=True, indent=1) + "\n"
         violations = schema_violations(MANIFEST_SCHEMA_FILE, json.loads(text))
         if violations:
@@ -114,10 +167,20 @@ def decode_manifest(data: bytes, *, source: str) -> Manifest:
         raw: Any = json.loads(data)
     except (UnicodeDecodeError, ValueError) as exc:
         raise CheckpointCorruptError(source, f"manifest is not valid JSON ({exc})", fix) from None
-    if not isinstance(raw, dict) or raw.get("schema") != MANIFEST_SCHEMA:
+    if not isinstance(raw, dict) or raw.get("schema") not in READABLE_SCHEMAS:
         found = raw.get("schema") if isinstance(raw, dict) else type(raw).__name__
         raise CheckpointCorruptError(
             source, f"manifest schema is {found!r}, expected {MANIFEST_SCHEMA!r}", fix
+        )
+    document = raw  # validated against the JSON schema as written (v1 or v2 shape)
+    if raw["schema"] == MANIFEST_SCHEMA_V1:
+        raw = {**raw, "files": _v1_files_to_v2(raw.get("files"))}
+    unknown = _unknown_algorithms(raw.get("files"))
+    if unknown:
+        raise CheckpointCorruptError(
+            source,
+            "manifest values are invalid: " + ", ".join(unknown),
+            fix[:-1] + ", or upgrade statecraft if a newer release wrote it.",
         )
     try:
         manifest = _converter.structure(raw, Manifest)
@@ -133,9 +196,10 @@ def decode_manifest(data: bytes, *, source: str) -> Manifest:
     problems = [
         f"{name}: size {entry.size}" for name, entry in manifest.files.items() if entry.size < 0
     ] + [
-        f"{name}: digest {entry.sha256!r}"
+        f"{name}: digest {entry.digest.value!r}"
         for name, entry in manifest.files.items()
-        if not _SHA256_RE.match(entry.sha256)
+        if not entry.digest.well_formed()
+        or (manifest.schema == MANIFEST_SCHEMA_V1 and entry.digest.algorithm != "sha256")
     ]
     if manifest.iteration < 0 or not manifest.files:
         problems.append(f"iteration {manifest.iteration}, {len(manifest.files)} files")
@@ -143,7 +207,7 @@ def decode_manifest(data: bytes, *, source: str) -> Manifest:
         raise CheckpointCorruptError(
             source, "manifest values are invalid: " + ", ".join(problems), fix
         )
-    violations = schema_violations(MANIFEST_SCHEMA_FILE, raw)
+    violations = schema_violations(MANIFEST_SCHEMA_FILE, document)
     if violations:
         raise CheckpointCorruptError(
             source, f"manifest violates specs/{MANIFEST_SCHEMA_FILE}: {'; '.join(violations)}", fix

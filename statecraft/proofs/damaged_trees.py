@@ -10,14 +10,20 @@ check can prove resume never executed it.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 from collections.abc import Callable
 
 import torch
 
-from statecraft.proofs.oracle import CHECKPOINTS_ROOT, MANIFEST, POINTER, iteration_name
+from statecraft.proofs.oracle import (
+    CHECKPOINTS_ROOT,
+    MANIFEST,
+    POINTER,
+    digest_of,
+    iteration_name,
+    recorded_digest,
+)
 from statecraft.storage.sim import SimWorld
 
 __all__ = [
@@ -124,7 +130,7 @@ def newer_partial(iteration: int) -> Damage:
 
 def hostile_pickle(iteration: int, file_name: str) -> Damage:
     """Replace a committed file with a pickle that would run code when loaded, and re-record
-    its size and SHA-256 in the manifest, so only loading it safely can tell."""
+    its size and digest in the manifest, so only loading it safely can tell."""
 
     def damage(world: SimWorld) -> None:
         buffer = io.BytesIO()
@@ -133,10 +139,13 @@ def hostile_pickle(iteration: int, file_name: str) -> Damage:
         _put(world, _rel(iteration, file_name), data)
         path = f"{CHECKPOINTS_ROOT}/{_rel(iteration, MANIFEST)}"
         manifest = json.loads(world.fs.read(path))
-        manifest["files"][file_name] = {
-            "size": len(data),
-            "sha256": hashlib.sha256(data).hexdigest(),
-        }
+        entry = manifest["files"][file_name]
+        algorithm, _ = recorded_digest(entry)
+        if "digest" in entry:
+            entry["digest"]["value"] = digest_of(data, algorithm)
+        else:
+            entry["sha256"] = digest_of(data, algorithm)
+        entry["size"] = len(data)
         _put(world, _rel(iteration, MANIFEST), json.dumps(manifest, sort_keys=True).encode())
 
     return damage

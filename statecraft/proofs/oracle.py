@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 import torch
+import xxhash
 
 from statecraft.engine.crash import IoRecord
 from statecraft.proofs.scenario import GuaranteeViolation
@@ -32,6 +33,7 @@ __all__ = [
     "deep_equal",
     "iteration_name",
     "load_payload",
+    "recorded_digest",
     "touched_paths",
 ]
 
@@ -42,6 +44,20 @@ _ITER = re.compile(r"^iter_(\d{9})$")
 _FULL_COMPONENTS = ["model", "optimizer", "training_state"]
 _SCALARS = (int, float, str, bool, type(None))
 _LOADS: dict[str, tuple[bool, Any]] = {}  # sha256 -> (loaded, payload or error)
+
+
+def recorded_digest(entry: dict[str, Any]) -> tuple[str, str]:
+    """``(algorithm, hex value)`` a manifest entry records: v2 ``digest`` or v1 ``sha256``."""
+    if "digest" in entry:
+        return str(entry["digest"]["algorithm"]), str(entry["digest"]["value"])
+    return "sha256", str(entry["sha256"])
+
+
+def digest_of(data: bytes, algorithm: str) -> str:
+    """``data`` hashed here with ``algorithm`` (independently of ``statecraft.storage``)."""
+    if algorithm == "xxh3_128":
+        return xxhash.xxh3_128_hexdigest(data)
+    return hashlib.new(algorithm, data).hexdigest()
 
 
 def iteration_name(iteration: int) -> str:
@@ -105,7 +121,7 @@ class DiskView:
             if manifest["iteration"] != iteration or manifest["components"] != _FULL_COMPONENTS:
                 found = f"{manifest['iteration']} / {manifest['components']}"
                 return f"{name} manifest names iteration / components {found}"
-            entries = {f: (int(e["size"]), str(e["sha256"])) for f, e in recorded.items()}
+            entries = {f: (int(e["size"]), recorded_digest(e)) for f, e in recorded.items()}
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             return f"{name} manifest unreadable: {exc!r}"
         if sorted(entries) != sorted(files):
@@ -114,7 +130,7 @@ class DiskView:
             data = self.files.get(f"{name}/{file_name}")
             if data is None:
                 return f"{name}/{file_name} is missing"
-            if len(data) != size or hashlib.sha256(data).hexdigest() != digest:
+            if len(data) != size or digest_of(data, digest[0]) != digest[1]:
                 return f"{name}/{file_name} does not match its manifest ({len(data)} bytes)"
             loaded, payload = load_payload(data)
             if not loaded:

@@ -12,7 +12,8 @@ Write protocol (who calls what):
     2. the serializer (``torch.save``, JSON encoder) calls ``writer.write`` repeatedly;
     3. leaving the ``with`` block commits: the bytes become visible under the name only
        complete and durable, and the writer's :class:`FileRecord` holds the size and the
-       SHA-256 digest computed from the bytes as they were written (never re-read);
+       digest (:mod:`statecraft.storage.digest`) computed from the bytes as they were
+       written (never re-read);
     4. an exception inside the block aborts: nothing becomes visible, the old content (if
        any) is untouched.
 """
@@ -24,6 +25,7 @@ from typing import BinaryIO, Protocol
 import attrs
 
 from statecraft.errors import StoreError
+from statecraft.storage.digest import Digest
 from statecraft.storage.filesystem import FileStat
 
 __all__ = ["AtomicWriter", "FileRecord", "Store", "check_relative_path"]
@@ -31,11 +33,11 @@ __all__ = ["AtomicWriter", "FileRecord", "Store", "check_relative_path"]
 
 @attrs.frozen
 class FileRecord:
-    """What a committed write put under a name: exactly ``size`` bytes with digest ``sha256``."""
+    """What a committed write put under a name: exactly ``size`` bytes with ``digest``."""
 
     path: str
     size: int
-    sha256: str
+    digest: Digest
 
 
 def check_relative_path(path: str) -> str:

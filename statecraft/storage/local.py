@@ -27,7 +27,7 @@ from typing import BinaryIO
 
 from statecraft.errors import StoreConflictError, StoreError
 from statecraft.storage.base import FileRecord, check_relative_path
-from statecraft.storage.digest import OverlappedDigest
+from statecraft.storage.digest import StreamDigest
 from statecraft.storage.filesystem import FileStat, Filesystem, OsFilesystem
 
 __all__ = ["LocalStore", "is_temporary_name"]
@@ -55,7 +55,7 @@ class LocalAtomicWriter:
         self._final = store.abspath(path)
         directory, name = posixpath.split(self._final)
         self._dir = directory
-        self._digest = OverlappedDigest()
+        self._digest = StreamDigest()
         self._buffer = bytearray()
         self._size = 0
         self._flushed = 0  # bytes handed to the OS so far
@@ -167,7 +167,7 @@ class LocalAtomicWriter:
                 "may hold the old or the new bytes, never a mix, and the new bytes are not "
                 "known to be durable. Retry the save"
             ) from exc
-        self.record = FileRecord(self.path, self._size, self._digest.hexdigest())
+        self.record = FileRecord(self.path, self._size, self._digest.digest())
         return self.record
 
     def abort(self) -> None:

@@ -21,6 +21,7 @@ import attrs
 from statecraft.engine.crash import FaultKind, IoGate
 from statecraft.errors import StoreConflictError, StoreError
 from statecraft.storage.base import FileRecord, check_relative_path
+from statecraft.storage.digest import StreamDigest
 from statecraft.storage.filesystem import FileStat
 
 __all__ = [
@@ -152,14 +153,15 @@ class ObjectAtomicWriter:
         self._store = store
         self._exclusive = exclusive
         self._buffer = io.BytesIO()
-        self._sha = hashlib.sha256()
+        self._digest = StreamDigest()
         self._open = True
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
         if not self._open:
             raise StoreError(f"{self.path}: write after commit or abort")
         view = memoryview(data).cast("B")
-        self._sha.update(view)
+        self._digest.start(view)
+        self._digest.join()  # the caller may reuse its buffer once write returns
         return self._buffer.write(view)
 
     def flush(self) -> None:
@@ -178,7 +180,7 @@ class ObjectAtomicWriter:
                 f"{self._store.describe()}: {self.path!r} already exists; an exclusive create "
                 "never overwrites. Inspect the existing object before deciding what to do"
             ) from None
-        self.record = FileRecord(self.path, len(data), self._sha.hexdigest())
+        self.record = FileRecord(self.path, len(data), self._digest.digest())
         return self.record
 
     def abort(self) -> None:

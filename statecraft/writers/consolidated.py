@@ -1,11 +1,12 @@
 """The consolidated writer: one portable ``torch.save`` file per component.
 
 Files are ordinary ``torch.save`` zip archives, loadable by plain ``torch.load``. Writing goes
-through the store's atomic writer, which computes the SHA-256 from the bytes as they stream out
-(no re-read); the zip's own per-record CRC32 is skipped (``torch.serialization`` option
-``compute_crc32``) because the manifest digest already covers every byte and the CRC pass costs
-a second read of the data. Loading uses ``weights_only=True`` and, when the store has a real
-path, ``mmap=True`` (no copy of the tensors into anonymous memory).
+through the store's atomic writer, which computes the digest (xxh3_128,
+``statecraft.storage.digest``) from the bytes as they stream out (no re-read); the zip's own
+per-record CRC32 is skipped (``torch.serialization`` option ``compute_crc32``) because the
+manifest digest already covers every byte and the CRC pass costs a second read of the data.
+Loading uses ``weights_only=True`` and, when the store has a real path, ``mmap=True`` (no copy
+of the tensors into anonymous memory).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import io
 from collections.abc import Iterator
-from typing import Any
+from typing import IO, Any, cast
 
 import torch
 
@@ -31,7 +32,7 @@ def _without_zip_crc() -> Iterator[None]:
     except ImportError:  # torch 2.4: no option; the CRC is computed
         yield
         return
-    with config.patch({"save.compute_crc32": False}):
+    with cast(Any, config).patch({"save.compute_crc32": False}):  # a dynamic ConfigModule
         yield
 
 
@@ -50,7 +51,7 @@ class ConsolidatedWriter:
             StoreError: the bytes could not be made durable (nothing was published).
         """
         with _without_zip_crc(), store.open_atomic(path) as writer:
-            torch.save(payload, writer)
+            torch.save(payload, cast(IO[bytes], writer))  # write/flush is all torch.save uses
         return writer.record  # type: ignore[return-value]
 
     def read(self, store: Store, path: str, *, mmap: bool = True) -> Any:

@@ -188,7 +188,7 @@ def commit_manifest(ctx: SaveContext) -> None:
         iteration=ctx.plan.iteration,
         format=ctx.plan.format,
         components=ctx.plan.components,
-        files={n: FileEntry(r.size, r.sha256) for n, r in sorted(ctx.records.items())},
+        files={n: FileEntry(r.size, r.digest) for n, r in sorted(ctx.records.items())},
         writer=dict(ctx.writer_info),
     )
     try:

@@ -1,0 +1,41 @@
+"""Benchmarks behind ``statecraft bench save`` and ``statecraft bench engine`` (DESIGN.md §7).
+
+Every number is measured in one process against in-process baselines, so the *ratios* are
+meaningful on a noisy machine even when the absolute throughputs are not. One module per job:
+
+- :mod:`~statecraft.cli.bench.common`: argument checks, the benchmark model, scratch space,
+  page-cache eviction;
+- :mod:`~statecraft.cli.bench.baselines`: raw write + fsync, ``torch.save`` + fsync + rename,
+  ``torch.load`` (plain and ``mmap=True``);
+- :mod:`~statecraft.cli.bench.checkpointer`: a real ``Checkpointer.save`` and a traced,
+  verified ``Checkpointer.resume``, and the resume's peak RSS in a fresh subprocess;
+- :mod:`~statecraft.cli.bench.save`: ``bench save`` (interleaved runs, ratios, their spread);
+- :mod:`~statecraft.cli.bench.engine`: ``bench engine`` (engine overhead per transition);
+- :mod:`~statecraft.cli.bench.report`: the human tables.
+
+Targets: save >= 0.95x raw write + fsync; verified resume >= 0.9x ``torch.load`` warm and
+cold; resume peak RSS increase <= 1.2x the state size. Nothing here asserts a speed; tests
+only check the shape of the output.
+"""
+
+from statecraft.cli.bench.engine import measure_engine, run_bench_engine
+from statecraft.cli.bench.report import format_engine, format_save
+from statecraft.cli.bench.save import (
+    RESUME_LOAD_TARGET,
+    RESUME_RSS_TARGET,
+    SAVE_RAW_TARGET,
+    measure_save,
+    run_bench_save,
+)
+
+__all__ = [
+    "RESUME_LOAD_TARGET",
+    "RESUME_RSS_TARGET",
+    "SAVE_RAW_TARGET",
+    "format_engine",
+    "format_save",
+    "measure_engine",
+    "measure_save",
+    "run_bench_engine",
+    "run_bench_save",
+]

@@ -1,0 +1,73 @@
+"""The baselines statecraft is measured against, in the same process and on the same bytes:
+raw write + fsync (the target's baseline), the same with device writeback started after each
+tensor (``sync_file_range``, as statecraft's writer does: the stricter physical limit),
+``torch.save`` + fsync + rename, and ``torch.load``
+(plain and ``mmap=True``) + ``load_state_dict``."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from statecraft.cli.bench.common import build_model, fsync_dir
+from statecraft.storage.filesystem import OsFilesystem
+
+
+def raw_write(model: Any, directory: str, *, writeback: bool = False) -> float:
+    """Seconds to write the tensors' bytes to a new file, fsync and close it; with
+    ``writeback``, device writeback of each tensor's range is started as soon as it is written
+    (where the OS offers ``sync_file_range``)."""
+    views = [memoryview(p.detach().numpy()).cast("B") for p in model.parameters()]
+    path = os.path.join(directory, "raw.bin")
+    fs = OsFilesystem()
+    started = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        offset = 0
+        for view in views:
+            size = len(view)
+            while view:
+                view = view[os.write(fd, view) :]
+            if writeback:
+                fs.start_writeback(fd, offset, size)
+            offset += size
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    seconds = time.perf_counter() - started
+    os.unlink(path)
+    return seconds
+
+
+def torch_save(model: Any, directory: str) -> tuple[float, int]:
+    """Seconds for ``torch.save`` to a temporary name + fsync + rename + directory fsync."""
+    import torch
+
+    state = model.state_dict()
+    tmp, final = os.path.join(directory, "model.pt.tmp"), os.path.join(directory, "model.pt")
+    started = time.perf_counter()
+    torch.save(state, tmp)
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, final)
+    fsync_dir(directory)
+    seconds = time.perf_counter() - started
+    size = os.path.getsize(final)
+    os.unlink(final)
+    return seconds, size
+
+
+def torch_load(path: str, size_mib: int, *, mmap: bool) -> tuple[float, list[tuple[str, float]]]:
+    import torch
+
+    model = build_model(size_mib, fill=False)
+    started = time.perf_counter()
+    state = torch.load(path, weights_only=True, mmap=mmap, map_location="cpu")
+    model.load_state_dict(state)
+    seconds = time.perf_counter() - started
+    del state
+    return seconds, []

@@ -1,0 +1,122 @@
+"""The human tables of ``bench save`` and ``bench engine`` (``--json`` prints the data)."""
+
+from __future__ import annotations
+
+from statecraft.cli.bench.common import MIB, PARTS
+from statecraft.cli.bench.save import RESUME_LOAD_TARGET, RESUME_RSS_TARGET, SAVE_RAW_TARGET
+
+__all__ = ["format_engine", "format_save"]
+
+
+def _verdict(ok: bool) -> str:
+    return "ok" if ok else "BELOW TARGET"
+
+
+def _ratio_text(value: float | None) -> str:
+    return "   n/a" if value is None else f"{value:6.2f}"
+
+
+def format_save(data: dict) -> str:
+    """The human table of :func:`measure_save`'s result."""
+    s, ld, rss, r = data["save"], data["load"], data["resume_rss"], data["ratios"]
+    sc = s["statecraft"]
+    lines = [
+        f"state: {data['size_mib']} MiB float32 in {PARTS} parameters, best of {data['repeat']}",
+        "",
+        f"{'save':<38}{'seconds':>9}{'GB/s':>9}",
+    ]
+    for name, row in (
+        ("raw write + fsync", s["raw_write_fsync"]),
+        ("raw write + writeback + fsync", s["raw_write_writeback_fsync"]),
+        ("torch.save + fsync + rename", s["torch_save_fsync_rename"]),
+        ("statecraft Checkpointer.save", sc),
+    ):
+        lines.append(f"{name:<38}{row['seconds']:>9.3f}{row['gb_per_s']:>9.2f}")
+    lines += [
+        "",
+        f"{'load (warm / cold page cache)':<38}{'seconds':>9}{'GB/s':>9}{'cold s':>9}{'GB/s':>9}",
+    ]
+    for name, key in (
+        ("torch.load + load_state_dict", "torch_load"),
+        ("torch.load(mmap) + load_state_dict", "torch_load_mmap"),
+        ("statecraft Checkpointer.resume", "statecraft_resume"),
+    ):
+        cells = "".join(
+            f"{row['seconds']:>9.3f}{row['gb_per_s']:>9.2f}" if row else f"{'n/a':>9}{'':>9}"
+            for row in (ld[key]["warm"], ld[key]["cold"])
+        )
+        lines.append(f"{name:<38}{cells}")
+    lines += ["", "save effects (seconds):"]
+    lines += [f"  {e['effect']:<28}{e['seconds']:>9.3f}" for e in sc["effects"]]
+    for cache in ("warm", "cold"):
+        res = ld["statecraft_resume"][cache]
+        if res is None:
+            continue
+        lines += [f"resume effects, {cache} cache (seconds):"]
+        lines += [f"  {e['effect']:<28}{e['seconds']:>9.3f}" for e in res["effects"]]
+        lines += [
+            f"  digest verification: {res['verify_seconds']:.3f} s = "
+            f"{100 * res['verify_share']:.0f}% of resume"
+        ]
+    lines += [
+        "",
+        f"resume peak RSS ({rss['method']}): +{rss['increase_bytes'] / MIB:.0f} MiB over a "
+        f"{rss['baseline_bytes'] / MIB:.0f} MiB baseline (absolute peak "
+        f"{rss['peak_bytes'] / MIB:.0f} MiB)",
+        "",
+        "ratios:",
+        f"  save / raw write                 {r['save_vs_raw']:6.2f}  (target >= "
+        f"{SAVE_RAW_TARGET}: {_verdict(r['save_vs_raw'] >= SAVE_RAW_TARGET)})",
+        f"  save / raw write + writeback     {r['save_vs_raw_writeback']:6.2f}",
+        f"  save / torch.save                {r['save_vs_torch_save']:6.2f}",
+        f"  resume / torch.load        warm  {_ratio_text(r['resume_vs_torch_load'])}"
+        f"   cold {_ratio_text(r['resume_vs_torch_load_cold'])}  (target >= "
+        f"{RESUME_LOAD_TARGET}: {_load_verdict(r)})",
+        f"  resume / torch.load(mmap)  warm  {_ratio_text(r['resume_vs_torch_load_mmap'])}"
+        f"   cold {_ratio_text(r['resume_vs_torch_load_mmap_cold'])}",
+        f"  resume RSS increase / state      {r['resume_rss_increase']:6.2f}  (target <= "
+        f"{RESUME_RSS_TARGET}: {_verdict(r['resume_rss_increase'] <= RESUME_RSS_TARGET)})",
+    ]
+    spread = data["ratio_spread"]
+    lines += ["", f"ratio spread over the {data['repeat']} paired runs (min .. max):"]
+    for name, key in (
+        ("save / raw write", "save_vs_raw"),
+        ("save / raw write + writeback", "save_vs_raw_writeback"),
+        ("resume / torch.load warm", "resume_vs_torch_load"),
+        ("resume / torch.load cold", "resume_vs_torch_load_cold"),
+    ):
+        row = spread[key]
+        text = "n/a" if row is None else f"{row['min']:.2f} .. {row['max']:.2f}"
+        lines.append(f"  {name:<31}{text}")
+    return "\n".join(lines)
+
+
+def _load_verdict(r: dict) -> str:
+    found = [r[k] for k in ("resume_vs_torch_load", "resume_vs_torch_load_cold") if r[k]]
+    return _verdict(all(v >= RESUME_LOAD_TARGET for v in found))
+
+
+def format_engine(data: dict) -> str:
+    """The human table of :func:`measure_engine`'s result."""
+    lines = [
+        f"engine overhead: chains of no-op effects, ~{data['transitions']} transitions each",
+        "",
+        f"{'chain':<10}{'runs':>8}{'us/transition':>15}{'us/run':>10}{'x bare call':>13}",
+    ]
+    lines += [
+        f"{c['states']:<10}{c['runs']:>8}{c['us_per_transition']:>15.2f}{c['us_per_run']:>10.1f}"
+        f"{c['vs_bare_call']:>13.0f}"
+        for c in data["chains"]
+    ]
+    sim = data["sim_save"]
+    lines += [
+        f"{'bare call':<10}{'':>8}{data['bare_call_us']:>15.3f}",
+        "",
+        f"save machine over SimWorld (tiny payloads, {sim['runs']} runs, "
+        f"{sim['transitions_per_run']} transitions each):",
+        f"  observe {sim['observe_us_per_run']:.0f} us, then run {sim['us_per_run']:.0f} us: "
+        f"effects {sim['effects_us_per_run']:.0f} us, engine {sim['engine_us_per_run']:.0f} us "
+        f"({sim['engine_us_per_transition']:.1f} us per transition, "
+        f"{100 * sim['engine_share']:.1f}% of the run)",
+    ]
+    return "\n".join(lines)
