@@ -14,10 +14,11 @@ from statecraft.engine import load_spec
 from statecraft.engine.schema import compile_schema, json_path, schema_problems
 from statecraft.errors import CheckpointCorruptError, CheckpointError
 from statecraft.resources import spec_path
+from statecraft.storage.digest import Digest
 
-DIGEST = "ab" * 32
+DIGEST = Digest("xxh3_128", "ab" * 16)
 MANIFEST = Manifest(
-    schema="statecraft.checkpoint-manifest.v1",
+    schema="statecraft.checkpoint-manifest.v2",
     iteration=100,
     format="consolidated",
     components=("model", "optimizer", "training_state"),

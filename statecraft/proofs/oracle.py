@@ -31,6 +31,7 @@ __all__ = [
     "DiskView",
     "committed_files",
     "deep_equal",
+    "digest_of",
     "iteration_name",
     "load_payload",
     "recorded_digest",
