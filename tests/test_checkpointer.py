@@ -43,6 +43,7 @@ class TestCadence:
         assert [r.iteration for r in ckpt.saves] == [3, 6, 7]
         assert all(r.bytes_written > 0 and r.seconds > 0 for r in ckpt.saves)
         assert [e for e, _ in ckpt.saves[0].effects] == [
+            "stage_payloads",
             "prepare_iteration",
             "write_components",
             "write_control",
