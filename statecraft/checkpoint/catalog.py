@@ -85,12 +85,14 @@ class LatestState(enum.Enum):
 
 @attrs.frozen
 class LatestPointer:
-    """The pointer's state, the iteration it names (``OK`` / ``DANGLING``) and a note for the
-    log when it is ignored (``GARBAGE`` / ``DANGLING``)."""
+    """The pointer's state, the iteration it names (``OK`` / ``DANGLING``), a note for the
+    log when it is ignored (``GARBAGE`` / ``DANGLING``) and, for ``GARBAGE``, why it does not
+    parse."""
 
     state: LatestState
     iteration: int | None = None
     note: str | None = None
+    problem: str | None = None
 
 
 @attrs.frozen
@@ -212,6 +214,7 @@ def read_latest(store: Store, iterations: tuple[int, ...] | list[int]) -> Latest
             None,
             f"{store.describe()}/{LATEST_POINTER} is unreadable ({exc}); "
             "ignoring it and selecting by verified manifests",
+            str(exc),
         )
     if latest not in iterations:
         return LatestPointer(

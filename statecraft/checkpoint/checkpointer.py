@@ -287,7 +287,9 @@ class Checkpointer:
             optimizer=tracked.optimizer,
         )
         plan = CHECKPOINT_PLAN.save_plan(self.step, with_data=tracked.data is not None)
-        ctx = SaveContext(store=store, plan=plan, payloads=CHECKPOINT_PLAN.payloads(tracked, trainer))
+        ctx = SaveContext(
+            store=store, plan=plan, payloads=CHECKPOINT_PLAN.payloads(tracked, trainer)
+        )
         started = time.perf_counter()
         result: RunResult = self._save_machine.recover(ctx)
         result.raise_for_failure()

@@ -121,9 +121,7 @@ class CheckpointPlan:
         for e in self.entries:
             if e.name == name:
                 return e
-        raise CheckpointError(
-            f"checkpoint plan has no entry {name!r}; entries: {list(self.names)}"
-        )
+        raise CheckpointError(f"checkpoint plan has no entry {name!r}; entries: {list(self.names)}")
 
     def for_tracked(self, attribute: str) -> PlanEntry:
         """The entry that captures from / loads into ``tracked.<attribute>``."""
@@ -145,7 +143,9 @@ class CheckpointPlan:
     ) -> SavePlan:
         """The :class:`SavePlan` of one full save (what the manifest records)."""
         chosen = self.selected(present=lambda e: with_data and e.tracked == "data")
-        return SavePlan(iteration, format_name, FULL_COMPONENTS, tuple(sorted(e.name for e in chosen)))
+        return SavePlan(
+            iteration, format_name, FULL_COMPONENTS, tuple(sorted(e.name for e in chosen))
+        )
 
     def payloads(self, tracked: Any, trainer: Any) -> dict[str, Callable[[], Any]]:
         """Zero-argument producers of each entry's payload, for the save's ``stage`` step.

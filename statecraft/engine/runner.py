@@ -48,6 +48,7 @@ def call_here(name: str, effect: Callable[[Any], Any], ctx: Any) -> None:
     """The default :data:`EffectCall`: run the effect in this process."""
     effect(ctx)
 
+
 # ``transitions`` logs every state entry at INFO; our trace records the same. Quiet it unless
 # the application configured that logger itself.
 if logging.getLogger("transitions").level == logging.NOTSET:
