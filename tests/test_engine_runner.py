@@ -646,7 +646,8 @@ class TestPerRunState:
         machine = Machine(table, Bindings(effects={"a": a, "b": effect("b")}))
         ctx = Ctx()
         outer = machine.run(ctx)
-        assert outer.final_state == "done" and inner[0].final_state == "done"
+        assert outer.final_state == "done"
+        assert inner[0].final_state == "done"
         assert ctx.calls == ["a", "a", "b", "b"]
         assert [e.effect for e in outer.trace] == ["a", "b"]
 
@@ -667,4 +668,5 @@ class TestPerRunState:
 
         ctx = Ctx()
         bind(chain("a", "b")).run(ctx, call=call)
-        assert seen == ["a", "b"] and ctx.calls == ["a", "b"]
+        assert seen == ["a", "b"]
+        assert ctx.calls == ["a", "b"]

@@ -120,10 +120,12 @@ class TestAttemptsThroughTheFilesystem:
         gate = IoGate()
         fs = SimFilesystem(gate=gate)
         attempt = resolve_run_attempt("/out", RUN, resume="auto", now=clock(NOON), filesystem=fs)
-        assert attempt.minted and attempt.run_ts == "20261130120000"
+        assert attempt.minted
+        assert attempt.run_ts == "20261130120000"
         assert not Path("/out").exists()
         stat = fs.stat(str(attempt.run_dir))
-        assert stat is not None and stat.is_dir
+        assert stat is not None
+        assert stat.is_dir
         ops = [(r.op, r.target) for r in gate.log]
         assert ("mkdir", str(attempt.run_dir)) in ops
         assert ops[-1] == ("fsync_dir", str(attempt.run_dir.parent))

@@ -287,8 +287,13 @@ class Checkpointer:
             optimizer=tracked.optimizer,
         )
         plan = CHECKPOINT_PLAN.save_plan(self.step, with_data=tracked.data is not None)
+        from statecraft import __version__
+
         ctx = SaveContext(
-            store=store, plan=plan, payloads=CHECKPOINT_PLAN.payloads(tracked, trainer)
+            store=store,
+            plan=plan,
+            payloads=CHECKPOINT_PLAN.payloads(tracked, trainer),
+            writer_info={"statecraft": __version__},
         )
         started = time.perf_counter()
         result: RunResult = self._save_machine.recover(ctx)

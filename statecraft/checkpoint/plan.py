@@ -38,8 +38,8 @@ __all__ = [
     "FULL_COMPONENTS",
     "TRAINER_ENTRY",
     "CheckpointPlan",
-    "PlanEntry",
     "Phase",
+    "PlanEntry",
     "full_save_plan",
 ]
 

@@ -6,9 +6,9 @@ Levels, each including the previous:
 
 - ``"manifest"``: the manifest exists, parses and names this iteration (what the save
   transaction's observation needs; no file is opened);
-- ``"size"``: the manifest holds the full plan (:data:`~statecraft.checkpoint.plan.CHECKPOINT_PLAN`'s
-  required entries), every recorded file exists with its size, and ``trainer.pt`` is
-  well-formed and its ``optimizer_step`` equals the iteration;
+- ``"size"``: the manifest holds the full plan (the required entries of
+  :data:`~statecraft.checkpoint.plan.CHECKPOINT_PLAN`), every recorded file exists with its
+  size, and ``trainer.pt`` is well-formed and its ``optimizer_step`` equals the iteration;
 - ``"digest"``: every file's SHA-256 equals the manifest's too.
 """
 

@@ -15,9 +15,10 @@ once, in two threads.
 Who runs an effect: ``run(..., call=...)`` hands every effect call to an
 :data:`EffectCall`; the default calls it here. Under ``torch.distributed`` the facade passes
 :func:`statecraft.parallel.coordinated.rank_zero_effects`, which runs a coordinator effect on
-rank 0 and broadcasts its outcome (the engine, the lowest layer, knows nothing of ranks). Crash points (before / after the k-th effect, before the k-th
-store operation) are injected here and through the :class:`~statecraft.engine.crash.IoGate`
-the stores share.
+rank 0 and broadcasts its outcome (the engine, the lowest layer, knows nothing of ranks).
+
+Crash points (before / after the k-th effect, before the k-th store operation) are injected
+here and through the :class:`~statecraft.engine.crash.IoGate` the stores share.
 """
 
 from __future__ import annotations

@@ -192,8 +192,7 @@ def missing_members(obj: Any, protocol: type) -> list[str]:
     missing = []
     declared = vars(protocol)
     for name in protocol_members(protocol):
-        if not hasattr(obj, name):
-            missing.append(name)
-        elif callable(declared.get(name)) and not callable(getattr(obj, name)):
+        absent = not hasattr(obj, name)
+        if absent or (callable(declared.get(name)) and not callable(getattr(obj, name))):
             missing.append(name)
     return missing

@@ -46,10 +46,8 @@ class ConsolidatedWriter(Writer):
         return "ConsolidatedWriter()"
 
     def writer_info(self) -> dict[str, str]:
-        """The library versions that produced the files."""
-        from statecraft import __version__
-
-        return {"statecraft": __version__, "torch": torch.__version__}
+        """The serializer's version (the facade adds statecraft's own)."""
+        return {"torch": str(torch.__version__)}
 
     def write(self, store: Store, path: str, payload: Any) -> FileRecord:
         """Serialize ``payload`` to ``path`` atomically; returns size and digest.

@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import attrs
 
 from statecraft.checkpoint.catalog import Catalog, PassedOver, scan
-from statecraft.checkpoint.layout import iter_dirname, parse_iter_dirname
+from statecraft.checkpoint.layout import parse_iter_dirname
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN, PlanEntry
 from statecraft.checkpoint.rng import restore_rank_rng
 from statecraft.checkpoint.trainer_state import TrainerState, UpdateClocks, check_scheduler_identity

@@ -2,9 +2,10 @@
 
 The table is the order: stage (capture every payload) -> components -> control state ->
 manifest (exclusive create, the commit) -> ``latest_checkpoint.txt``, each durable before the
-next. The entries come from the plan model (:data:`~statecraft.checkpoint.plan.CHECKPOINT_PLAN`),
-iterated by phase; the writer follows the :class:`~statecraft.writers.base.Writer` call order. This module says *how* each step
-acts on a store; it never decides the order. See ``specs/save.toml`` for the guarantees.
+next. The entries come from the plan model
+(:data:`~statecraft.checkpoint.plan.CHECKPOINT_PLAN`), iterated by phase; the writer follows
+the :class:`~statecraft.writers.base.Writer` call order. This module says *how* each step acts
+on a store; it never decides the order. See ``specs/save.toml`` for the guarantees.
 """
 
 from __future__ import annotations

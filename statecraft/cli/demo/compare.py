@@ -112,5 +112,6 @@ def compare_checkpoints(a_dir: str | os.PathLike[str], b_dir: str | os.PathLike[
             except Exception as exc:  # an unloadable file is a difference, not a crash
                 out.append(f"{name}: {d / name} does not load ({type(exc).__name__}: {exc})")
         if len(payloads) == 2:
-            out.extend(f"{name}: {line}" for line in _differences(*payloads, ""))
+            first, second = payloads
+            out.extend(f"{name}: {line}" for line in _differences(first, second, ""))
     return out
