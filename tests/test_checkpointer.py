@@ -132,7 +132,8 @@ class TestThroughTheFilesystemSeam:
             ckpt.tracked.optimizer.step()
             ckpt.record(sc.Outcome.APPLIED)
             ckpt.step_end()
-        assert ckpt.store is not None and isinstance(ckpt.store, Store)
+        assert ckpt.store is not None
+        assert isinstance(ckpt.store, Store)
         assert not Path("/sim-out").exists()
         source = f"{ckpt.attempt.checkpoints_dir}/iter_000000002"  # type: ignore[union-attr]
         again, resumed_model = self._sim_run(fs, f"resume={source}")
