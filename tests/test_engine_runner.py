@@ -651,12 +651,15 @@ class TestPerRunState:
         assert ctx.calls == ["a", "a", "b", "b"]
         assert [e.effect for e in outer.trace] == ["a", "b"]
 
-    def test_the_machine_holds_no_run_state(self) -> None:
-        """After runs, the Machine's bookkeeping graph holds no model of a finished run."""
+    def test_idle_bookkeeping_models_are_reused_and_reset(self) -> None:
+        """Sequential runs reuse one idle bookkeeping model, each starting from its own start
+        state (nothing of the previous run carries over)."""
         machine = bind(chain("a", "b"))
-        machine.run(Ctx())
-        machine.run(Ctx())
-        assert machine._bookkeeping.models == []
+        first = machine.run(Ctx())
+        second = machine.run(Ctx(), start="s1")
+        assert len(machine._bookkeeping.models) == 1
+        assert [e.effect for e in first.trace] == ["a", "b"]
+        assert [e.effect for e in second.trace] == ["b"]
 
     def test_a_custom_effect_call_is_used_for_every_effect(self) -> None:
         """``call=`` receives each effect's name, function and context."""

@@ -6,11 +6,12 @@ terminal state. ``transitions.Machine`` holds the current state so the bookkeepi
 library's; the decisions are ours.
 
 Per-run state: a :class:`Machine` is immutable once built (its table, bindings and the
-``transitions`` graph); every :meth:`Machine.run` keeps its state in its own :class:`_Run`,
-whose bookkeeping model is registered with the shared ``transitions`` graph for the length of
-the run (``add_model`` / ``remove_model``; building a ``transitions.Machine`` per run would cost
-far more than the transitions it books). Two runs of one machine can therefore be in flight at
-once, in two threads.
+``transitions`` graph); every :meth:`Machine.run` keeps its state in locals and in a
+``transitions`` bookkeeping model (:class:`_Run`) that it holds exclusively for the length of
+the run. Models are registered with the shared graph once and kept in a free list when idle
+(a cache holding no run's state): ``add_model`` costs about as much as 64 transitions on a
+64-state table, and building a ``transitions.Machine`` per run far more. Two runs of one
+machine can therefore be in flight at once, in two threads, or nested.
 
 Who runs an effect: ``run(..., call=...)`` hands every effect call to an
 :data:`EffectCall`; the default calls it here. Under ``torch.distributed`` the facade passes
@@ -24,6 +25,7 @@ here and through the :class:`~statecraft.engine.crash.IoGate` the stores share.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -88,12 +90,10 @@ class RunResult:
 
 
 class _Run:
-    """One run's state: the ``transitions`` model holding its current state, its trace."""
+    """The ``transitions`` model one run holds exclusively while it is in flight; its
+    ``state`` is that run's current state."""
 
     state: str
-
-    def __init__(self) -> None:
-        self.trace: list[TraceEvent] = []
 
 
 class Machine:
@@ -114,6 +114,8 @@ class Machine:
         self.bindings = bindings
         self._terminal = set(table.terminal_names)
         self._failure = {s.name for s in table.states if s.failure}
+        self._idle: list[_Run] = []  # registered bookkeeping models no run holds
+        self._idle_lock = threading.Lock()
         specs = []
         for t in table.transitions:
             specs.append({"trigger": f"_ok{t.index}", "source": t.source, "dest": t.target})
@@ -199,12 +201,23 @@ class Machine:
             if gate is None:
                 raise ValueError("CrashPlan.at_io needs the IoGate the stores share; pass gate=")
             gate.crash_at = crash.at_io
-        run = _Run()
-        self._bookkeeping.add_model(run, initial=state)
+        run = self._checkout(state)
         try:
             return self._run(run, ctx, state, start, crash, gate, observed, call)
         finally:
-            self._bookkeeping.remove_model(run)
+            with self._idle_lock:
+                self._idle.append(run)
+
+    def _checkout(self, state: str) -> _Run:
+        """A bookkeeping model for one run, in ``state``, held by that run alone."""
+        with self._idle_lock:
+            run = self._idle.pop() if self._idle else None
+        if run is None:
+            run = _Run()
+            self._bookkeeping.add_model(run, initial=state)
+        else:
+            self._bookkeeping.set_state(state, model=run)
+        return run
 
     def _run(
         self,
@@ -217,7 +230,7 @@ class Machine:
         observed: str | None,
         call: EffectCall,
     ) -> RunResult:
-        trace = run.trace
+        trace: list[TraceEvent] = []
         error: BaseException | None = None
         effect_index = 0
         while state not in self._terminal:
