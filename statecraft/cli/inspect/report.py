@@ -42,17 +42,30 @@ class InspectError(StatecraftError, FileNotFoundError):
     code = "no_checkpoints_layout"
 
 
-def _files_on_disk(root: Path) -> dict[str, int]:
-    """Relative path -> size of every regular file under ``root`` (sorted, recursive)."""
+_FS = ReadOnlyFilesystem()  # every read of inspect goes through it; every write is refused
+
+
+def _is_dir(path: Path) -> bool:
+    stat = _FS.stat(str(path))
+    return stat is not None and stat.is_dir
+
+
+def _files_on_disk(store: LocalStore, directory: str) -> dict[str, int]:
+    """Relative path -> size of every file under store directory ``directory`` (sorted,
+    recursive)."""
     found: dict[str, int] = {}
-    for directory, dirs, files in os.walk(root):
-        dirs.sort()
-        for name in sorted(files):
-            full = Path(directory) / name
-            try:
-                found[full.relative_to(root).as_posix()] = full.stat().st_size
-            except OSError:
+    pending = [""]
+    while pending:
+        below = pending.pop()
+        for name in store.list(f"{directory}/{below}".rstrip("/")):
+            relative = f"{below}/{name}" if below else name
+            stat = store.stat(f"{directory}/{relative}")
+            if stat is None:  # vanished meanwhile
                 continue
+            if stat.is_dir:
+                pending.append(relative)
+            else:
+                found[relative] = stat.size
     return dict(sorted(found.items()))
 
 
@@ -65,7 +78,7 @@ def _iteration_report(store: LocalStore, entry: CatalogEntry) -> dict[str, Any]:
             manifest = read_manifest(store, entry.iteration)
         except (CheckpointError, OSError):
             manifest = None
-    on_disk = _files_on_disk(Path(store.abspath(name))) if store.stat(name) else {}
+    on_disk = _files_on_disk(store, name) if store.stat(name) else {}
     recorded = dict(manifest.files) if manifest else {}
     files = []
     for file_name in sorted(set(on_disk) | set(recorded)):
@@ -146,7 +159,7 @@ def _auto_pick(catalog: Catalog, level: str) -> dict[str, Any]:
 
 
 def _checkpoints_report(path: Path, level: str, *, only: int | None = None) -> dict[str, Any]:
-    store = LocalStore(str(path.resolve()), fs=ReadOnlyFilesystem())
+    store = LocalStore(str(path.resolve()), fs=_FS)
     catalog = scan(store, level=level)
     numbers = [n for n in catalog.iterations if only is None or n == only]
     iterations = [_iteration_report(store, catalog.entry(n)) for n in numbers]
@@ -185,26 +198,29 @@ def _attempt_entry(
     checkpoints: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One attempt's record; ``checkpoints`` defaults to the report of its checkpoints dir."""
-    if checkpoints is None and (run_dir / CHECKPOINTS_DIR).is_dir():
+    if checkpoints is None and _is_dir(run_dir / CHECKPOINTS_DIR):
         checkpoints = _checkpoints_report(run_dir / CHECKPOINTS_DIR, level)
     return {
         "run_ts": run_ts,
         "legacy": legacy,
         "path": str(run_dir.resolve()),
-        "has_artifacts": (run_dir / ARTIFACTS_DIR).is_dir(),
+        "has_artifacts": _is_dir(run_dir / ARTIFACTS_DIR),
         "checkpoints": checkpoints,
     }
 
 
 def _looks_like_checkpoints(path: Path) -> bool:
-    if path.name == CHECKPOINTS_DIR or (path / LATEST_POINTER).exists():
+    if path.name == CHECKPOINTS_DIR or _FS.stat(str(path / LATEST_POINTER)) is not None:
         return True
-    return any(parse_iter_dirname(p.name) is not None for p in path.iterdir() if p.is_dir())
+    return any(
+        parse_iter_dirname(name) is not None and _is_dir(path / name)
+        for name in _FS.listdir(str(path))
+    )
 
 
 def _valid_run_ts(path: Path) -> bool:
     """``path`` is named like an attempt (the layout's own RUN_TS rule)."""
-    return path.name in list_attempts(path.parent)
+    return path.name in list_attempts(path.parent, filesystem=_FS)
 
 
 def inspect_path(path: str | os.PathLike[str], *, verify: bool = False) -> dict[str, Any]:
@@ -232,13 +248,14 @@ def inspect_path(path: str | os.PathLike[str], *, verify: bool = False) -> dict[
     """
     level = "digest" if verify else "size"
     target = Path(path).expanduser()
-    if not target.exists():
+    found = _FS.stat(str(target.absolute()))
+    if found is None:
         raise InspectError(
             f"{target}: no such file or directory; point inspect at a job dir "
             "(<root>/<project>/<group>/<name>), an attempt, a checkpoints/ dir "
             "or an iter_* dir"
         )
-    if not target.is_dir():
+    if not found.is_dir:
         raise InspectError(
             f"{target}: is a file, not a directory; point inspect at a job dir, "
             "an attempt, a checkpoints/ dir or an iter_* dir"
@@ -283,8 +300,8 @@ def inspect_path(path: str | os.PathLike[str], *, verify: bool = False) -> dict[
         data["adopted_attempt"] = str(target)
         data["adoption_reason"] = "PATH is this attempt"
     else:
-        attempts = list_attempts(target)
-        legacy = (target / CHECKPOINTS_DIR).is_dir()
+        attempts = list_attempts(target, filesystem=_FS)
+        legacy = _is_dir(target / CHECKPOINTS_DIR)
         if not attempts and not legacy:
             raise InspectError(
                 f"{target}: holds no checkpoints layout (no <RUN_TS>/ attempt, no checkpoints/, "
@@ -297,7 +314,9 @@ def inspect_path(path: str | os.PathLike[str], *, verify: bool = False) -> dict[
             data["adopted_attempt"] = str(target)
             data["adoption_reason"] = f"legacy flat layout: {target / CHECKPOINTS_DIR} exists"
         else:
-            newest = newest_attempt(target)  # the layout's rule, as resume=auto applies it
+            newest = newest_attempt(
+                target, filesystem=_FS
+            )  # the layout's rule, as resume=auto applies it
             data["adopted_attempt"] = str(target / str(newest))
             data["adoption_reason"] = f"resume=auto adopts the newest attempt {newest}"
         data["attempts"] = entries
