@@ -99,6 +99,24 @@ class TestOnRankZero:
         assert isinstance(results[1], ResumeError)
         assert str(results[1]) == "rank 0 could not list the attempt: disk gone"
 
+    def test_an_error_that_does_not_pickle_as_itself_arrives_intact(self) -> None:
+        """CheckpointCorruptError(path, problem, fix) cannot be rebuilt by pickle; rank 1
+        still raises that class, with rank 0's message and structured fields."""
+        from statecraft.errors import CheckpointCorruptError
+
+        boom = CheckpointCorruptError("local:/c/iter_000000008", "is missing", "Resume.")
+        with pytest.raises(TypeError):
+            pickle.loads(pickle.dumps(boom))
+
+        def fail() -> None:
+            raise boom
+
+        results = on_two_ranks(lambda c: on_rank_zero(c, fail))
+        assert results[0] is boom
+        assert type(results[1]) is CheckpointCorruptError
+        assert str(results[1]) == str(boom)
+        assert results[1].__dict__ == boom.__dict__
+
 
 @attrs.define
 class _Ctx:
@@ -150,6 +168,21 @@ class TestRankZeroEffects:
             on_two_ranks(body)
             == [(["passed over iter_000000003"], "iter_000000003 does not verify")] * 2
         )
+
+    def test_a_corrupt_candidate_error_reaches_rank_one(self) -> None:
+        """A coordinator effect raising CheckpointCorruptError (which pickle cannot rebuild)
+        raises it on rank 1 too, as the same class with the same message."""
+        from statecraft.errors import CheckpointCorruptError
+
+        def verify(ctx: _Ctx) -> None:
+            raise CheckpointCorruptError("local:/c/iter_000000008", "is missing", "Resume.")
+
+        def body(c: ThreadRank) -> Any:
+            rank_zero_effects(c, {"verify": Role.COORDINATOR})("verify", verify, _Ctx(c.rank))
+
+        results = on_two_ranks(body)
+        assert [type(r) for r in results] == [CheckpointCorruptError] * 2
+        assert str(results[0]) == str(results[1])
 
     def test_every_rank_effect_runs_on_every_rank(self) -> None:
         """An EVERY_RANK effect runs on both ranks, nothing broadcast."""

@@ -22,7 +22,7 @@ from statecraft.engine.runner import EffectCall, call_here
 from statecraft.engine.tagging import Role
 from statecraft.errors import MachineDefinitionError
 from statecraft.parallel.collectives import Collective
-from statecraft.parallel.rank0 import on_rank_zero
+from statecraft.parallel.rank0 import ErrorCopy, on_rank_zero, portable_error, restore_error
 
 __all__ = ["rank_zero_effects"]
 
@@ -57,19 +57,23 @@ def rank_zero_effects(collective: Collective, roles: Mapping[str, Role]) -> Effe
                 ],
             )
 
-        def on_zero() -> tuple[Exception | None, dict[str, Any]]:
-            error: Exception | None = None
+        raised: list[Exception] = []  # rank 0's own exception object
+
+        def on_zero() -> tuple[BaseException | ErrorCopy | None, dict[str, Any]]:
             try:
                 effect(ctx)
             except Exception as exc:  # the outcome is broadcast, then re-raised everywhere
-                error = exc
+                raised.append(exc)
+            error = portable_error(raised[0]) if raised else None
             return error, {f: getattr(ctx, f) for f in fields}
 
         error, shared = on_rank_zero(collective, on_zero)
         if collective.rank != 0:
             for field, value in shared.items():
                 setattr(ctx, field, value)
+        if raised:
+            raise raised[0]
         if error is not None:
-            raise error
+            raise restore_error(error)
 
     return call

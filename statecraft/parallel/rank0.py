@@ -12,14 +12,47 @@ collective). Used by attempt resolution (``layout.resolve_run_attempt``), the sa
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import attrs
+
 from statecraft.parallel.collectives import Collective
 
-__all__ = ["on_rank_zero"]
+__all__ = ["ErrorCopy", "on_rank_zero", "portable_error", "restore_error"]
 
 T = TypeVar("T")
+
+
+@attrs.frozen
+class ErrorCopy:
+    """An exception that does not survive pickling as itself (its ``__init__`` takes other
+    arguments than its ``args``, like ``CheckpointCorruptError(path, problem, fix)``), sent
+    as its class, message and structured fields; :func:`restore_error` rebuilds it."""
+
+    kind: type
+    message: str
+    fields: dict[str, Any]
+
+
+def portable_error(exc: BaseException) -> BaseException | ErrorCopy:
+    """``exc`` itself when it round-trips through pickle, else an :class:`ErrorCopy`."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:  # any failure to rebuild: send the copy instead
+        return ErrorCopy(type(exc), str(exc), dict(getattr(exc, "__dict__", {})))
+    return exc
+
+
+def restore_error(sent: BaseException | ErrorCopy) -> BaseException:
+    """The exception :func:`portable_error` sent: same class, message and fields."""
+    if not isinstance(sent, ErrorCopy):
+        return sent
+    rebuilt = sent.kind.__new__(sent.kind)
+    BaseException.__init__(rebuilt, sent.message)
+    rebuilt.__dict__.update(sent.fields)
+    return rebuilt
 
 
 def on_rank_zero(collective: Collective, fn: Callable[[], T]) -> T:
@@ -34,20 +67,23 @@ def on_rank_zero(collective: Collective, fn: Callable[[], T]) -> T:
 
     Raises:
         Exception: rank 0's exception, re-raised on every rank with rank 0's message (the
-            same object on rank 0, an unpickled copy elsewhere). Never hangs on an error: the
-            other ranks always receive an outcome.
+            same object on rank 0; elsewhere a copy of the same class with the same message
+            and fields, even when the exception does not pickle as itself). Never hangs on an
+            error: the other ranks always receive an outcome.
     """
     if collective.world_size == 1:
         return fn()
     outcome: tuple[str, Any] | None = None
+    raise_here: Exception | None = None
     if collective.rank == 0:
         try:
             outcome = ("ok", fn())
         except Exception as exc:  # every rank must learn of the failure, not hang
-            outcome = ("error", exc)
+            raise_here = exc
+            outcome = ("error", portable_error(exc))
     status, value = collective.broadcast(outcome)
     if status == "error":
-        if collective.rank == 0 and outcome is not None:
-            raise outcome[1]
-        raise value
+        if collective.rank == 0:
+            raise raise_here
+        raise restore_error(value)
     return value
