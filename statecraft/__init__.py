@@ -6,7 +6,7 @@ The public API a training loop needs; everything else lives in submodules.
 from statecraft.checkpoint.checkpointer import Checkpointer, SaveReport
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.layout import RunIdentity
-from statecraft.checkpoint.trainer_state import Outcome, SchedulerIdentity, UpdateClocks
+from statecraft.checkpoint.state import Outcome, SchedulerIdentity, UpdateClocks
 from statecraft.checkpoint.transactions.resume import ResumeResult
 
 __version__ = "0.1.0"

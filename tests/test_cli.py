@@ -14,7 +14,7 @@ import pytest
 import statecraft
 from statecraft.cli import main
 from statecraft.engine import load_table, render_mermaid
-from statecraft.resources import machine_path, machines_dir
+from statecraft.resources import machine_path, machines_dir, spec_path
 
 REPO = Path(__file__).resolve().parent.parent
 ENVELOPE_KEYS = {"result_version", "command", "status", "exit_code", "data", "errors"}
@@ -53,17 +53,19 @@ class TestMachinesCommand:
         assert out["result_version"] == 1
         assert out["status"] == "ok"
         assert out["errors"] == []
-        assert set(out["data"]) == {"save", "resume"}
+        # Every table found in machines/ is checked; no list of machine names to keep in step.
+        assert set(out["data"]) == {p.stem for p in machines_dir().glob("*.toml")}
+        assert {"save", "resume"} <= set(out["data"])
         assert all(m["problems"] == [] for m in out["data"].values())
+        assert all(m["spec"] == str(spec_path(name)) for name, m in out["data"].items())
 
-    def test_check_reports_a_broken_table(self, capsys, monkeypatch, tmp_path) -> None:
+    def test_check_reports_a_broken_table(self, capsys, tmp_path) -> None:
         """A malformed shipped table makes the check exit 1 and name the file and the problem."""
         for name in ("save", "resume"):
             (tmp_path / f"{name}.toml").write_text(machine_path(name).read_text())
         broken = (tmp_path / "save.toml").read_text().replace('to = "committed"', 'to = "comitted"')
         (tmp_path / "save.toml").write_text(broken)
-        monkeypatch.setattr("statecraft.resources.machines_dir", lambda: tmp_path)
-        code, out = run_json(capsys, "machines", "check")
+        code, out = run_json(capsys, "machines", "check", "--machines-dir", str(tmp_path))
         assert code == 1
         assert out["status"] == "error"
         assert out["exit_code"] == 1
@@ -82,7 +84,8 @@ class TestMachinesCommand:
         """An unknown machine name exits 2 listing the shipped ones."""
         code, out = run_json(capsys, "machines", "draw", "nope")
         assert code == 2
-        assert "no machine 'nope'; shipped: resume, save" in out["errors"][0]["message"]
+        shipped = ", ".join(sorted(p.stem for p in machines_dir().glob("*.toml")))
+        assert f"no machine 'nope'; shipped: {shipped}" in out["errors"][0]["message"]
 
     def test_docs_diagrams_are_in_step_with_the_tables(self) -> None:
         """docs/diagrams/*.mmd are exactly what `statecraft machines draw` prints now."""

@@ -660,10 +660,14 @@ class TestCheckBindings:
         with pytest.raises(MachineDefinitionError) as info:
             define(tmp_path, VALID, Bindings(effects={"wait": noop}))
         assert info.value.problems == [
-            "machine 'm': effect 'finish' (used by #1 b [ready] --finish--> done) is not bound",
-            "machine 'm': effect 'go' (used by #0 a --go--> b) is not bound",
-            "machine 'm': guard 'ready' is not bound",
-            "machine 'm': observation 'obs' is not bound",
+            "machine 'm': effect 'finish' (used by #1 b [ready] --finish--> done) is not bound; "
+            "tag a function @effect('finish') in the bindings module",
+            "machine 'm': effect 'go' (used by #0 a --go--> b) is not bound; "
+            "tag a function @effect('go') in the bindings module",
+            "machine 'm': guard 'ready' is not bound; "
+            "tag a function @guard('ready') in the bindings module",
+            "machine 'm': observation 'obs' is not bound; "
+            "tag a function @observer('obs') in the bindings module",
         ]
 
     def test_effect_used_twice_lists_both_users(self, tmp_path: Path) -> None:
@@ -672,9 +676,11 @@ class TestCheckBindings:
         path.write_text(VALID.replace('do = "wait"', 'do = "go"'), encoding="utf-8")
         table = load_table(path)
         assert check_bindings(table, Bindings(effects={"finish": noop})) == [
-            "effect 'go' (used by #0 a --go--> b, #2 b [not ready] --go--> a) is not bound",
-            "guard 'ready' is not bound",
-            "observation 'obs' is not bound",
+            "effect 'go' (used by #0 a --go--> b, #2 b [not ready] --go--> a) is not bound; "
+            "tag a function @effect('go') in the bindings module",
+            "guard 'ready' is not bound; tag a function @guard('ready') in the bindings module",
+            "observation 'obs' is not bound; "
+            "tag a function @observer('obs') in the bindings module",
         ]
 
     def test_machine_construction_checks_bindings(self, tmp_path: Path) -> None:
@@ -685,7 +691,10 @@ class TestCheckBindings:
         missing_guard = Bindings(effects=VALID_BINDINGS.effects, observers=VALID_BINDINGS.observers)
         with pytest.raises(MachineDefinitionError) as info:
             Machine(table, missing_guard)
-        assert info.value.problems == ["machine 'm': guard 'ready' is not bound"]
+        assert info.value.problems == [
+            "machine 'm': guard 'ready' is not bound; "
+            "tag a function @guard('ready') in the bindings module"
+        ]
         assert str(info.value).startswith(f"{path}: 1 problem(s)")
 
     def test_machine_construction_checks_the_table(self, tmp_path: Path) -> None:
@@ -738,9 +747,13 @@ class TestTableProblems:
         """Without bindings no binding problem is reported; with empty bindings all are."""
         assert table_problems(table) == []
         assert table_problems(table, Bindings()) == [
-            "effect 'finish' (used by #1 b [ready] --finish--> done) is not bound",
-            "effect 'go' (used by #0 a --go--> b) is not bound",
-            "effect 'wait' (used by #2 b [not ready] --wait--> a) is not bound",
-            "guard 'ready' is not bound",
-            "observation 'obs' is not bound",
+            "effect 'finish' (used by #1 b [ready] --finish--> done) is not bound; "
+            "tag a function @effect('finish') in the bindings module",
+            "effect 'go' (used by #0 a --go--> b) is not bound; "
+            "tag a function @effect('go') in the bindings module",
+            "effect 'wait' (used by #2 b [not ready] --wait--> a) is not bound; "
+            "tag a function @effect('wait') in the bindings module",
+            "guard 'ready' is not bound; tag a function @guard('ready') in the bindings module",
+            "observation 'obs' is not bound; "
+            "tag a function @observer('obs') in the bindings module",
         ]

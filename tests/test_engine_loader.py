@@ -177,7 +177,7 @@ class TestParseTable:
         with pytest.raises(MachineDefinitionError) as info:
             parse_table(self.minimal(colour="blue"), source="t.toml")
         assert info.value.problems == [
-            "unknown top-level key 'colour'; allowed: ['doc', 'initial', 'name', "
+            "unknown top-level key 'colour'; allowed: ['bindings', 'doc', 'initial', 'name', "
             "'observations', 'observe', 'recover', 'states', 'transitions']"
         ]
         assert str(info.value).startswith("t.toml: 1 problem(s) in the machine table:")

@@ -11,6 +11,7 @@ The WRONG bindings of ``toy_replace`` carry two bugs:
 
 from __future__ import annotations
 
+import attrs
 import pytest
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
@@ -77,6 +78,29 @@ class TestExploreRight:
         assert set(right_report.checks_by_guarantee) == set(guarantees)
         assert all(n > 0 for n in right_report.checks_by_guarantee.values())
         assert sum(right_report.checks_by_guarantee.values()) == right_report.checks_run
+
+    def test_substantive_checks_are_counted(self, right_report: ScenarioReport) -> None:
+        """A check counts as substantive only where it asserted something: REPLACE-DURABLE
+        only in the acknowledged states, a check that never asserts nowhere."""
+        substantive = right_report.substantive_by_guarantee
+        checks = right_report.checks_by_guarantee
+        assert set(substantive) == set(checks)
+        assert 0 < substantive["REPLACE-DURABLE"] < checks["REPLACE-DURABLE"]
+        assert substantive["REPLACE-RECOVERS"] == checks["REPLACE-RECOVERS"]
+        assert right_report.to_json()["substantive_by_guarantee"] == substantive
+        vacuous = attrs.evolve(SPEC.guarantees[0], id="VACUOUS", check="toy_replace:never_asserts")
+        spec = attrs.evolve(SPEC, guarantees=(*SPEC.guarantees, vacuous))
+        report = explore(ReplaceScenario(RIGHT), spec, ExploreOptions(extra_subsets=0))
+        assert report.checks_by_guarantee["VACUOUS"] > 0
+        assert report.substantive_by_guarantee["VACUOUS"] == 0
+
+    def test_a_violation_counts_as_substantive(self) -> None:
+        """A check that raised asserted something, even without calling exercised()."""
+        raising = attrs.evolve(SPEC.guarantees[0], id="RAISES", check="toy_replace:always_violates")
+        spec = attrs.evolve(SPEC, guarantees=(raising,))
+        report = explore(ReplaceScenario(RIGHT), spec, ExploreOptions(extra_subsets=0))
+        assert report.checks_by_guarantee["RAISES"] > 0
+        assert report.substantive_by_guarantee["RAISES"] == report.checks_by_guarantee["RAISES"]
 
     @pytest.mark.parametrize("kind", list(CrashKind))
     def test_each_crash_kind_is_explored(
@@ -244,7 +268,7 @@ def power_loss_violations(
     crashed = run_to_crash(scenario, reference.base, point)
     pending = {p.op_id for p in crashed.world.fs.pending_ops()}
     choice = LossChoice("hypothesis", frozenset(kept & pending))
-    violations, checks = check_crash_state(
+    violations, checks, _ = check_crash_state(
         scenario,
         SPEC.guarantees,
         reference.base,
@@ -282,7 +306,7 @@ class TestCheckCrashStateProperty:
                 torn = (data.draw(st.sampled_from(writes)), mode)
                 kept.add(torn[0])
             choice = LossChoice("hypothesis", frozenset(kept), torn)
-        violations, checks = check_crash_state(
+        violations, checks, _ = check_crash_state(
             scenario, SPEC.guarantees, RIGHT_REF.base, crashed, kind, choice, point.label
         )
         assert sum(checks.values()) > 0

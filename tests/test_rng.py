@@ -1,4 +1,4 @@
-"""Tests of statecraft.checkpoint.rng: per-rank RNG capture, the inventory payload, exact restore.
+"""Tests of statecraft.checkpoint.state: per-rank RNG capture, the inventory payload, exact restore.
 
 Round trips go through ``torch.save`` and ``torch.load(weights_only=True)``, which proves the
 payload holds nothing a weights-only load rejects.
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from statecraft.checkpoint.rng import (
+from statecraft.checkpoint.state import (
     RNG_SCHEMA,
     RngInventory,
     capture_rng_state,

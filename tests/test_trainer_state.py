@@ -1,4 +1,4 @@
-"""Tests of statecraft.checkpoint.trainer_state: update clocks, scheduler identity, pristine
+"""Tests of statecraft.checkpoint.state: update clocks, scheduler identity, pristine
 optimizer, and the ``trainer.pt`` payload.
 
 Payload round trips go through ``torch.save`` and ``torch.load(weights_only=True)``, which proves
@@ -16,21 +16,19 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from statecraft.checkpoint.rng import (
-    RngInventory,
-    capture_rng_state,
-    gather_rng_inventory,
-    restore_rng_state,
-)
-from statecraft.checkpoint.trainer_state import (
+from statecraft.checkpoint.state import (
     SUPPORTED_SCHEDULER_IDENTITY_VERSIONS,
     TRAINER_STATE_SCHEMA,
     Outcome,
+    RngInventory,
     SchedulerIdentity,
     TrainerState,
     UpdateClocks,
+    capture_rng_state,
     check_scheduler_identity,
+    gather_rng_inventory,
     optimizer_is_pristine,
+    restore_rng_state,
 )
 from statecraft.errors import TrainerStateError
 

@@ -110,6 +110,7 @@ def current_names_complete_version(ctx: CheckContext) -> None:
     name, content = _current(ctx)
     if name is None:
         return
+    ctx.exercised()
     if name not in VERSIONS:
         raise GuaranteeViolation(f"`current` holds {name!r}, not a version name")
     if content != VERSIONS[name]:
@@ -124,6 +125,7 @@ def current_names_complete_version(ctx: CheckContext) -> None:
 def acknowledged_replace_survives(ctx: CheckContext) -> None:
     if not ctx.acknowledged:
         return
+    ctx.exercised()
     name, content = _current(ctx)
     if name != "data.v2" or content != NEW:
         raise GuaranteeViolation(
@@ -133,6 +135,18 @@ def acknowledged_replace_survives(ctx: CheckContext) -> None:
 
 
 def recovery_completes_replace(ctx: CheckContext) -> None:
+    ctx.exercised()
     name, content = _current(ctx)
     if name != "data.v2" or content != NEW:
         raise GuaranteeViolation(f"after recovery `current` names {name!r}, not a complete data.v2")
+
+
+def never_asserts(ctx: CheckContext) -> None:
+    """A check whose premise never holds: it runs everywhere and proves nothing."""
+    if ctx.phase == "no such phase":
+        ctx.exercised()
+
+
+def always_violates(ctx: CheckContext) -> None:
+    """A check that raises without calling ``exercised()``: still substantive."""
+    raise GuaranteeViolation("always")

@@ -34,8 +34,12 @@ from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.layout import RunAttempt, RunIdentity, iter_dirname, resolve_run_attempt
 from statecraft.checkpoint.machines import load_machine
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN
-from statecraft.checkpoint.rng import gather_rng_inventory
-from statecraft.checkpoint.trainer_state import Outcome, SchedulerIdentity, TrainerState
+from statecraft.checkpoint.state import (
+    Outcome,
+    SchedulerIdentity,
+    TrainerState,
+    gather_rng_inventory,
+)
 from statecraft.checkpoint.transactions.resume import ResumeContext, ResumeResult, Tracked
 from statecraft.checkpoint.transactions.save import SaveContext
 from statecraft.engine import RunResult

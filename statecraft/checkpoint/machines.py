@@ -1,38 +1,67 @@
-"""The registry binding each shipped table in ``machines/`` to its effects."""
+"""The shipped transactions: the tables in ``machines/``, bound by the modules they name.
+
+Nothing here lists a transaction: a table's ``bindings`` key names its bindings module and
+:mod:`statecraft.engine.registry` discovers the tables. This module only supplies the shipped
+directories.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 
-from statecraft.checkpoint.transactions.resume import resume_bindings
-from statecraft.checkpoint.transactions.save import save_bindings
-from statecraft.engine import Bindings, Machine, load_table
+from statecraft.engine import Bindings, Machine, load_table, registry
 from statecraft.errors import StatecraftError
 from statecraft.resources import machine_path, machines_dir
 
-__all__ = ["MACHINE_BINDINGS", "load_machine", "shipped_machine_names"]
-
-#: machine name -> factory of its bindings (read-only).
-MACHINE_BINDINGS: dict[str, Callable[[], Bindings]] = {
-    "resume": resume_bindings,
-    "save": save_bindings,
-}
+__all__ = ["MACHINE_BINDINGS", "load_machine", "machine_bindings", "shipped_machine_names"]
 
 
 def shipped_machine_names() -> list[str]:
     """Names of the tables in ``machines/``."""
-    return sorted(p.stem for p in machines_dir().glob("*.toml"))
+    return registry.transaction_names(machines_dir())
 
 
 def load_machine(name: str) -> Machine:
     """Load, check and bind the shipped table ``name``.
 
     Raises:
-        StatecraftError: no bindings are registered for ``name``.
+        StatecraftError: there is no shipped table ``name``.
         MachineDefinitionError: the table or its bindings fail a static check.
     """
-    if name not in MACHINE_BINDINGS:
+    return registry.load_machine(name, machines_dir())
+
+
+def machine_bindings(name: str) -> Bindings:
+    """The bindings of the shipped table ``name``, collected from the module it names.
+
+    Raises:
+        StatecraftError: there is no shipped table ``name``.
+        MachineDefinitionError: its bindings module is missing or broken.
+    """
+    path = machine_path(name)
+    if not path.is_file():
         raise StatecraftError(
-            f"no bindings registered for machine {name!r}; known: {sorted(MACHINE_BINDINGS)}"
+            f"no machine {name!r} in {machines_dir()}; "
+            f"shipped: {', '.join(shipped_machine_names())}"
         )
-    return Machine(load_table(machine_path(name)), MACHINE_BINDINGS[name]())
+    return registry.load_bindings(load_table(path))
+
+
+class _ShippedBindings(Mapping[str, Callable[[], Bindings]]):
+    """Read-only view: shipped machine name -> factory of its bindings, derived from the
+    tables on every access (kept for callers of the former hand-kept dict)."""
+
+    def __getitem__(self, name: str) -> Callable[[], Bindings]:
+        if name not in shipped_machine_names():
+            raise KeyError(name)
+        return lambda: machine_bindings(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(shipped_machine_names())
+
+    def __len__(self) -> int:
+        return len(shipped_machine_names())
+
+
+#: shipped machine name -> factory of its bindings (derived from ``machines/``, read-only).
+MACHINE_BINDINGS: Mapping[str, Callable[[], Bindings]] = _ShippedBindings()

@@ -15,7 +15,8 @@ from typing import Any
 import attrs
 import cattrs
 
-from statecraft.errors import CheckpointCorruptError
+from statecraft.checkpoint.schemas import MANIFEST_SCHEMA_FILE, schema_violations
+from statecraft.errors import CheckpointCorruptError, CheckpointError
 
 __all__ = ["MANIFEST_SCHEMA", "FileEntry", "Manifest", "SavePlan", "decode_manifest"]
 
@@ -82,9 +83,22 @@ class Manifest:
         return SavePlan(self.iteration, self.format, self.components, tuple(sorted(self.files)))
 
     def encode(self) -> bytes:
-        """Canonical JSON bytes (sorted keys, so equal manifests are equal bytes)."""
+        """Canonical JSON bytes (sorted keys, so equal manifests are equal bytes).
+
+        Raises:
+            CheckpointError: the manifest breaks ``specs/save.manifest.schema.json`` (a bug in
+                the code that built it); nothing is written.
+        """
         data = _converter.unstructure(self)
-        return (json.dumps(data, sort_keys=True, indent=1) + "\n").encode()
+        text = json.dumps(data, sort_keys=True, indent=1) + "\n"
+        violations = schema_violations(MANIFEST_SCHEMA_FILE, json.loads(text))
+        if violations:
+            raise CheckpointError(
+                f"refusing to write a manifest of iteration {self.iteration} that violates "
+                f"specs/{MANIFEST_SCHEMA_FILE}: {'; '.join(violations)}; this is a bug in the "
+                "code that built it (or the schema is behind the manifest)"
+            )
+        return text.encode()
 
 
 def decode_manifest(data: bytes, *, source: str) -> Manifest:
@@ -92,7 +106,8 @@ def decode_manifest(data: bytes, *, source: str) -> Manifest:
 
     Raises:
         CheckpointCorruptError: not JSON, wrong schema name, wrong field types, malformed
-            digests or negative sizes; the message names ``source`` and the problem.
+            digests or negative sizes, or anything else ``specs/save.manifest.schema.json``
+            refuses (checked last); the message names ``source`` and the problem.
     """
     fix = "The checkpoint is not usable; resume from another one or move it aside."
     try:
@@ -127,5 +142,10 @@ def decode_manifest(data: bytes, *, source: str) -> Manifest:
     if problems:
         raise CheckpointCorruptError(
             source, "manifest values are invalid: " + ", ".join(problems), fix
+        )
+    violations = schema_violations(MANIFEST_SCHEMA_FILE, raw)
+    if violations:
+        raise CheckpointCorruptError(
+            source, f"manifest violates specs/{MANIFEST_SCHEMA_FILE}: {'; '.join(violations)}", fix
         )
     return manifest

@@ -24,7 +24,7 @@ import attrs
 from statecraft.checkpoint.layout import MANIFEST_NAME, iter_dirname, parse_iter_dirname
 from statecraft.checkpoint.manifest import Manifest, decode_manifest
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN, FULL_COMPONENTS, TRAINER_ENTRY
-from statecraft.checkpoint.trainer_state import TrainerState
+from statecraft.checkpoint.state import TrainerState
 from statecraft.errors import CheckpointCorruptError, CheckpointError
 from statecraft.storage.base import Store
 from statecraft.writers.base import Writer

@@ -1,49 +1,110 @@
-"""``statecraft machines check`` and ``statecraft machines draw NAME``."""
+"""``statecraft machines check`` and ``statecraft machines draw NAME``.
+
+Both act on a machines directory (``--machines-dir``, default: the shipped ``machines/``) and
+``check`` on a specs directory too (``--specs-dir``, default: the shipped ``specs/``): the
+transactions are the tables found there, nothing is listed by hand.
+"""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from statecraft.cli.envelope import emit
 from statecraft.errors import StatecraftError
 
-__all__ = ["run_machines_check", "run_machines_draw"]
+__all__ = ["check_transactions", "resolve_dirs", "run_machines_check", "run_machines_draw"]
 
 
-def run_machines_check(args: argparse.Namespace) -> int:
-    from statecraft.checkpoint.machines import MACHINE_BINDINGS, shipped_machine_names
-    from statecraft.engine import load_table, table_problems
-    from statecraft.resources import machine_path
+def resolve_dirs(args: argparse.Namespace) -> tuple[Path, Path]:
+    """The machines and specs directories an invocation names (shipped ones by default).
+
+    Raises:
+        StatecraftError: a named directory does not exist.
+    """
+    from statecraft import resources
+
+    machines = getattr(args, "machines_dir", None)
+    specs = getattr(args, "specs_dir", None)
+    out = []
+    for given, default, flag in (
+        (machines, resources.machines_dir, "--machines-dir"),
+        (specs, resources.specs_dir, "--specs-dir"),
+    ):
+        path = Path(given) if given else default()
+        if not path.is_dir():
+            raise StatecraftError(f"{flag} {path} is not a directory; pass an existing one")
+        out.append(path)
+    return out[0], out[1]
+
+
+def check_transactions(machines_dir: Path, specs_dir: Path) -> tuple[dict[str, Any], list]:
+    """Check every table of ``machines_dir`` (shape, graph, bindings) and its spec in
+    ``specs_dir`` against it (:func:`statecraft.engine.contract_problems`).
+
+    Returns:
+        ``(data, errors)``: per machine its paths, problems, states and transitions; and the
+        ``(code, message)`` error pairs of the envelope.
+    """
+    from statecraft.engine import contract_problems, load_spec, load_table, table_problems
+    from statecraft.engine.registry import load_bindings, transaction_names
 
     data: dict[str, Any] = {}
     errors: list[tuple[str, str]] = []
-    lines = []
-    for name in shipped_machine_names():
-        path = machine_path(name)
+    names = transaction_names(machines_dir)
+    for name in names:
+        path = machines_dir / f"{name}.toml"
+        spec_path = specs_dir / f"{name}.toml"
+        table_errors: list[str] = []
+        spec_errors: list[str] = []
+        table = None
         try:
             table = load_table(path)
-            bindings = MACHINE_BINDINGS[name]() if name in MACHINE_BINDINGS else None
-            problems = table_problems(table, bindings)
-            if bindings is None:
-                problems.append(f"no bindings registered for machine {name!r}")
+            table_errors = table_problems(table, load_bindings(table))
         except StatecraftError as exc:
-            problems = [str(exc)]
-            table = None
+            table_errors = [str(exc)]
+        if not spec_path.is_file():
+            spec_errors.append(
+                f"{spec_path}: machine {name!r} has no contract; write {spec_path.name} in "
+                f"{specs_dir} (docs/specs.md)"
+            )
+        elif table is not None:
+            try:
+                spec_errors = contract_problems(table, load_spec(spec_path))
+            except StatecraftError as exc:
+                spec_errors = [str(exc)]
+        errors.extend(("machine_definition", f"{path}: {p}") for p in table_errors)
+        errors.extend(("spec_definition", p) for p in spec_errors)
         data[name] = {
             "path": str(path),
-            "problems": problems,
+            "spec": str(spec_path),
+            "problems": table_errors + spec_errors,
             "states": len(table.states) if table else None,
             "transitions": len(table.transitions) if table else None,
         }
-        if problems:
-            errors.extend(("machine_definition", f"{path}: {p}") for p in problems)
-            lines.append(f"FAIL {name} ({path})")
-            lines.extend(f"  - {p}" for p in problems)
+    for orphan in sorted(p for p in specs_dir.glob("*.toml") if p.stem not in names):
+        problem = (
+            f"{orphan}: covers machine {orphan.stem!r} but {machines_dir / orphan.name} does "
+            "not exist; add the table or remove the spec"
+        )
+        errors.append(("spec_definition", problem))
+        data[orphan.stem] = {"path": None, "spec": str(orphan), "problems": [problem]}
+    return data, errors
+
+
+def run_machines_check(args: argparse.Namespace) -> int:
+    machines_dir, specs_dir = resolve_dirs(args)
+    data, errors = check_transactions(machines_dir, specs_dir)
+    lines = []
+    for name, entry in data.items():
+        if entry["problems"]:
+            lines.append(f"FAIL {name} ({entry['path'] or entry['spec']})")
+            lines.extend(f"  - {p}" for p in entry["problems"])
         else:
             lines.append(
-                f"ok   {name}: {data[name]['states']} states, "
-                f"{data[name]['transitions']} transitions ({path})"
+                f"ok   {name}: {entry['states']} states, {entry['transitions']} transitions, "
+                f"contract {entry['spec']} ({entry['path']})"
             )
     return emit(
         "machines check",
@@ -57,12 +118,11 @@ def run_machines_check(args: argparse.Namespace) -> int:
 
 def run_machines_draw(args: argparse.Namespace) -> int:
     from statecraft.engine import load_table, render_mermaid
-    from statecraft.resources import machine_path
+    from statecraft.engine.registry import transaction_names
 
-    path = machine_path(args.name)
+    machines_dir, _ = resolve_dirs(args)
+    path = machines_dir / f"{args.name}.toml"
     if not path.exists():
-        from statecraft.checkpoint.machines import shipped_machine_names
-
         return emit(
             "machines draw",
             as_json=args.json,
@@ -70,7 +130,8 @@ def run_machines_draw(args: argparse.Namespace) -> int:
             errors=[
                 (
                     "unknown_machine",
-                    f"no machine {args.name!r}; shipped: {', '.join(shipped_machine_names())}",
+                    f"no machine {args.name!r}; shipped: "
+                    f"{', '.join(transaction_names(machines_dir))}",
                 )
             ],
         )

@@ -1,9 +1,10 @@
 """The ``statecraft`` command.
 
 Subcommands:
-    machines check              static checks of every shipped table (exit 1 on problems)
+    machines check              static checks of every table and its contract (exit 1 on problems)
     machines draw NAME          mermaid diagram of one table on stdout
-    crashcheck [--machine M]    crash every shipped transaction at every I/O boundary
+    crashcheck [--machine M]    crash every transaction at every I/O boundary
+                                (machines and crashcheck take --machines-dir/--specs-dir)
     demo                        train, SIGKILL, resume, compare bit-for-bit with a clean run
     inspect PATH [--verify]     attempts and checkpoints under PATH and what resume=auto would pick
     bench save | engine         throughput / overhead ratios against baselines in one process
@@ -34,6 +35,16 @@ def _lazy(module: str, function: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+def _transaction_dirs(parser: argparse.ArgumentParser, *, specs: bool = True) -> None:
+    parser.add_argument(
+        "--machines-dir", help="directory of the transaction tables (default: the shipped one)"
+    )
+    if specs:
+        parser.add_argument(
+            "--specs-dir", help="directory of the transaction specs (default: the shipped one)"
+        )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="statecraft", description=__doc__.split("\n\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -41,16 +52,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     machines = sub.add_parser("machines", help="check or draw the transaction tables")
     msub = machines.add_subparsers(dest="machines_command", required=True)
-    check = msub.add_parser("check", help="static checks of every shipped table")
+    check = msub.add_parser("check", help="static checks of every table and its contract")
+    _transaction_dirs(check)
     check.add_argument("--json", action="store_true")
     check.set_defaults(func=_lazy("statecraft.cli.machines", "run_machines_check"))
     draw = msub.add_parser("draw", help="mermaid diagram of one table")
     draw.add_argument("name")
+    _transaction_dirs(draw, specs=False)
     draw.add_argument("--json", action="store_true")
     draw.set_defaults(func=_lazy("statecraft.cli.machines", "run_machines_draw"))
 
     crash = sub.add_parser("crashcheck", help="crash every transaction at every I/O boundary")
-    crash.add_argument("--machine", help="only this machine (default: all with scenarios)")
+    crash.add_argument("--machine", help="only this machine (default: every table)")
+    _transaction_dirs(crash)
     crash.add_argument(
         "--extra-subsets",
         type=int,

@@ -152,11 +152,19 @@ def check_bindings(table: MachineTable, bindings: Bindings) -> list[str]:
     problems = []
     for effect in sorted(table.effect_names - set(bindings.effects)):
         users = ", ".join(t.label() for t in table.transitions if t.effect == effect)
-        problems.append(f"effect {effect!r} (used by {users}) is not bound")
+        problems.append(
+            f"effect {effect!r} (used by {users}) is not bound; tag a function "
+            f"@effect({effect!r}) in the bindings module"
+        )
     for guard in sorted(table.guard_names - set(bindings.guards)):
-        problems.append(f"guard {guard!r} is not bound")
+        problems.append(
+            f"guard {guard!r} is not bound; tag a function @guard({guard!r}) in the bindings module"
+        )
     if table.observe is not None and table.observe not in bindings.observers:
-        problems.append(f"observation {table.observe!r} is not bound")
+        problems.append(
+            f"observation {table.observe!r} is not bound; tag a function "
+            f"@observer({table.observe!r}) in the bindings module"
+        )
     return problems
 
 

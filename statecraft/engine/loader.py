@@ -6,6 +6,7 @@ The file format (documented in ``docs/machines.md``)::
     doc = "Replace a file atomically."
     initial = "planned"
     observe = "observe_replace"          # binding that classifies durable storage
+    bindings = "myproject.replace"       # module whose tagged functions bind the names
 
     [states]
     planned   = { doc = "nothing written yet" }
@@ -45,6 +46,7 @@ _TOP_KEYS = {
     "doc",
     "initial",
     "observe",
+    "bindings",
     "states",
     "transitions",
     "observations",
@@ -88,9 +90,9 @@ def parse_table(data: dict[str, Any], *, source: str = "<table>") -> MachineTabl
     problems: list[str] = []
     for key in sorted(set(data) - _TOP_KEYS):
         problems.append(f"unknown top-level key {key!r}; allowed: {sorted(_TOP_KEYS)}")
-    name = data.get("name")
+    name: Any = data.get("name")
     _expect(problems, "name", name, str, "a non-empty string naming the machine")
-    initial = data.get("initial")
+    initial: Any = data.get("initial")
     _expect(problems, "initial", initial, str, "the name of the initial state")
     doc = data.get("doc", "")
     if "doc" in data:
@@ -98,9 +100,18 @@ def parse_table(data: dict[str, Any], *, source: str = "<table>") -> MachineTabl
     observe = data.get("observe")
     if observe is not None:
         _expect(problems, "observe", observe, str, "the name of an observation binding")
+    bindings = data.get("bindings")
+    if bindings is not None:
+        _expect(
+            problems,
+            "bindings",
+            bindings,
+            str,
+            "the dotted name of the module whose tagged functions bind this table",
+        )
 
     states: list[StateSpec] = []
-    raw_states = data.get("states")
+    raw_states: Any = data.get("states")
     if _expect(problems, "states", raw_states, dict, "a table of states"):
         for state_name, spec in raw_states.items():
             where = f"state {state_name!r}"
@@ -119,7 +130,7 @@ def parse_table(data: dict[str, Any], *, source: str = "<table>") -> MachineTabl
             states.append(StateSpec(name=state_name, doc=str(state_doc), **flags))
 
     transitions: list[TransitionSpec] = []
-    raw_transitions = data.get("transitions")
+    raw_transitions: Any = data.get("transitions")
     if _expect(problems, "transitions", raw_transitions, list, "an array of [[transitions]]"):
         for index, spec in enumerate(raw_transitions):
             where = f"transition #{index}"
@@ -188,4 +199,5 @@ def parse_table(data: dict[str, Any], *, source: str = "<table>") -> MachineTabl
         observations=observations,
         recover=recover,
         observe=observe,
+        bindings=bindings,
     )

@@ -4,6 +4,7 @@ Format (TOML, one file per machine in ``specs/``; documented in ``docs/specs.md`
 
     schema = "statecraft.spec.v1"
     machine = "save"
+    scenarios = "statecraft.proofs.save_scenarios:save_scenarios"   # module:callable -> scenarios
     summary = "One paragraph: what the transaction promises."
 
     [[guarantees]]
@@ -76,29 +77,52 @@ class Guarantee:
 
 @attrs.frozen
 class FormatFile:
-    """One file of the observable format."""
+    """One file of the observable format.
+
+    Attributes:
+        name: the file's name pattern (``iter_<9 digits>/model.pt``).
+        written_by: the effect of the machine's table that writes it.
+        doc: how it is written and what it holds.
+        schema: the parsed JSON schema, when ``schema_file`` names one.
+        schema_file: the JSON schema's file name beside the spec (``save.manifest.schema.json``).
+    """
 
     name: str
     written_by: str
     doc: str = ""
     schema: dict[str, Any] | None = None
+    schema_file: str | None = None
 
 
 @attrs.frozen
 class Spec:
+    """The contract of one machine.
+
+    Attributes:
+        machine: the table this spec covers (its file name is ``<machine>.toml`` too).
+        summary: one paragraph of what the transaction promises.
+        guarantees: the promises and their checks.
+        files: the observable on-disk format.
+        source: the spec file's path.
+        scenarios: ``module:callable`` returning the crash scenarios that exercise the
+            guarantees (``None``: the spec has none, which ``machines check`` reports).
+    """
+
     machine: str
     summary: str
     guarantees: tuple[Guarantee, ...]
     files: tuple[FormatFile, ...] = ()
     source: str = ""
+    scenarios: str | None = None
 
 
 def load_spec(path: str | Path) -> Spec:
     """Read and check the spec file at ``path``; every problem is reported at once.
 
     Raises:
-        SpecError: the file is malformed, an id repeats, a phase or crash kind is unknown, or
-            a referenced JSON schema is missing.
+        SpecError: the file is malformed, an id repeats, a phase or crash kind is unknown, a
+            format file lacks ``written_by``, ``scenarios`` is not ``module:callable``, or a
+            referenced JSON schema is missing or not JSON.
     """
     path = Path(path)
     try:
@@ -111,6 +135,11 @@ def load_spec(path: str | Path) -> Spec:
     machine = data.get("machine")
     if not isinstance(machine, str) or not machine:
         problems.append(f"machine must name the machine this spec covers, got {machine!r}")
+    scenarios = data.get("scenarios")
+    if scenarios is not None and (not isinstance(scenarios, str) or ":" not in scenarios):
+        problems.append(
+            f"scenarios must be 'module:callable' naming the scenarios factory, got {scenarios!r}"
+        )
     guarantees: list[Guarantee] = []
     seen: set[str] = set()
     for i, raw in enumerate(data.get("guarantees", [])):
@@ -136,6 +165,12 @@ def load_spec(path: str | Path) -> Spec:
     files: list[FormatFile] = []
     for i, raw in enumerate(data.get("format", {}).get("files", [])):
         schema = None
+        written_by = raw.get("written_by")
+        if not isinstance(written_by, str) or not written_by:
+            problems.append(
+                f"format.files[{i}] ({raw.get('name', '?')}): written_by must name the effect "
+                f"of the table that writes the file, got {written_by!r}"
+            )
         if "schema" in raw:
             schema_path = path.parent / raw["schema"]
             try:
@@ -143,10 +178,21 @@ def load_spec(path: str | Path) -> Spec:
             except (OSError, ValueError) as exc:
                 problems.append(f"format.files[{i}]: cannot read schema {schema_path}: {exc}")
         files.append(
-            FormatFile(raw.get("name", "?"), raw.get("written_by", "?"), raw.get("doc", ""), schema)
+            FormatFile(
+                str(raw.get("name", "?")),
+                str(written_by),
+                str(raw.get("doc", "")),
+                schema,
+                raw.get("schema"),
+            )
         )
     if problems:
         raise SpecError(f"{path}: invalid spec:\n" + "\n".join(f"  - {p}" for p in problems))
     return Spec(
-        str(machine), str(data.get("summary", "")), tuple(guarantees), tuple(files), str(path)
+        str(machine),
+        str(data.get("summary", "")),
+        tuple(guarantees),
+        tuple(files),
+        str(path),
+        scenarios,
     )

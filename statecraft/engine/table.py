@@ -75,7 +75,12 @@ class TransitionSpec:
 
 @attrs.frozen
 class MachineTable:
-    """A whole machine as declared in its table file."""
+    """A whole machine as declared in its table file.
+
+    ``bindings`` is the dotted name of the module whose ``@effect``/``@guard``/``@observer``
+    tagged functions bind the table's names (:mod:`statecraft.engine.registry` imports it);
+    ``None`` for a table built in code, whose caller supplies the bindings.
+    """
 
     name: str
     source: str
@@ -86,6 +91,7 @@ class MachineTable:
     observations: dict[str, str] = attrs.field(factory=dict)
     recover: dict[str, str] = attrs.field(factory=dict)
     observe: str | None = None
+    bindings: str | None = None
 
     def state(self, name: str) -> StateSpec:
         """The state called ``name``; ``KeyError`` if the table has none."""

@@ -125,7 +125,13 @@ class Violation:
 
 @attrs.define
 class ScenarioReport:
-    """What exploring one scenario found."""
+    """What exploring one scenario found.
+
+    ``checks_by_guarantee`` counts every time a guarantee's check ran;
+    ``substantive_by_guarantee`` counts the times it actually asserted something (it called
+    ``ctx.exercised()`` or raised a violation), so a check that passes vacuously everywhere
+    shows 0 there.
+    """
 
     scenario: str
     machine: str
@@ -135,6 +141,7 @@ class ScenarioReport:
     crash_states: int = 0
     checks_run: int = 0
     checks_by_guarantee: dict[str, int] = attrs.field(factory=dict)
+    substantive_by_guarantee: dict[str, int] = attrs.field(factory=dict)
     guarantees: tuple[str, ...] = ()
     violations: list[Violation] = attrs.field(factory=list)
     seconds: float = 0.0
@@ -156,6 +163,7 @@ class ScenarioReport:
             "crash_states": self.crash_states,
             "checks_run": self.checks_run,
             "checks_by_guarantee": dict(self.checks_by_guarantee),
+            "substantive_by_guarantee": dict(self.substantive_by_guarantee),
             "guarantees": list(self.guarantees),
             "violations": [v.to_json() for v in self.violations],
             "seconds": round(self.seconds, 3),
@@ -260,12 +268,13 @@ def check_crash_state(
     kind: CrashKind,
     choice: LossChoice | None,
     point_label: str,
-) -> tuple[list[Violation], dict[str, int]]:
-    """Apply one crash to the crashed run, check, recover, check. Returns the violations and
-    the number of checks run per guarantee."""
+) -> tuple[list[Violation], dict[str, int], dict[str, int]]:
+    """Apply one crash to the crashed run, check, recover, check. Returns the violations, the
+    number of checks run per guarantee and the number of those that were substantive."""
     state = crashed.world.after_crash(kind, choice)
     violations: list[Violation] = []
     checks: dict[str, int] = {}
+    substantive: dict[str, int] = {}
 
     def violation(g_id: str, statement: str, message: str, phase: str, label: str) -> Violation:
         return Violation(
@@ -276,19 +285,23 @@ def check_crash_state(
     def run_checks(phase: str, world: SimWorld, recovery: Any, label: str) -> None:
         ctx = CheckContext(
             scenario, phase, kind.value, world, base, crashed.acknowledged, recovery,
-            point_label, label,
+            point_label, label, crashed.io_log,
         )  # fmt: skip
         for g in guarantees:
             if phase not in g.at or kind.value not in g.kinds:
                 continue
             checks[g.id] = checks.get(g.id, 0) + 1
+            marks = ctx.exercised_count
             try:
                 g.resolve()(ctx)
             except GuaranteeViolation as exc:
+                ctx.exercised()
                 violations.append(violation(g.id, g.statement, str(exc), phase, label))
             except Exception as exc:  # a check that crashes is a finding, not a pass
                 message = f"check raised {exc!r}\n{traceback.format_exc(limit=4)}"
                 violations.append(violation(g.id, g.statement, message, phase, label))
+            if ctx.exercised_count > marks:
+                substantive[g.id] = substantive.get(g.id, 0) + 1
 
     label = choice.name if choice is not None else kind.value
     run_checks("crashed", state, None, label)
@@ -301,7 +314,7 @@ def check_crash_state(
                 "RECOVERY", "recovery after any crash completes without error",
                 f"recovery raised {exc!r}", "recovered", label,
             ))  # fmt: skip
-            return violations, checks
+            return violations, checks, substantive
         recovery = exc
     run_checks("recovered", recovered, recovery, label)
     if kind is CrashKind.PROCESS_KILL:
@@ -310,7 +323,7 @@ def check_crash_state(
         # the recovered guarantees intact.
         after = recovered.after_crash(CrashKind.POWER_LOSS, _ALL_LOST)
         run_checks("recovered", after, recovery, f"{label}, recovery, then power_loss(all_lost)")
-    return violations, checks
+    return violations, checks, substantive
 
 
 @contextlib.contextmanager
@@ -345,6 +358,7 @@ def _explore(scenario: Scenario, spec: Spec, options: ExploreOptions) -> Scenari
         effects=len(reference.trace),
         crash_points=len(points),
         guarantees=tuple(g.id for g in spec.guarantees),
+        substantive_by_guarantee={g.id: 0 for g in spec.guarantees},
     )
     counts: dict[str, int] = {}
     for point in points:
@@ -352,12 +366,15 @@ def _explore(scenario: Scenario, spec: Spec, options: ExploreOptions) -> Scenari
         for kind in options.kinds:
             for choice in _choices(crashed.world, kind, options.extra_subsets, rng):
                 report.crash_states += 1
-                found, checks = check_crash_state(
+                found, checks, substantive = check_crash_state(
                     scenario, spec.guarantees, reference.base, crashed, kind, choice, point.label
                 )
                 report.checks_run += sum(checks.values())
                 for g_id, n in checks.items():
                     report.checks_by_guarantee[g_id] = report.checks_by_guarantee.get(g_id, 0) + n
+                for g_id, n in substantive.items():
+                    by = report.substantive_by_guarantee
+                    by[g_id] = by.get(g_id, 0) + n
                 for v in found:
                     if counts.get(v.guarantee, 0) < options.max_violations:
                         counts[v.guarantee] = counts.get(v.guarantee, 0) + 1

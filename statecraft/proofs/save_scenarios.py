@@ -4,99 +4,130 @@ crashcheck``.
 Each scenario runs the production save machine with its production bindings over the
 production ``LocalStore``, acting on a :class:`~statecraft.storage.SimWorld` disk. Recovery
 is what a restarted training process does: ``resume=auto`` (the production resume machine,
-loading into real torch objects), then the retry of the interrupted save, then another
-``resume=auto``. The checks in :mod:`statecraft.proofs.save_checks` prove ``specs/save.toml``
-and ``specs/resume.toml`` on the result.
+loading into real torch objects: model, AdamW, StepLR, data cursor, RNG streams, clocks), then
+the retry of the interrupted save, then another ``resume=auto``. Before each of the three the
+recovery records a :class:`~statecraft.proofs.oracle.DiskView` of the disk exactly as that step
+found it and the store operations the step performed, so the checks in
+:mod:`statecraft.proofs.save_checks` and :mod:`statecraft.proofs.resume_checks` judge what each
+step saw and did (``specs/save.toml``, ``specs/resume.toml``).
+
+Every construction of a ``SaveContext`` or ``ResumeContext`` is in :func:`save_context` and
+:func:`resume_context`.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import attrs
-import torch
 
-from statecraft.checkpoint.layout import LATEST_POINTER, iter_dirname
 from statecraft.checkpoint.machines import load_machine
-from statecraft.checkpoint.trainer_state import TrainerState
 from statecraft.checkpoint.transactions.resume import ResumeContext, ResumeResult, Tracked
 from statecraft.checkpoint.transactions.save import SaveContext, full_save_plan
 from statecraft.engine import CrashPlan, Machine, RunResult
+from statecraft.engine.crash import IoGate, IoRecord
+from statecraft.proofs import damaged_trees as damage
+from statecraft.proofs.oracle import CHECKPOINTS_ROOT, DiskView
+from statecraft.proofs.training import (
+    SALT_RETRY,
+    SALT_RUN,
+    SALT_SETUP,
+    FreshObjects,
+    LoadedState,
+    expected_payloads,
+    fresh_objects,
+    preserved_rng,
+)
 from statecraft.storage.base import Store
 from statecraft.storage.sim import SimWorld
 
 __all__ = [
     "CHECKPOINTS_ROOT",
-    "Cursor",
     "Recovery",
+    "ResumeObservation",
     "SaveScenario",
     "expected_payloads",
+    "resume_context",
+    "save_context",
     "save_scenarios",
 ]
 
-CHECKPOINTS_ROOT = "/out/proj/group/name/20260101000000/checkpoints"
+
+@functools.cache
+def shipped_machine(name: str) -> Machine:
+    """The shipped machine ``name``, loaded once (a run's state is reset when it starts)."""
+    return load_machine(name)
 
 
-class Cursor:
-    """A minimal data source: its state is one position."""
-
-    def __init__(self, position: int = -1) -> None:
-        self.position = position
-
-    def state_dict(self) -> dict[str, int]:
-        return {"position": self.position}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.position = int(state["position"])
+def save_context(store: Store, iteration: int, *, with_data: bool, salt: int) -> SaveContext:
+    """The one place the harness builds a save transaction's context."""
+    return SaveContext(
+        store=store,
+        plan=full_save_plan(iteration, with_data=with_data),
+        payloads=expected_payloads(iteration, with_data=with_data, salt=salt),
+    )
 
 
-def _model() -> torch.nn.Linear:
-    return torch.nn.Linear(2, 2)
+def resume_context(store: Store, objects: FreshObjects) -> ResumeContext:
+    """The one place the harness builds a resume's context (``resume=auto``)."""
+    tracked = Tracked(
+        model=objects.model,
+        optimizer=objects.optimizer,
+        scheduler=objects.scheduler,
+        data=objects.data,
+    )
+    return ResumeContext(mode="auto", tracked=tracked, store=store)
 
 
-def expected_payloads(iteration: int, *, with_data: bool) -> dict[str, Callable[[], Any]]:
-    """Deterministic payloads of ``iteration``: every weight equals the iteration number, so a
-    check can tell which checkpoint was loaded."""
-    model = _model()
-    with torch.no_grad():
-        model.weight.fill_(float(iteration))
-        model.bias.fill_(float(iteration))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    trainer = TrainerState(optimizer_step=iteration, attempt_id=iteration, rng=None)
-    payloads: dict[str, Callable[[], Any]] = {
-        "model.pt": model.state_dict,
-        "optim.pt": optimizer.state_dict,
-        "trainer.pt": trainer.to_payload,
-    }
-    if with_data:
-        payloads["data.pt"] = Cursor(iteration).state_dict
-    return payloads
+@attrs.frozen
+class ResumeObservation:
+    """One ``resume=auto`` of the restarted process, as the checks judge it.
+
+    Attributes:
+        result: what resume decided.
+        seen: the disk exactly as resume found it (before it ran).
+        io: the store operations that changed bytes or names while it ran (should be none).
+        loaded: the state the live objects held afterwards (``None`` for a fresh start).
+        payloads_ran: hostile pickle payloads that executed while it ran (should be none).
+    """
+
+    result: ResumeResult
+    seen: DiskView
+    io: tuple[IoRecord, ...]
+    loaded: LoadedState | None
+    payloads_ran: tuple[str, ...]
 
 
 @attrs.frozen
 class Recovery:
-    """What the restarted process did and saw."""
+    """What the restarted process did and saw: resume, retry the save, resume again."""
 
-    resume: ResumeResult
-    loaded_weight: float | None
-    loaded_position: int | None
+    first: ResumeObservation
     retry: RunResult
-    resume_after: ResumeResult
+    retry_seen: DiskView
+    retry_io: tuple[IoRecord, ...]
+    after: ResumeObservation
+
+    @property
+    def resume(self) -> ResumeResult:
+        return self.first.result
+
+    @property
+    def resume_after(self) -> ResumeResult:
+        return self.after.result
+
+    @property
+    def resumes(self) -> tuple[ResumeObservation, ResumeObservation]:
+        return (self.first, self.after)
 
 
-def _resume(store: Store, machine: Machine, *, with_data: bool) -> tuple[ResumeResult, Tracked]:
-    model = _model()
-    tracked = Tracked(
-        model=model,
-        optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
-        data=Cursor() if with_data else None,
-    )
-    ctx = ResumeContext(mode="auto", tracked=tracked, store=store)
-    machine.run(ctx).raise_for_failure()
-    if ctx.result is None:
-        raise RuntimeError("resume machine ended without a result")
-    return ctx.result, tracked
+def _record(world: SimWorld) -> IoGate:
+    """Route ``world``'s I/O through a fresh gate whose log is what the next step did."""
+    gate = IoGate()
+    world.rearm(gate)
+    return gate
 
 
 @attrs.define
@@ -116,96 +147,88 @@ class SaveScenario:
     previous: tuple[int, ...] = ()
     with_data: bool = True
     setup_extra: Callable[[SimWorld], None] | None = None
-    machine_factory: Callable[[], Machine] = attrs.field(default=lambda: load_machine("save"))
-    resume_factory: Callable[[], Machine] = attrs.field(default=lambda: load_machine("resume"))
+    machine_factory: Callable[[], Machine] = attrs.field(default=lambda: shipped_machine("save"))
+    resume_factory: Callable[[], Machine] = attrs.field(default=lambda: shipped_machine("resume"))
     store_factory: Callable[[SimWorld], Store] = attrs.field(
         default=lambda world: world.local_store(CHECKPOINTS_ROOT)
     )
     machine: str = "save"
     recovery_may_fail: bool = False
 
+    @property
+    def plan_files(self) -> tuple[str, ...]:
+        """The files of the full plan this scenario saves (the oracle requires all of them)."""
+        return ("model.pt", "optim.pt", "trainer.pt") + (("data.pt",) if self.with_data else ())
+
     def _save(
-        self, world: SimWorld, iteration: int, *, crash: CrashPlan | None = None, gate: Any = None
+        self,
+        world: SimWorld,
+        iteration: int,
+        *,
+        salt: int,
+        crash: CrashPlan | None = None,
+        gate: Any = None,
     ) -> RunResult:
-        ctx = SaveContext(
-            store=self.store_factory(world),
-            plan=full_save_plan(iteration, with_data=self.with_data),
-            payloads=expected_payloads(iteration, with_data=self.with_data),
+        ctx = save_context(
+            self.store_factory(world), iteration, with_data=self.with_data, salt=salt
         )
         return self.machine_factory().recover(ctx, crash=crash, gate=gate)
 
     def setup(self, world: SimWorld) -> None:
         for iteration in self.previous:
-            load_machine("save").recover(
-                SaveContext(
-                    store=world.local_store(CHECKPOINTS_ROOT),
-                    plan=full_save_plan(iteration, with_data=self.with_data),
-                    payloads=expected_payloads(iteration, with_data=self.with_data),
-                )
-            ).raise_for_failure()
+            store = world.local_store(CHECKPOINTS_ROOT)
+            ctx = save_context(store, iteration, with_data=self.with_data, salt=SALT_SETUP)
+            shipped_machine("save").recover(ctx).raise_for_failure()
         world.local_store(CHECKPOINTS_ROOT)
         if self.setup_extra is not None:
             self.setup_extra(world)
 
     def run(self, world: SimWorld, *, crash: CrashPlan | None) -> RunResult:
-        return self._save(world, self.target, crash=crash, gate=world.gate)
+        return self._save(world, self.target, salt=SALT_RUN, crash=crash, gate=world.gate)
+
+    def _observe_resume(self, world: SimWorld) -> ResumeObservation:
+        store = self.store_factory(world)  # creating a missing root is the store's, not resume's
+        seen = DiskView.of(world)
+        gate = _record(world)
+        damage.PAYLOAD_RAN.clear()
+        objects = fresh_objects(with_data=self.with_data)
+        ctx = resume_context(store, objects)
+        self.resume_factory().run(ctx).raise_for_failure()
+        if ctx.result is None:
+            raise RuntimeError("resume machine ended without a result")
+        loaded = LoadedState.of(objects, ctx.tracked.clocks) if ctx.result.resumed else None
+        return ResumeObservation(
+            ctx.result, seen, tuple(gate.log), loaded, tuple(damage.PAYLOAD_RAN)
+        )
 
     def recover(self, world: SimWorld) -> Recovery:
-        resume, tracked = _resume(
-            self.store_factory(world), self.resume_factory(), with_data=self.with_data
-        )
-        weight = float(tracked.model.weight[0, 0].item()) if resume.resumed else None
-        position = tracked.data.position if resume.resumed and tracked.data is not None else None
-        retry = self._save(world, self.target)
-        retry.raise_for_failure()
-        resume_after, _ = _resume(
-            self.store_factory(world), self.resume_factory(), with_data=self.with_data
-        )
-        return Recovery(resume, weight, position, retry, resume_after)
-
-
-def _leftovers_of(iteration: int) -> Callable[[SimWorld], None]:
-    def damage(world: SimWorld) -> None:
-        store = world.local_store(CHECKPOINTS_ROOT)
-        name = iter_dirname(iteration)
-        store.make_dirs(name)
-        store.write_atomic(f"{name}/model.pt", b"half a model from a killed save")
-        handle = world.fs.open_write(f"{CHECKPOINTS_ROOT}/{name}/.optim.pt.tmp-1-1", exclusive=True)
-        world.fs.write(handle, b"torn")
-        world.fs.close(handle)
-
-    return damage
+        with preserved_rng():
+            first = self._observe_resume(world)
+            retry_seen = DiskView.of(world)
+            gate = _record(world)
+            retry = self._save(world, self.target, salt=SALT_RETRY)
+            retry.raise_for_failure()
+            retry_io = tuple(gate.log)
+            after = self._observe_resume(world)
+        return Recovery(first, retry, retry_seen, retry_io, after)
 
 
 def _committed_without_pointer(iteration: int, pointer_to: int) -> Callable[[SimWorld], None]:
     def commit(world: SimWorld) -> None:
-        load_machine("save").recover(
-            SaveContext(
-                store=world.local_store(CHECKPOINTS_ROOT),
-                plan=full_save_plan(iteration, with_data=True),
-                payloads=expected_payloads(iteration, with_data=True),
-            )
-        ).raise_for_failure()
-        world.local_store(CHECKPOINTS_ROOT).write_atomic(
-            LATEST_POINTER, f"{iter_dirname(pointer_to)}\n".encode()
-        )
+        store = world.local_store(CHECKPOINTS_ROOT)
+        ctx = save_context(store, iteration, with_data=True, salt=SALT_SETUP)
+        shipped_machine("save").recover(ctx).raise_for_failure()
+        damage.stale_latest(pointer_to)(world)
 
     return commit
 
 
-def _bit_flip(iteration: int, file_name: str) -> Callable[[SimWorld], None]:
-    def flip(world: SimWorld) -> None:
-        path = f"{CHECKPOINTS_ROOT}/{iter_dirname(iteration)}/{file_name}"
-        data = bytearray(world.fs.read(path))
-        data[len(data) // 2] ^= 0x01
-        temp = path + ".flip"
-        handle = world.fs.open_write(temp, exclusive=True)
-        world.fs.write(handle, bytes(data))
-        world.fs.fsync(handle)
-        world.fs.close(handle)
-        world.fs.rename(temp, path)
+def _damaged(*damages: Callable[[SimWorld], None]) -> Callable[[SimWorld], None]:
+    def apply(world: SimWorld) -> None:
+        for one in damages:
+            one(world)
 
-    return flip
+    return apply
 
 
 def save_scenarios() -> list[SaveScenario]:
@@ -219,8 +242,37 @@ def save_scenarios() -> list[SaveScenario]:
             previous=(2,),
             setup_extra=_committed_without_pointer(4, pointer_to=2),
         ),
-        SaveScenario("save-over-leftovers", target=4, previous=(2,), setup_extra=_leftovers_of(4)),
         SaveScenario(
-            "newest-is-corrupt", target=6, previous=(2, 4), setup_extra=_bit_flip(4, "model.pt")
+            "save-over-leftovers", target=4, previous=(2,), setup_extra=damage.leftovers_of(4)
+        ),
+        SaveScenario(
+            "newest-is-corrupt",
+            target=6,
+            previous=(2, 4),
+            setup_extra=damage.bit_flip(4, "model.pt"),
+        ),
+        # Damaged trees, so resume's fallback rules are proven at every crash point. Each
+        # combines a pointer damage with a checkpoint damage, without a data source (fewer
+        # files per save: keeping crashcheck fast).
+        SaveScenario(
+            "stale-latest-newer-partial",
+            target=6,
+            previous=(2, 4),
+            with_data=False,
+            setup_extra=_damaged(damage.stale_latest(2), damage.newer_partial(8)),
+        ),
+        SaveScenario(
+            "garbage-latest-size-disagrees",
+            target=6,
+            previous=(2, 4),
+            with_data=False,
+            setup_extra=_damaged(damage.garbage_latest(), damage.grown_file(4, "optim.pt")),
+        ),
+        SaveScenario(
+            "dangling-latest-hostile-pickle",
+            target=6,
+            previous=(2, 4),
+            with_data=False,
+            setup_extra=_damaged(damage.dangling_latest(9), damage.hostile_pickle(4, "trainer.pt")),
         ),
     ]

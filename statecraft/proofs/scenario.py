@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import attrs
 
-from statecraft.engine.crash import CrashPlan
+from statecraft.engine.crash import CrashPlan, IoRecord
 from statecraft.engine.runner import RunResult
 from statecraft.errors import StatecraftError
 from statecraft.storage.sim import SimWorld
@@ -62,6 +63,12 @@ class CheckContext:
         recovery: what :meth:`Scenario.recover` returned (``None`` in the crashed phase).
         point: the crash point, described.
         choice: the loss choice (power loss) or the kind's name.
+        io_log: the store operations the crashed run performed before the crash (gated ops:
+            every one changes bytes or names; reads are not gated).
+
+    A check calls :meth:`exercised` when it actually asserted something in this state (not
+    when it returned early because its premise did not hold), so the explorer can report how
+    often each guarantee was judged substantively; raising a violation counts as exercised.
     """
 
     scenario: Any
@@ -73,3 +80,22 @@ class CheckContext:
     recovery: Any = None
     point: str = ""
     choice: str = ""
+    io_log: tuple[IoRecord, ...] = ()
+    _marks: list[int] = attrs.field(factory=lambda: [0], eq=False, repr=False, alias="marks")
+    _memo: dict[str, Any] = attrs.field(factory=dict, eq=False, repr=False, alias="memo")
+
+    def memo(self, key: str, compute: Callable[[], Any]) -> Any:
+        """``compute()``, once per context: checks of one state share what they derive from
+        it (the worlds are not changed while checks run)."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
+    def exercised(self) -> None:
+        """Record that the calling check asserted something substantive in this state."""
+        self._marks[0] += 1
+
+    @property
+    def exercised_count(self) -> int:
+        """How many times checks called :meth:`exercised` on this context."""
+        return self._marks[0]

@@ -22,95 +22,26 @@ from __future__ import annotations
 
 import errno
 import io
-from collections.abc import Iterable
 from typing import BinaryIO
-
-import attrs
 
 from statecraft.engine.crash import FaultKind, IoGate
 from statecraft.storage.filesystem import FileStat, fault_error
+from statecraft.storage.simfs_crash import CrashStates
+from statecraft.storage.simfs_records import (
+    ROOT,
+    EntryOp,
+    Inode,
+    LossChoice,
+    PendingOp,
+    Write,
+    apply_writes,
+    split_path,
+)
 
 __all__ = ["LossChoice", "PendingOp", "SimFilesystem"]
 
-_ROOT = 0
 
-
-@attrs.define
-class _Write:
-    op_id: int
-    offset: int
-    data: bytes
-    truncate: bool = False  # a truncate-to-zero (open without O_EXCL over an existing file)
-
-
-@attrs.define
-class _EntryOp:
-    op_id: int
-    add: bool  # True: name -> ino; False: remove name (if it still maps to ino)
-    name: str
-    ino: int
-
-
-@attrs.define
-class _Inode:
-    ino: int
-    is_dir: bool
-    data: bytearray = attrs.field(factory=bytearray)
-    synced: bytes = b""
-    pending: list[_Write] = attrs.field(factory=list)
-    entries: dict[str, int] = attrs.field(factory=dict)
-    synced_entries: dict[str, int] = attrs.field(factory=dict)
-    pending_entries: list[_EntryOp] = attrs.field(factory=list)
-
-
-@attrs.frozen
-class PendingOp:
-    """An operation the OS accepted but that is not yet durable."""
-
-    op_id: int
-    kind: str  # "write" or "entry"
-    description: str
-
-
-@attrs.frozen
-class LossChoice:
-    """Which unsynced operations a power loss keeps.
-
-    Attributes:
-        name: a short label used in reports (``all_lost``, ``omit#7``, ``torn_zeros#9``...).
-        kept: ids of the unsynced operations that survive; all others are lost.
-        torn: ``(op_id, mode)``: that write survives torn: ``"prefix"`` keeps the first half of
-            its bytes, ``"zeros"`` keeps its length but zero-fills it.
-    """
-
-    name: str
-    kept: frozenset[int]
-    torn: tuple[int, str] | None = None
-
-
-def _split(path: str) -> list[str]:
-    if not path.startswith("/"):
-        raise ValueError(f"SimFilesystem paths are absolute POSIX paths, got {path!r}")
-    return [p for p in path.split("/") if p]
-
-
-def _apply_writes(base: bytes, writes: Iterable[_Write], torn: tuple[int, str] | None) -> bytes:
-    data = bytearray(base)
-    for w in writes:
-        payload = w.data
-        if torn is not None and torn[0] == w.op_id:
-            payload = payload[: len(payload) // 2] if torn[1] == "prefix" else bytes(len(payload))
-        if w.truncate:
-            del data[:]
-            continue
-        end = w.offset + len(payload)
-        if w.offset > len(data):
-            data.extend(bytes(w.offset - len(data)))
-        data[w.offset : end] = payload
-    return bytes(data)
-
-
-class SimFilesystem:
+class SimFilesystem(CrashStates):
     """A simulated POSIX filesystem with explicit durability.
 
     Args:
@@ -121,7 +52,7 @@ class SimFilesystem:
     def __init__(self, *, gate: IoGate | None = None, capacity_bytes: int | None = None) -> None:
         self.gate = gate
         self.capacity_bytes = capacity_bytes
-        self._inodes: dict[int, _Inode] = {_ROOT: _Inode(_ROOT, True)}
+        self._inodes: dict[int, Inode] = {ROOT: Inode(ROOT, True)}
         self._next_ino = 1
         self._next_op = 0
         self._handles: dict[int, list[int]] = {}  # handle -> [ino, position]
@@ -145,16 +76,16 @@ class SimFilesystem:
         self._next_op += 1
         return self._next_op
 
-    def _lookup(self, path: str) -> _Inode | None:
-        node = self._inodes[_ROOT]
-        for part in _split(path):
+    def _lookup(self, path: str) -> Inode | None:
+        node = self._inodes[ROOT]
+        for part in split_path(path):
             if not node.is_dir or part not in node.entries:
                 return None
             node = self._inodes[node.entries[part]]
         return node
 
-    def _parent(self, path: str) -> tuple[_Inode, str]:
-        parts = _split(path)
+    def _parent(self, path: str) -> tuple[Inode, str]:
+        parts = split_path(path)
         if not parts:
             raise OSError(errno.EINVAL, "the root has no parent", path)
         parent = self._lookup("/" + "/".join(parts[:-1]))
@@ -164,18 +95,18 @@ class SimFilesystem:
             raise NotADirectoryError(errno.ENOTDIR, "not a directory", path)
         return parent, parts[-1]
 
-    def _add_entry(self, parent: _Inode, name: str, ino: int, op_id: int) -> None:
+    def _add_entry(self, parent: Inode, name: str, ino: int, op_id: int) -> None:
         parent.entries[name] = ino
-        parent.pending_entries.append(_EntryOp(op_id, True, name, ino))
+        parent.pending_entries.append(EntryOp(op_id, True, name, ino))
 
-    def _remove_entry(self, parent: _Inode, name: str, op_id: int) -> None:
+    def _remove_entry(self, parent: Inode, name: str, op_id: int) -> None:
         ino = parent.entries.pop(name)
-        parent.pending_entries.append(_EntryOp(op_id, False, name, ino))
+        parent.pending_entries.append(EntryOp(op_id, False, name, ino))
 
     def _used_bytes(self, *, extra: int) -> int:
         """Bytes held by files reachable from the root or still open (``extra``)."""
         live = {extra} | {ino for ino, _ in self._handles.values()}
-        stack = [_ROOT]
+        stack = [ROOT]
         while stack:
             node = self._inodes[stack.pop()]
             for child in node.entries.values():
@@ -185,8 +116,8 @@ class SimFilesystem:
                     live.add(child)
         return sum(len(self._inodes[i].data) for i in live)
 
-    def _new_inode(self, is_dir: bool) -> _Inode:
-        node = _Inode(self._next_ino, is_dir)
+    def _new_inode(self, is_dir: bool) -> Inode:
+        node = Inode(self._next_ino, is_dir)
         self._inodes[node.ino] = node
         self._next_ino += 1
         return node
@@ -203,7 +134,7 @@ class SimFilesystem:
             if node.is_dir:
                 raise IsADirectoryError(errno.EISDIR, "is a directory", path)
             node.data = bytearray()
-            node.pending.append(_Write(op_id, 0, b"", truncate=True))
+            node.pending.append(Write(op_id, 0, b"", truncate=True))
         else:
             node = self._new_inode(False)
             self._add_entry(parent, name, node.ino, op_id)
@@ -222,7 +153,7 @@ class SimFilesystem:
                 raise OSError(errno.ENOSPC, "no space left on device (simulated)", str(handle))
         node = self._inodes[ino]
         node.data[position : position + len(payload)] = payload
-        node.pending.append(_Write(self._op_id(), position, payload))
+        node.pending.append(Write(self._op_id(), position, payload))
         self._handles[handle][1] = position + len(payload)
 
     def fsync(self, handle: int) -> None:
@@ -232,7 +163,7 @@ class SimFilesystem:
             node.pending.clear()  # the data is lost for good: a later fsync cannot save it
             code = errno.ENOSPC if fault is FaultKind.NO_SPACE else errno.EIO
             raise OSError(code, "fsync failed (injected); unsynced data is lost", str(handle))
-        node.synced = _apply_writes(node.synced, node.pending, None)
+        node.synced = apply_writes(node.synced, node.pending, None)
         node.pending.clear()
 
     def start_writeback(self, handle: int, offset: int, length: int) -> None:
@@ -328,7 +259,7 @@ class SimFilesystem:
         if fault is not None:
             node.pending.clear()
             raise OSError(errno.EIO, "fsync failed (injected); unsynced data is lost", path)
-        node.synced = _apply_writes(node.synced, node.pending, None)
+        node.synced = apply_writes(node.synced, node.pending, None)
         node.pending.clear()
 
     def listdir(self, path: str) -> list[str]:
@@ -359,117 +290,6 @@ class SimFilesystem:
     def real_path(self, path: str) -> str | None:
         return None
 
-    # ---------------------------------------------------------------- crashes
-    def pending_ops(self) -> list[PendingOp]:
-        """Every operation accepted but not yet durable, oldest first."""
-        ops: dict[int, PendingOp] = {}
-        for node in self._inodes.values():
-            for w in node.pending:
-                what = "truncate" if w.truncate else f"write {len(w.data)}B @{w.offset}"
-                ops[w.op_id] = PendingOp(w.op_id, "write", f"{what} to inode {node.ino}")
-            for e in node.pending_entries:
-                if e.op_id not in ops:
-                    verb = "add" if e.add else "remove"
-                    ops[e.op_id] = PendingOp(e.op_id, "entry", f"{verb} entry {e.name!r}")
-        return [ops[k] for k in sorted(ops)]
-
-    def _rebuilt(self, entries_of, data_of) -> SimFilesystem:
-        fresh = SimFilesystem(capacity_bytes=self.capacity_bytes)
-        fresh._inodes = {}
-        stack = [_ROOT]
-        while stack:
-            ino = stack.pop()
-            if ino in fresh._inodes:
-                continue
-            node = self._inodes[ino]
-            if node.is_dir:
-                entries = entries_of(node)
-                fresh._inodes[ino] = _Inode(
-                    ino, True, entries=dict(entries), synced_entries=dict(entries)
-                )
-                stack.extend(entries.values())
-            else:
-                data = data_of(node)
-                fresh._inodes[ino] = _Inode(ino, False, data=bytearray(data), synced=data)
-        fresh._next_ino = self._next_ino
-        fresh._next_op = self._next_op
-        return fresh
-
-    def after_process_kill(self) -> SimFilesystem:
-        """The filesystem a restarted process sees: all accepted operations survive, and what
-        was not yet durable stays not durable (a later power loss can still lose it)."""
-        fresh = SimFilesystem(capacity_bytes=self.capacity_bytes)
-        fresh._inodes = {}
-        stack = [_ROOT]
-        reachable: set[int] = set()
-        while stack:
-            ino = stack.pop()
-            if ino in reachable:
-                continue
-            reachable.add(ino)
-            node = self._inodes[ino]
-            stack.extend(node.entries.values())
-            stack.extend(node.synced_entries.values())
-            stack.extend(op.ino for op in node.pending_entries)
-        for ino in reachable:
-            node = self._inodes[ino]
-            fresh._inodes[ino] = _Inode(
-                ino,
-                node.is_dir,
-                data=bytearray(node.data),
-                synced=node.synced,
-                pending=[attrs.evolve(w) for w in node.pending],
-                entries=dict(node.entries),
-                synced_entries=dict(node.synced_entries),
-                pending_entries=[attrs.evolve(e) for e in node.pending_entries],
-            )
-        fresh._next_ino = self._next_ino
-        fresh._next_op = self._next_op
-        return fresh
-
-    def after_power_loss(self, choice: LossChoice) -> SimFilesystem:
-        """The filesystem after a power loss in which exactly ``choice.kept`` of the unsynced
-        operations survive (``choice.torn`` one of them torn)."""
-
-        def entries_of(node: _Inode) -> dict[str, int]:
-            entries = dict(node.synced_entries)
-            for op in node.pending_entries:
-                if op.op_id not in choice.kept:
-                    continue
-                if op.add:
-                    entries[op.name] = op.ino
-                elif entries.get(op.name) == op.ino:
-                    del entries[op.name]
-            return entries
-
-        def data_of(node: _Inode) -> bytes:
-            kept = [w for w in node.pending if w.op_id in choice.kept]
-            return _apply_writes(node.synced, kept, choice.torn)
-
-        return self._rebuilt(entries_of, data_of)
-
-    def after_node_loss(self) -> SimFilesystem:
-        """A blank disk: the node and its local storage are gone."""
-        return SimFilesystem(capacity_bytes=self.capacity_bytes)
-
-    def loss_choices(self) -> list[LossChoice]:
-        """The power-loss states DESIGN.md §4(b) enumerates for the current pending operations:
-        all lost, all kept, each one lost alone, and the last write torn (prefix / zeros)."""
-        pending = self.pending_ops()
-        ids = frozenset(p.op_id for p in pending)
-        choices = [LossChoice("all_lost", frozenset())]
-        if not pending:
-            return choices
-        choices.append(LossChoice("all_kept", ids))
-        if len(pending) > 1:
-            choices.extend(LossChoice(f"omit#{p.op_id}", ids - {p.op_id}) for p in pending)
-        writes = [p for p in pending if p.kind == "write" and "truncate" not in p.description]
-        if writes:
-            last = writes[-1].op_id
-            choices.append(LossChoice(f"torn_prefix#{last}", ids, (last, "prefix")))
-            choices.append(LossChoice(f"torn_zeros#{last}", ids, (last, "zeros")))
-        return choices
-
     # ---------------------------------------------------------------- helpers
     def sync_all(self) -> None:
         """Make every accepted operation durable (test setup: "this state is on disk")."""
@@ -484,7 +304,7 @@ class SimFilesystem:
         gate, self.gate = self.gate, None
         try:
             current = ""
-            for part in _split(path):
+            for part in split_path(path):
                 current += "/" + part
                 if self._lookup(current) is None:
                     self.mkdir(current)
@@ -497,7 +317,7 @@ class SimFilesystem:
         base = self._lookup(path)
         if base is None:
             return out
-        stack: list[tuple[str, _Inode]] = [("", base)]
+        stack: list[tuple[str, Inode]] = [("", base)]
         while stack:
             prefix, node = stack.pop()
             for name, ino in node.entries.items():

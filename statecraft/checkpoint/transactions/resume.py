@@ -31,8 +31,12 @@ import attrs
 from statecraft.checkpoint.catalog import Catalog, PassedOver, scan
 from statecraft.checkpoint.layout import parse_iter_dirname
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN, PlanEntry
-from statecraft.checkpoint.rng import restore_rank_rng
-from statecraft.checkpoint.trainer_state import TrainerState, UpdateClocks, check_scheduler_identity
+from statecraft.checkpoint.state import (
+    TrainerState,
+    UpdateClocks,
+    check_scheduler_identity,
+    restore_rank_rng,
+)
 from statecraft.checkpoint.verify import VerifiedCheckpoint, list_iterations, verify_checkpoint
 from statecraft.engine import Bindings
 from statecraft.engine.tagging import Role, collect_bindings, effect, guard

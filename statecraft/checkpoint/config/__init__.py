@@ -1,0 +1,60 @@
+"""The checkpoint configuration: schema, loading, validation, and the not-built-yet gate.
+
+:class:`CheckpointConfig` holds the ``rl.*`` checkpoint knobs of the reference table under the
+same names and defaults, plus one statecraft knob, ``verify``. Every instance is valid: the
+classes are frozen and check themselves when built, so a bad value can only surface as a
+:class:`~statecraft.errors.ConfigError` at the point it comes in.
+
+Loading protocol (who calls what):
+    1. the entry point calls :meth:`CheckpointConfig.load` with a YAML file (or ``None``) and the
+       command line's ``key=value`` overrides, or :meth:`CheckpointConfig.from_dict` with a mapping;
+    2. every type, value and cross-option problem is collected and raised together as ONE
+       :class:`~statecraft.errors.ConfigError` whose ``issues`` name each dotted knob;
+    3. the caller then calls :meth:`CheckpointConfig.require_supported`, which raises
+       :class:`~statecraft.errors.NotSupportedYetError` for a valid knob whose feature is not built
+       yet and returns warnings for defaults that are safe to continue with.
+
+Example:
+    >>> cfg = CheckpointConfig.load(None, ["save_every=100", "save_async=false"])
+    >>> cfg.save_every, cfg.is_full_plan
+    (100, True)
+"""
+
+from statecraft.checkpoint.config.knobs import (
+    CONFIG_SCHEMA,
+    FULL_PLAN,
+    CheckpointFormat,
+    Component,
+    CursorResume,
+    EmergencyPlan,
+    StoreBackend,
+    VerifyMode,
+)
+from statecraft.checkpoint.config.schema import (
+    CheckpointConfig,
+    CheckpointStoreConfig,
+    DataConfig,
+    UploadConfig,
+    ValidationConfig,
+)
+from statecraft.checkpoint.config.support import Feature, KnobNote, KnobRequest, declared_features
+
+__all__ = [
+    "CONFIG_SCHEMA",
+    "FULL_PLAN",
+    "CheckpointConfig",
+    "CheckpointFormat",
+    "CheckpointStoreConfig",
+    "Component",
+    "CursorResume",
+    "DataConfig",
+    "EmergencyPlan",
+    "Feature",
+    "KnobNote",
+    "KnobRequest",
+    "StoreBackend",
+    "UploadConfig",
+    "ValidationConfig",
+    "VerifyMode",
+    "declared_features",
+]

@@ -1,0 +1,174 @@
+"""Knob types and value checkers of the checkpoint configuration.
+
+Each knob of :mod:`statecraft.checkpoint.config.schema` carries a checker in its attrs metadata
+(key ``_CHECK``): ``checker(value, dotted_path) -> (normalized value, issues)``. A record checks
+every knob when built (:func:`_check_fields`) and raises one
+:class:`~statecraft.errors.ConfigError` listing them all (:func:`_raise_if`).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from typing import Any, Literal
+
+import attrs
+
+from statecraft.errors import ConfigError, ConfigIssue
+
+__all__ = [
+    "CONFIG_SCHEMA",
+    "FULL_PLAN",
+    "CheckpointFormat",
+    "Component",
+    "CursorResume",
+    "EmergencyPlan",
+    "StoreBackend",
+    "VerifyMode",
+]
+
+CONFIG_SCHEMA = "statecraft.checkpoint-config.v1"
+
+Component = Literal["model", "optimizer", "training_state"]
+StoreBackend = Literal["local", "object_store"]
+CheckpointFormat = Literal["consolidated", "dcp"]
+EmergencyPlan = Literal["full", "run"]
+CursorResume = Literal["auto", "strict", "off"]
+VerifyMode = Literal["digest", "size"]
+
+#: The full logical plan, in canonical order; the only plan that makes an exact-resume checkpoint.
+FULL_PLAN: tuple[Component, ...] = ("model", "optimizer", "training_state")
+
+# A checker takes (value, dotted path) and returns (normalized value, problems found).
+_Checker = Callable[[Any, str], tuple[Any, list[ConfigIssue]]]
+_CHECK = "statecraft.check"
+
+
+def _quote_hint(value: object) -> str:
+    """Explain how a YAML scalar that should be a string was read as something else."""
+    if isinstance(value, bool):
+        return " (YAML reads a bare on/off/yes/no/true/false as a boolean: quote it, e.g. 'off')"
+    if isinstance(value, int | float):
+        return " (YAML reads bare digits as a number: quote it)"
+    return ""
+
+
+def _text(value: Any, path: str) -> tuple[Any, list[ConfigIssue]]:
+    if isinstance(value, str):
+        return value, []
+    return value, [ConfigIssue(path, value, "a string" + _quote_hint(value))]
+
+
+def _flag(value: Any, path: str) -> tuple[Any, list[ConfigIssue]]:
+    if isinstance(value, bool):
+        return value, []
+    return value, [ConfigIssue(path, value, "true or false")]
+
+
+def _count(*, nullable: bool) -> _Checker:
+    allowed = "null or a non-negative integer" if nullable else "a non-negative integer"
+
+    def check(value: Any, path: str) -> tuple[Any, list[ConfigIssue]]:
+        if value is None and nullable:
+            return value, []
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            return value, [ConfigIssue(path, value, allowed)]
+        return value, []
+
+    return check
+
+
+def _choice(*choices: str) -> _Checker:
+    allowed = "one of " + ", ".join(repr(c) for c in choices)
+
+    def check(value: Any, path: str) -> tuple[Any, list[ConfigIssue]]:
+        if isinstance(value, str) and value in choices:
+            return value, []
+        return value, [ConfigIssue(path, value, allowed + _quote_hint(value))]
+
+    return check
+
+
+def _resume(value: Any, path: str) -> tuple[Any, list[ConfigIssue]]:
+    if isinstance(value, str):
+        return (value or "off"), []
+    allowed = "'auto', 'off', '' (same as 'off') or a checkpoint path"
+    return value, [ConfigIssue(path, value, allowed + _quote_hint(value))]
+
+
+def _run_ts(value: Any, path: str) -> tuple[Any, list[ConfigIssue]]:
+    allowed = "'' (auto-resolved) or a real date/time as 14 digits YYYYmmddHHMMSS"
+    if value == "":
+        return value, []
+    if isinstance(value, str) and len(value) == 14 and value.isascii() and value.isdigit():
+        year, month, day, hour, minute, second = (
+            int(value[i : i + width])
+            for i, width in ((0, 4), (4, 2), (6, 2), (8, 2), (10, 2), (12, 2))
+        )
+        try:
+            datetime.datetime(year, month, day, hour, minute, second)
+        except ValueError:
+            pass
+        else:
+            return value, []
+    return value, [ConfigIssue(path, value, allowed + _quote_hint(value))]
+
+
+def _components(value: Any, path: str) -> tuple[Any, list[ConfigIssue]]:
+    """Check a component plan and return it in canonical FULL_PLAN order."""
+    if isinstance(value, str) or not isinstance(value, list | tuple) or not value:
+        return value, [ConfigIssue(path, value, f"a non-empty list drawn from {list(FULL_PLAN)}")]
+    issues: list[ConfigIssue] = []
+    seen: set[str] = set()
+    for i, name in enumerate(value):
+        where = f"{path}[{i}]"
+        if not isinstance(name, str):
+            issues.append(ConfigIssue(where, name, "a component name (a string)"))
+        elif name not in FULL_PLAN:
+            issues.append(ConfigIssue(where, name, "one of " + ", ".join(map(repr, FULL_PLAN))))
+        elif name in seen:
+            issues.append(ConfigIssue(where, name, "each component at most once"))
+        else:
+            seen.add(name)
+    if issues:
+        return value, issues
+    return tuple(c for c in FULL_PLAN if c in seen), []
+
+
+_BACKENDS = _choice("local", "object_store")
+_FORMATS = _choice("consolidated", "dcp")
+_EMERGENCY_PLANS = _choice("full", "run")
+_CURSOR_MODES = _choice("auto", "strict", "off")
+_VERIFY_MODES = _choice("digest", "size")
+_COUNT = _count(nullable=False)
+_COUNT_OR_NULL = _count(nullable=True)
+
+
+def _knob_value(obj: Any, knob: str) -> Any:
+    """Read dotted ``knob`` (``upload.enabled``) from a config object."""
+    for part in knob.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _check_fields(obj: Any) -> list[ConfigIssue]:
+    """Check and normalize every knob of one config object in place (frozen: via object)."""
+    prefix = type(obj)._knob_prefix
+    issues: list[ConfigIssue] = []
+    for f in attrs.fields(type(obj)):
+        current = getattr(obj, f.name)
+        check = f.metadata.get(_CHECK)
+        if check is None:
+            if not isinstance(current, f.type):
+                issues.append(ConfigIssue(prefix + f.name, current, f"a {f.type.__name__}"))
+            continue
+        value, found = check(current, prefix + f.name)
+        issues.extend(found)
+        if not found and value is not current:
+            object.__setattr__(obj, f.name, value)
+    return issues
+
+
+def _raise_if(issues: list[ConfigIssue], source: str) -> None:
+    if issues:
+        raise ConfigError(issues, source=source)

@@ -1,0 +1,242 @@
+"""Loading the checkpoint configuration: YAML files, ``key=value`` overrides, mappings.
+
+Every problem found (unknown keys at any level, wrong types, values out of range, malformed
+overrides, broken cross-option rules) is collected and raised together as ONE
+:class:`~statecraft.errors.ConfigError` whose issues name each dotted knob. cattrs structures
+the mapping; each knob's checker (:mod:`statecraft.checkpoint.config.knobs`) runs as its
+structure hook.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal, get_origin
+
+import attrs
+import cattrs
+import yaml
+from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError
+from cattrs.gen import make_dict_structure_fn, override
+
+from statecraft.checkpoint.config.knobs import _CHECK, _Checker, _raise_if
+from statecraft.checkpoint.config.schema import _SECTIONS, CheckpointConfig
+from statecraft.errors import ConfigError, ConfigIssue
+
+__all__ = ["config_from_dict", "load_config", "unstructure"]
+
+
+def config_from_dict(data: Mapping[str, Any], *, source: str) -> CheckpointConfig:
+    """Build a config from a knob mapping (see :meth:`CheckpointConfig.from_dict`).
+
+    Raises:
+        ConfigError: every problem found, together, with ``source``.
+    """
+    try:
+        return _structure_section(CheckpointConfig, data, "")
+    except _IssuesFound as exc:
+        raise ConfigError(exc.issues, source=source) from None
+
+
+def load_config(
+    path: str | os.PathLike[str] | None, overrides: Sequence[str] = ()
+) -> CheckpointConfig:
+    """Read a YAML knob file (or defaults) and apply overrides (see
+    :meth:`CheckpointConfig.load`).
+
+    Raises:
+        ConfigError: every problem of the file, the overrides and the knobs, together.
+    """
+    source = "checkpoint config" if path is None else os.fspath(path)
+    data: dict[str, Any] = {} if path is None else _read_yaml(source)
+    if overrides:
+        source += " + overrides"
+    issues = _apply_overrides(data, overrides)
+    try:
+        config = _structure_section(CheckpointConfig, data, "")
+    except _IssuesFound as exc:
+        issues.extend(exc.issues)
+    _raise_if(issues, source)
+    return config
+
+
+def unstructure(config: CheckpointConfig) -> dict[str, Any]:
+    """The knobs of ``config`` as plain JSON-able data."""
+    return _CONVERTER.unstructure(config)
+
+
+def _prefix(cls: Any) -> str:
+    """The dotted prefix of a config record's knobs (``upload.``; ``""`` at the top)."""
+    return str(cls._knob_prefix)
+
+
+class _IssuesFound(Exception):
+    """Internal carrier of collected issues through cattrs' structuring."""
+
+    def __init__(self, issues: list[ConfigIssue]) -> None:
+        super().__init__(f"{len(issues)} issue(s)")
+        self.issues = issues
+
+
+def _known_knobs(cls: type = CheckpointConfig) -> list[str]:
+    """Every dotted leaf knob under ``cls``, in declaration order."""
+    names: list[str] = []
+    for f in attrs.fields(cls):
+        if f.metadata.get(_CHECK) is None:
+            names.extend(_known_knobs(f.type))
+        else:
+            names.append(_prefix(cls) + f.name)
+    return names
+
+
+def _issues_from(
+    exc: ClassValidationError, data: Mapping[Any, Any], prefix: str
+) -> list[ConfigIssue]:
+    """Flatten one cattrs exception group into issues with dotted paths."""
+    issues: list[ConfigIssue] = []
+    for sub in exc.exceptions:
+        if isinstance(sub, _IssuesFound | ConfigError):
+            issues.extend(sub.issues)
+        elif isinstance(sub, ForbiddenExtraKeysError):
+            known = ", ".join(prefix + f.name for f in attrs.fields(sub.cl))
+            for key in sorted(sub.extra_fields, key=str):
+                allowed = f"a known knob (one of: {known})"
+                if prefix == "" and key == "rl":
+                    allowed += "; an 'rl:' wrapper must be the file's only top-level key"
+                issues.append(ConfigIssue(f"{prefix}{key}", data[key], allowed))
+        else:
+            names = [n.name for n in getattr(sub, "__notes__", []) if hasattr(n, "name")]
+            path = prefix + names[0] if names else prefix.rstrip(".") or "<top level>"
+            issues.append(ConfigIssue(path, data.get(names[0]) if names else data, str(sub)))
+    return issues
+
+
+def _structure_section(cls: type, data: Any, prefix: str) -> Any:
+    """Structure ``data`` into ``cls``, raising :class:`_IssuesFound` with every problem."""
+    if not isinstance(data, Mapping):
+        path = prefix.rstrip(".") or "<top level>"
+        allowed = f"a mapping of knobs ({', '.join(_known_knobs(cls))})"
+        raise _IssuesFound([ConfigIssue(path, data, allowed)])
+    try:
+        return _STRUCTURE_FNS[cls](data, cls)
+    except ClassValidationError as exc:
+        raise _IssuesFound(_issues_from(exc, data, prefix)) from None
+
+
+def _field_hook(check: _Checker, path: str) -> Callable[[Any, Any], Any]:
+    def hook(value: Any, _type: Any) -> Any:
+        normalized, issues = check(value, path)
+        if issues:
+            raise _IssuesFound(issues)
+        return normalized
+
+    return hook
+
+
+def _section_hook(cls: type, prefix: str) -> Callable[[Any, Any], Any]:
+    return lambda value, _type: _structure_section(cls, value, prefix)
+
+
+_CONVERTER = cattrs.Converter(forbid_extra_keys=True, detailed_validation=True)
+_CONVERTER.register_unstructure_hook_func(
+    lambda t: t is tuple or get_origin(t) is tuple, lambda value: list(value)
+)
+_STRUCTURE_FNS: dict[type, Callable[[Any, Any], Any]] = {}
+for _cls in (*_SECTIONS, CheckpointConfig):
+    _overrides: dict[str, Any] = {
+        f.name: override(
+            struct_hook=_field_hook(f.metadata[_CHECK], _prefix(_cls) + f.name)
+            if _CHECK in f.metadata
+            else _section_hook(f.type, _prefix(f.type))
+        )
+        for f in attrs.fields(_cls)
+    }
+    _STRUCTURE_FNS[_cls] = make_dict_structure_fn(
+        _cls,
+        _CONVERTER,
+        _cattrs_forbid_extra_keys=True,
+        _cattrs_detailed_validation=True,
+        **_overrides,
+    )
+    _CONVERTER.register_structure_hook(_cls, _section_hook(_cls, _prefix(_cls)))
+
+
+def _read_yaml(source: str) -> dict[str, Any]:
+    """Read the knob mapping of a YAML file, unwrapping a sole top-level ``rl:`` key."""
+    try:
+        with open(source, encoding="utf-8") as fh:
+            loaded = yaml.safe_load(fh)
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        issue = ConfigIssue(source, source, f"a readable YAML file ({reason})")
+        raise ConfigError([issue], source=source) from None
+    except yaml.YAMLError as exc:
+        issue = ConfigIssue(source, "invalid YAML", f"a YAML mapping of knobs ({exc})")
+        raise ConfigError([issue], source=source) from None
+    if loaded is None:
+        return {}
+    if isinstance(loaded, Mapping) and list(loaded) == ["rl"]:
+        loaded = {} if loaded["rl"] is None else loaded["rl"]
+    if not isinstance(loaded, Mapping):
+        allowed = "a YAML mapping of checkpoint knobs at the top level (optionally under 'rl:')"
+        raise ConfigError([ConfigIssue(source, loaded, allowed)], source=source)
+    return dict(loaded)
+
+
+def _stringy(cls: type, name: str) -> bool:
+    """True when knob ``name`` of ``cls`` takes a string (plain or one of fixed choices)."""
+    field = attrs.fields_dict(cls)[name]
+    return field.type is str or get_origin(field.type) is Literal
+
+
+def _locate(key: str) -> tuple[type, list[str]] | None:
+    """Return the class holding the last part of dotted ``key`` and its parts; None if unknown."""
+    cls: type = CheckpointConfig
+    parts = key.split(".")
+    for part in parts[:-1]:
+        field = attrs.fields_dict(cls).get(part)
+        if field is None or _CHECK in field.metadata:
+            return None
+        cls = field.type if isinstance(field.type, type) else CheckpointConfig
+    return (cls, parts) if parts[-1] in attrs.fields_dict(cls) else None
+
+
+def _apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> list[ConfigIssue]:
+    """Apply ``KNOB=VALUE`` overrides to ``data`` in place; return the malformed ones."""
+    known = ", ".join(_known_knobs())
+    if isinstance(overrides, str):
+        return [ConfigIssue("overrides", overrides, "a list of KNOB=VALUE strings")]
+    issues: list[ConfigIssue] = []
+    for i, item in enumerate(overrides):
+        if not isinstance(item, str) or "=" not in item:
+            allowed = f"KNOB=VALUE with a known knob (one of: {known})"
+            issues.append(ConfigIssue(f"overrides[{i}]", item, allowed))
+            continue
+        key, _, text = item.partition("=")
+        key = key.strip().removeprefix("rl.")
+        located = _locate(key)
+        if located is None:
+            issues.append(ConfigIssue(key, item, f"a known knob (one of: {known})"))
+            continue
+        cls, parts = located
+        target = data
+        for part in parts[:-1]:
+            child = target.get(part)
+            if child is not None and not isinstance(child, Mapping):
+                break  # the file gave a non-mapping section; structuring reports it
+            target[part] = child = dict(child or {})
+            target = child
+        else:
+            target[parts[-1]] = _override_value(cls, parts[-1], text)
+    return issues
+
+
+def _override_value(cls: type, name: str, text: str) -> Any:
+    """Read an override's right-hand side with YAML; a string knob keeps unquoted text as is."""
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        value = text.strip()
+    if _stringy(cls, name) and not isinstance(value, str):
+        return text.strip()
+    return value

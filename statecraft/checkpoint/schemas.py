@@ -1,0 +1,53 @@
+"""The JSON schemas of ``specs/``, enforced on the files they describe.
+
+A spec's ``[[format.files]]`` entry may name a JSON schema beside it
+(``schema = "save.manifest.schema.json"``). The code that writes such a file validates the
+document before the bytes leave the process, and the code that reads it validates after
+parsing, so a writer bug fails before the commit and a doctored file is refused on read.
+
+Each schema is read from the shipped specs directory once per process (an ``lru_cache``, no
+other module state).
+
+Example:
+    >>> schema_violations("save.manifest.schema.json", {"schema": "x"})[0]   # doctest: +SKIP
+    "$: 'components' is a required property"
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from typing import Any
+
+from statecraft.engine.schema import compile_schema, instance_violations
+from statecraft.errors import StatecraftError
+from statecraft.resources import specs_dir
+
+__all__ = ["MANIFEST_SCHEMA_FILE", "schema_violations"]
+
+#: the schema of ``iter_<9 digits>/.posttrain-manifest.json`` (named by ``specs/save.toml``).
+MANIFEST_SCHEMA_FILE = "save.manifest.schema.json"
+
+
+@functools.cache
+def _validator(file_name: str) -> Any:
+    path = specs_dir() / file_name
+    try:
+        schema = json.loads(path.read_text(encoding="utf-8"))
+        return compile_schema(schema)
+    except (OSError, ValueError) as exc:
+        raise StatecraftError(
+            f"{path}: cannot load the JSON schema {file_name!r} ({exc}); reinstall statecraft "
+            "or fix the schema (statecraft machines check reports it)"
+        ) from None
+
+
+def schema_violations(file_name: str, document: Any) -> list[str]:
+    """Where ``document`` (parsed JSON: dicts, lists, str, int, float, bool, None) breaks the
+    schema ``file_name`` of the shipped specs, as ``$.path: message`` lines; empty when it
+    conforms.
+
+    Raises:
+        StatecraftError: the schema file is missing or not a valid JSON Schema.
+    """
+    return instance_violations(_validator(file_name), document)

@@ -1,0 +1,382 @@
+"""Each blind spot the outside review found in the crash harness (issue 6, item 9) has a
+guarantee, and a deliberately broken variant of the library that the harness catches through
+that specific guarantee (a harness that cannot fail would prove nothing)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import pytest
+import torch
+
+from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.machines import load_machine
+from statecraft.checkpoint.transactions import resume as resume_tx
+from statecraft.checkpoint.transactions import save as save_tx
+from statecraft.engine import Bindings, Machine, load_spec
+from statecraft.errors import CheckpointCorruptError
+from statecraft.proofs import ExploreOptions, explore
+from statecraft.proofs import damaged_trees as damage
+from statecraft.proofs.oracle import DiskView
+from statecraft.proofs.save_scenarios import (
+    CHECKPOINTS_ROOT,
+    SaveScenario,
+    resume_context,
+    save_context,
+    save_scenarios,
+)
+from statecraft.proofs.training import SALT_RUN, fresh_objects
+from statecraft.resources import spec_path
+from statecraft.storage import CrashKind, LocalStore, SimWorld
+from statecraft.writers.consolidated import ConsolidatedWriter
+
+SAVE_SPEC = load_spec(spec_path("save"))
+RESUME_SPEC = load_spec(spec_path("resume"))
+BOTH = attrs.evolve(SAVE_SPEC, guarantees=SAVE_SPEC.guarantees + RESUME_SPEC.guarantees)
+FAST = ExploreOptions(extra_subsets=0, faults=False)
+KILL_ONLY = ExploreOptions(kinds=(CrashKind.PROCESS_KILL,), extra_subsets=0, faults=False)
+
+
+def _shipped(name: str, **changes: Any) -> SaveScenario:
+    """A shipped scenario with some of its factories swapped for broken ones."""
+    (scenario,) = [s for s in save_scenarios() if s.name == name]
+    return attrs.evolve(scenario, name=f"broken-{name}", **changes)
+
+
+def _with_effects(machine: str, **effects: Callable[[Any], None]) -> Callable[[], Machine]:
+    """A factory of the shipped ``machine`` with some effects replaced."""
+
+    def build() -> Machine:
+        base = load_machine(machine)
+        return Machine(base.table, base.bindings.merged(Bindings(effects=effects)))
+
+    return build
+
+
+def _violated(scenario: SaveScenario, options: ExploreOptions = FAST) -> set[str]:
+    return explore(scenario, BOTH, options).violated_guarantees()
+
+
+def _caught(scenario: SaveScenario, guarantee: str, message: str) -> None:
+    """``guarantee`` is violated, and one of its violations says ``message``."""
+    report = explore(scenario, BOTH, KILL_ONLY)
+    messages = [v.message for v in report.violations if v.guarantee == guarantee]
+    assert messages, (guarantee, report.violated_guarantees())
+    assert any(message in m for m in messages), messages
+
+
+# ------------------------------------------------------------- vacuous checks, now judged
+def _resume_oldest_first(ctx: Any) -> None:
+    resume_tx.list_candidates(ctx)
+    ctx.candidates.reverse()
+
+
+def _resume_forgetting_reasons(ctx: Any) -> None:
+    try:
+        resume_tx.verify_next_candidate(ctx)
+    except Exception:
+        ctx.passed_over.pop()
+        raise
+
+
+class TestVacuousChecks:
+    def test_resume_trying_the_oldest_first_violates_resume_newest(self) -> None:
+        """A resume that tries the oldest checkpoint first passed RESUME-NEWEST while it
+        exempted the iteration being saved and judged the disk after the retry."""
+        scenario = _shipped(
+            "next-save",
+            resume_factory=_with_effects("resume", list_candidates=_resume_oldest_first),
+        )
+        _caught(scenario, "RESUME-NEWEST", "verified when it ran")
+
+    def test_resume_recording_no_reason_violates_resume_reasons(self) -> None:
+        """A resume that passes over a corrupt checkpoint without recording it passed
+        RESUME-REASONS while nothing recorded meant nothing checked."""
+        scenario = _shipped(
+            "newest-is-corrupt",
+            resume_factory=_with_effects(
+                "resume", verify_next_candidate=_resume_forgetting_reasons
+            ),
+        )
+        _caught(scenario, "RESUME-REASONS", "but the newer iterations were ['iter_000000004']")
+
+    def test_manifest_without_the_full_plan_is_caught(self) -> None:
+        """The oracle requires every planned file in the manifest (it once required only
+        model.pt and trainer.pt): a commit that leaves optim.pt out of the record is caught
+        by the save guarantees in the crashed phase (``verify_checkpoint`` also refuses it
+        since it checks the plan model's required entries; it once accepted it)."""
+
+        def commit_without_optimizer(ctx: Any) -> None:
+            ctx.records.pop("optim.pt", None)
+            ctx.plan = attrs.evolve(
+                ctx.plan, files=tuple(f for f in ctx.plan.files if f != "optim.pt")
+            )
+            save_tx.commit_manifest(ctx)
+
+        scenario = _shipped(
+            "next-save",
+            machine_factory=_with_effects("save", commit_manifest=commit_without_optimizer),
+        )
+        world = SimWorld()
+        scenario.setup(world)
+        scenario.run(world, crash=None).raise_for_failure()
+        with pytest.raises(CheckpointCorruptError, match=r"it lacks \['optim\.pt'\]"):
+            resume_tx.verify_checkpoint(world.local_store(CHECKPOINTS_ROOT), scenario.target)
+        assert {"SAVE-DURABLE", "SAVE-LATEST"} <= _violated(scenario, KILL_ONLY)
+
+
+# ------------------------------------------------------------------ resume writes nothing
+def _resume_cleaning_up(ctx: Any) -> None:
+    iteration = ctx.candidates[0]
+    try:
+        resume_tx.verify_next_candidate(ctx)
+    except Exception:
+        ctx.store.delete_tree(iter_dirname(iteration))  # "helpfully" removes the bad commit
+        raise
+
+
+def test_resume_that_cleans_up_a_corrupt_commit_violates_read_only() -> None:
+    scenario = _shipped(
+        "newest-is-corrupt",
+        resume_factory=_with_effects("resume", verify_next_candidate=_resume_cleaning_up),
+    )
+    _caught(scenario, "RESUME-READ-ONLY", "resume changed the store: unlink")
+
+
+# ------------------------------------------------------- the pointer never goes backwards
+def _delete_then_create_pointer(ctx: Any) -> None:
+    ctx.store.delete(LATEST_POINTER)
+    save_tx.advance_latest(ctx)
+
+
+def test_pointer_replaced_by_delete_then_create_violates_monotonic() -> None:
+    scenario = _shipped(
+        "next-save",
+        machine_factory=_with_effects("save", advance_latest=_delete_then_create_pointer),
+    )
+    _caught(
+        scenario,
+        "SAVE-LATEST-MONOTONIC",
+        "existed before the save (b'iter_000000002\\n') and is now absent",
+    )
+
+
+# ----------------------------------------------- committed files are never opened again
+def _rewrite_committed_identically(ctx: Any) -> None:
+    manifest = save_tx.read_manifest(ctx.store, ctx.plan.iteration)
+    for name in manifest.files:
+        path = ctx.path(name)
+        ctx.store.write_atomic(path, ctx.store.read_bytes(path))  # same bytes, new inode
+    save_tx.reconcile_committed(ctx)
+
+
+def _rewrite_committed_with_fresh_payloads(ctx: Any) -> None:
+    for name in ctx.plan.files:
+        ctx.writer.write(ctx.store, ctx.path(name), ctx.payloads[name]())
+    save_tx.reconcile_committed(ctx)
+
+
+def test_rewriting_a_committed_file_with_identical_bytes_violates_no_reopen() -> None:
+    """The bytes stay the same, so only the I/O trace can tell (SAVE-IMMUTABLE cannot)."""
+    scenario = _shipped(
+        "retry-commits-pointer-only",
+        machine_factory=_with_effects("save", reconcile_committed=_rewrite_committed_identically),
+    )
+    _caught(scenario, "SAVE-NO-REOPEN", "touched committed names: #")
+    assert "SAVE-IMMUTABLE" not in _violated(scenario, KILL_ONLY)
+
+
+def test_rewriting_a_committed_file_with_fresh_payloads_violates_immutable() -> None:
+    """The run's payloads carry another salt than the committed ones: the bytes differ."""
+    scenario = _shipped(
+        "retry-commits-pointer-only",
+        machine_factory=_with_effects(
+            "save", reconcile_committed=_rewrite_committed_with_fresh_payloads
+        ),
+    )
+    assert {"SAVE-NO-REOPEN", "SAVE-IMMUTABLE"} <= _violated(scenario, KILL_ONLY)
+
+
+def test_payloads_differ_between_a_run_and_its_retry() -> None:
+    """Same-bytes rewrites cannot hide: the run and the retry write different bytes."""
+    worlds = []
+    for salt in (SALT_RUN, SALT_RUN + 1):
+        world = SimWorld()
+        store = world.local_store(CHECKPOINTS_ROOT)
+        ctx = save_context(store, 2, with_data=True, salt=salt)
+        load_machine("save").recover(ctx).raise_for_failure()
+        worlds.append(DiskView.of(world))
+    run, retry = worlds
+    name = iter_dirname(2)
+    for file_name in ("trainer.pt", "data.pt"):
+        assert run.files[f"{name}/{file_name}"] != retry.files[f"{name}/{file_name}"], file_name
+    assert run.files[f"{name}/model.pt"] == retry.files[f"{name}/model.pt"]
+    optim = torch.load(io.BytesIO(run.files[f"{name}/optim.pt"]), weights_only=True)
+    assert optim["state"][0]["exp_avg"].flatten().tolist() == [2.25] * 4
+
+
+# --------------------------------------------------------- hostile pickles are refused
+def _unsafe_read(self: ConsolidatedWriter, store: Any, path: str, *, mmap: bool = True) -> Any:
+    """Broken: loads with weights_only=False (runs any __reduce__ in the pickle)."""
+    with store.open_read(path) as handle:
+        return torch.load(io.BytesIO(handle.read()), weights_only=False)
+
+
+def test_loading_with_weights_only_false_violates_no_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    scenario = _shipped("dangling-latest-hostile-pickle")
+    assert "RESUME-NO-CODE" not in _violated(scenario, KILL_ONLY)
+    monkeypatch.setattr(ConsolidatedWriter, "read", _unsafe_read)
+    _caught(scenario, "RESUME-NO-CODE", "executed pickle payloads ['iter_000000004/trainer.pt']")
+
+
+def _world_with_hostile_model() -> SimWorld:
+    world = SimWorld()
+    for iteration in (2, 4):
+        ctx = save_context(world.local_store(CHECKPOINTS_ROOT), iteration, with_data=True, salt=0)
+        load_machine("save").recover(ctx).raise_for_failure()
+    damage.hostile_pickle(4, "model.pt")(world)
+    return world
+
+
+def _resume_once(world: SimWorld) -> Any:
+    ctx = resume_context(world.local_store(CHECKPOINTS_ROOT), fresh_objects(with_data=True))
+    damage.PAYLOAD_RAN.clear()
+    return load_machine("resume").run(ctx), ctx
+
+
+def test_hostile_model_payload_is_refused_and_never_runs() -> None:
+    """A model.pt whose manifest digests match but whose pickle would call code: resume
+    refuses it (model.pt is loaded after verification, so the resume fails, naming the file)
+    and the payload never runs."""
+    world = _world_with_hostile_model()
+    assert DiskView.of(world).problem(4, ("data.pt", "model.pt", "optim.pt", "trainer.pt"))
+    result, _ = _resume_once(world)
+    assert result.final_state == "refused"
+    assert damage.PAYLOAD_RAN == []
+    assert "model.pt" in str(result.trace[-1].error)
+
+
+def test_hostile_model_payload_runs_with_weights_only_false(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ConsolidatedWriter, "read", _unsafe_read)
+    _resume_once(_world_with_hostile_model())
+    ran = list(damage.PAYLOAD_RAN)
+    assert ran == [f"{iter_dirname(4)}/model.pt"]
+
+
+# ------------------------------------------------- exactness covers every tracked object
+def _load_skipping_optimizer(ctx: Any) -> None:
+    optimizer = ctx.tracked.optimizer
+    optimizer.load_state_dict = lambda state: None  # reads optim.pt, never loads it
+    resume_tx.load_checkpoint(ctx)
+
+
+def _load_skipping_scheduler(ctx: Any) -> None:
+    ctx.tracked.scheduler.load_state_dict = lambda state: None
+    resume_tx.load_checkpoint(ctx)
+
+
+def _load_skipping_rng(ctx: Any) -> None:
+    original = resume_tx.restore_rank_rng
+    resume_tx.restore_rank_rng = lambda *a, **k: "restored"  # type: ignore[assignment]
+    try:
+        resume_tx.load_checkpoint(ctx)
+    finally:
+        resume_tx.restore_rank_rng = original
+
+
+def _load_skipping_clocks(ctx: Any) -> None:
+    resume_tx.load_checkpoint(ctx)
+    ctx.tracked.clocks = type(ctx.tracked.clocks)()
+
+
+@pytest.mark.parametrize(
+    ("effect", "what"),
+    [
+        (_load_skipping_optimizer, "the optimizer differs"),
+        (_load_skipping_scheduler, "the scheduler differs"),
+        (_load_skipping_rng, "the RNG streams differ"),
+        (_load_skipping_clocks, "the clocks differ"),
+    ],
+)
+def test_resume_skipping_a_tracked_object_violates_exact(effect: Any, what: str) -> None:
+    scenario = _shipped("next-save", resume_factory=_with_effects("resume", load_checkpoint=effect))
+    _caught(scenario, "RESUME-EXACT", what)
+
+
+# ------------------------------------------------- an exclusive create never replaces
+class _RenamingStore(LocalStore):
+    def create_exclusive(self, path: str, data: bytes) -> Any:
+        """Broken: 'exclusive' create by rename, which replaces an existing name."""
+        return self.write_atomic(path, data)
+
+
+def test_exclusive_create_by_rename_violates_exclusive() -> None:
+    scenario = _shipped(
+        "next-save", store_factory=lambda world: _RenamingStore(CHECKPOINTS_ROOT, fs=world.fs)
+    )
+    _caught(scenario, "SAVE-EXCLUSIVE", "by something other than an exclusive link: #")
+
+
+# ------------------------------------------------------- scenarios from damaged trees
+def _resume_trusting_latest(ctx: Any) -> None:
+    resume_tx.list_candidates(ctx)
+    raw = ctx.store.read_bytes(LATEST_POINTER).decode().strip()
+    latest = int(raw[5:])  # raises on a garbage pointer
+    if latest in ctx.candidates:
+        ctx.candidates.remove(latest)
+    ctx.candidates.insert(0, latest)  # tried first, even when it does not exist
+
+
+@pytest.mark.parametrize(
+    ("name", "effects", "expected"),
+    [
+        # a stale pointer trusted: the newest verified checkpoint is skipped
+        (
+            "stale-latest-newer-partial",
+            {"list_candidates": _resume_trusting_latest},
+            "RESUME-NEWEST",
+        ),
+        # a garbage pointer parsed without care: resume fails
+        ("garbage-latest-size-disagrees", {"list_candidates": _resume_trusting_latest}, "RECOVERY"),
+        # a dangling pointer tried as a candidate: a passed-over name that never existed
+        (
+            "dangling-latest-hostile-pickle",
+            {"list_candidates": _resume_trusting_latest},
+            "RESUME-REASONS",
+        ),
+    ],
+)
+def test_damaged_tree_scenarios_catch_broken_fallbacks(
+    name: str, effects: dict[str, Any], expected: str
+) -> None:
+    scenario = _shipped(name, resume_factory=_with_effects("resume", **effects))
+    assert expected in _violated(scenario, KILL_ONLY)
+
+
+def test_damaged_trees_are_what_they_claim() -> None:
+    """Each damaged starting tree holds the damage its name says (so the scenarios above
+    really start from it)."""
+    views = {}
+    for scenario in save_scenarios():
+        world = SimWorld()
+        scenario.setup(world)
+        views[scenario.name] = DiskView.of(world)
+    files = ("model.pt", "optim.pt", "trainer.pt")  # these scenarios track no data source
+    stale = views["stale-latest-newer-partial"]
+    assert stale.pointer() == 2
+    assert stale.verified(files) == [2, 4]
+    assert "iter_000000008" in stale.names
+    assert "iter_000000008/" + MANIFEST_NAME not in stale.files
+    garbage = views["garbage-latest-size-disagrees"]
+    assert garbage.pointer_raw() is not None
+    assert garbage.pointer_or_none() is None
+    assert "does not match" in (garbage.problem(4, files) or "")
+    dangling = views["dangling-latest-hostile-pickle"]
+    assert dangling.pointer() == 9
+    assert 9 not in dangling.iterations()
+    assert "weights_only" in (dangling.problem(4, files) or "")
