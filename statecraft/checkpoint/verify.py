@@ -92,7 +92,7 @@ def _sha256_of(store: Store, path: str) -> str:
                 with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
                     return hashlib.sha256(mapped).hexdigest()
     with store.open_read(path) as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()  # type: ignore[arg-type]
 
 
 def verify_checkpoint(

@@ -31,7 +31,7 @@ class ErrorCopy:
     arguments than its ``args``, like ``CheckpointCorruptError(path, problem, fix)``), sent
     as its class, message and structured fields; :func:`restore_error` rebuilds it."""
 
-    kind: type
+    kind: type[BaseException]
     message: str
     fields: dict[str, Any]
 
@@ -83,7 +83,7 @@ def on_rank_zero(collective: Collective, fn: Callable[[], T]) -> T:
             outcome = ("error", portable_error(exc))
     status, value = collective.broadcast(outcome)
     if status == "error":
-        if collective.rank == 0:
+        if raise_here is not None:  # rank 0: its own exception object
             raise raise_here
         raise restore_error(value)
     return value
