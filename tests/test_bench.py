@@ -79,6 +79,7 @@ class TestBenchSave:
         save = data["save"]["statecraft"]
         assert save["bytes"] > data["state_bytes"]  # model.pt plus optim.pt and trainer.pt
         assert [e["effect"] for e in save["effects"]] == [
+            "stage_payloads",
             "prepare_iteration",
             "write_components",
             "write_control",
@@ -163,7 +164,7 @@ class TestBenchEngine:
             for key in ("us_per_transition", "us_per_run", "vs_bare_call"):
                 assert positive(chain[key]), (chain, key)
         sim = data["sim_save"]
-        assert sim["transitions_per_run"] == 5
+        assert sim["transitions_per_run"] == 6
         for key in (
             "observe_us_per_run",
             "us_per_run",

@@ -10,6 +10,7 @@ import torch
 
 import statecraft as sc
 from statecraft.errors import TrainerStateError
+from statecraft.storage.base import Store
 
 
 def _setup(
@@ -43,6 +44,7 @@ class TestCadence:
         assert [r.iteration for r in ckpt.saves] == [3, 6, 7]
         assert all(r.bytes_written > 0 and r.seconds > 0 for r in ckpt.saves)
         assert [e for e, _ in ckpt.saves[0].effects] == [
+            "stage_payloads",
             "prepare_iteration",
             "write_components",
             "write_control",
@@ -99,3 +101,43 @@ class TestResumeLeavesNothingMapped:
         assert torch.equal(model2.weight, model.weight)
         state = optimizer2.state_dict()["state"][0]["exp_avg"]
         assert torch.equal(state, optimizer.state_dict()["state"][0]["exp_avg"])
+
+
+class TestThroughTheFilesystemSeam:
+    """Everything the facade does on disk goes through the filesystem it is given."""
+
+    def _sim_run(self, fs, *overrides: str) -> tuple[sc.Checkpointer, torch.nn.Module]:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 4)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        config = sc.CheckpointConfig.load(
+            None, ["save_async=false", "keep_optim_last=0", "save_every=2", *overrides]
+        )
+        ckpt = sc.Checkpointer(
+            config, run=sc.RunIdentity("p", "g", "n"), output_root="/sim-out", filesystem=fs
+        )
+        ckpt.track(model=model, optimizer=optimizer)
+        return ckpt, model
+
+    def test_attempt_save_and_explicit_resume_stay_in_the_given_filesystem(self) -> None:
+        """Over a SimFilesystem the attempt, the save and an explicit-path resume all act on
+        the simulated tree; nothing appears on the real disk."""
+        from statecraft.storage import SimFilesystem
+
+        fs = SimFilesystem()
+        ckpt, model = self._sim_run(fs)
+        ckpt.resume()
+        for _ in range(2):
+            model(torch.randn(2, 4)).sum().backward()
+            ckpt.tracked.optimizer.step()
+            ckpt.record(sc.Outcome.APPLIED)
+            ckpt.step_end()
+        assert ckpt.store is not None
+        assert isinstance(ckpt.store, Store)
+        assert not Path("/sim-out").exists()
+        source = f"{ckpt.attempt.checkpoints_dir}/iter_000000002"  # type: ignore[union-attr]
+        again, resumed_model = self._sim_run(fs, f"resume={source}")
+        result = again.resume()
+        assert (result.step, result.source) == (2, f"local:{source}")
+        assert torch.equal(resumed_model.weight, model.weight)
+        assert not Path("/sim-out").exists()

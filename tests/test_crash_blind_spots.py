@@ -17,6 +17,7 @@ from statecraft.checkpoint.machines import load_machine
 from statecraft.checkpoint.transactions import resume as resume_tx
 from statecraft.checkpoint.transactions import save as save_tx
 from statecraft.engine import Bindings, Machine, load_spec
+from statecraft.errors import CheckpointCorruptError
 from statecraft.proofs import ExploreOptions, explore
 from statecraft.proofs import damaged_trees as damage
 from statecraft.proofs.oracle import DiskView
@@ -105,7 +106,8 @@ class TestVacuousChecks:
     def test_manifest_without_the_full_plan_is_caught(self) -> None:
         """The oracle requires every planned file in the manifest (it once required only
         model.pt and trainer.pt): a commit that leaves optim.pt out of the record is caught
-        by the save guarantees in the crashed phase, though ``verify_checkpoint`` accepts it."""
+        by the save guarantees in the crashed phase (``verify_checkpoint`` also refuses it
+        since it checks the plan model's required entries; it once accepted it)."""
 
         def commit_without_optimizer(ctx: Any) -> None:
             ctx.records.pop("optim.pt", None)
@@ -121,7 +123,8 @@ class TestVacuousChecks:
         world = SimWorld()
         scenario.setup(world)
         scenario.run(world, crash=None).raise_for_failure()
-        resume_tx.verify_checkpoint(world.local_store(CHECKPOINTS_ROOT), scenario.target)
+        with pytest.raises(CheckpointCorruptError, match=r"it lacks \['optim\.pt'\]"):
+            resume_tx.verify_checkpoint(world.local_store(CHECKPOINTS_ROOT), scenario.target)
         assert {"SAVE-DURABLE", "SAVE-LATEST"} <= _violated(scenario, KILL_ONLY)
 
 

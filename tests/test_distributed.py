@@ -49,6 +49,7 @@ def _phase(rank: int, world_size: int, tmp: str, phase: str) -> None:
                 "run_dir": str(ckpt.attempt.run_dir),
                 "start": start.step,
                 "source": start.source,
+                "passed_over": [[p.name, p.reason] for p in start.passed_over],
                 "rng": start.rng,
                 "next_draw": torch.rand(3),
                 "weight": model[0].weight.detach().clone(),
@@ -73,7 +74,8 @@ class TestTwoGlooRanks:
         self, tmp_path: Path
     ) -> None:
         """Both ranks agree on the attempt dir; one set of files is written; after a resume in
-        a new process group each rank's RNG continues exactly its own saved stream."""
+        a new process group that passes over a partial newest iteration on both ranks, each
+        rank's RNG continues exactly its own saved stream."""
         torch.multiprocessing.spawn(_first_run, args=(2, str(tmp_path)), nprocs=2, join=True)
         first = [torch.load(tmp_path / f"first-rank{r}.pt", weights_only=True) for r in (0, 1)]
         assert first[0]["run_dir"] == first[1]["run_dir"]
@@ -89,16 +91,18 @@ class TestTwoGlooRanks:
             trainer["rng"]["ranks"][0]["torch"], trainer["rng"]["ranks"][1]["torch"]
         )
 
-        # Drop the newest checkpoint so the resumed run replays steps 3-4 from iter 2.
-        import shutil
-
-        shutil.rmtree(checkpoints / "iter_000000004")
+        # Make the newest checkpoint partial (no manifest) so the resumed run passes over it
+        # -- rank 0's verification error must reach rank 1 -- and replays steps 3-4 from iter 2.
+        (checkpoints / "iter_000000004" / ".posttrain-manifest.json").unlink()
         (checkpoints / "latest_checkpoint.txt").write_text("iter_000000002\n")
         torch.multiprocessing.spawn(_resumed_run, args=(2, str(tmp_path)), nprocs=2, join=True)
         resumed = [torch.load(tmp_path / f"resumed-rank{r}.pt", weights_only=True) for r in (0, 1)]
         for rank in (0, 1):
             assert resumed[rank]["run_dir"] == first[rank]["run_dir"]
             assert resumed[rank]["start"] == 2
+            [(name, reason)] = resumed[rank]["passed_over"]
+            assert name == "iter_000000004"
+            assert "has no manifest (an interrupted save)" in reason, (rank, reason)
             assert resumed[rank]["rng"] == "restored"
             assert torch.equal(resumed[rank]["next_draw"], first[rank]["next_draw"]), rank
             assert torch.equal(resumed[rank]["weight"], first[rank]["weight"]), rank

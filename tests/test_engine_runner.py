@@ -584,3 +584,92 @@ class TestMachineFromFile:
         assert machine.name == "replace"
         assert repr(machine) == f"Machine('replace', states=3, source={str(TOY_TABLE)!r})"
         assert machine.run(None).final_state == "committed"
+
+
+class TestPerRunState:
+    """A Machine is immutable; each run keeps its own state, so runs of one table overlap."""
+
+    def test_two_runs_of_one_machine_interleave_in_two_threads(self) -> None:
+        """Two threads alternate effects of the same Machine step by step (each effect waits
+        for the other run's); both reach ``done`` with their own full trace."""
+        import threading
+
+        table = chain("a", "b", "c")
+        turn = threading.Condition()
+        order: list[tuple[str, str]] = []
+        state = {"next": "one"}
+
+        def step(name: str) -> Callable[[Any], None]:
+            def run(ctx: Any) -> None:
+                with turn:
+                    turn.wait_for(lambda: state["next"] == ctx.who, timeout=10)
+                    order.append((ctx.who, name))
+                    state["next"] = "two" if ctx.who == "one" else "one"
+                    turn.notify_all()
+
+            return run
+
+        machine = Machine(table, Bindings(effects={n: step(n) for n in ("a", "b", "c")}))
+
+        @attrs.define
+        class Who:
+            who: str
+
+        results: dict[str, RunResult] = {}
+
+        def go(who: str) -> None:
+            results[who] = machine.run(Who(who))
+
+        threads = [threading.Thread(target=go, args=(w,)) for w in ("one", "two")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=20)
+        assert order == [
+            ("one", "a"), ("two", "a"), ("one", "b"), ("two", "b"), ("one", "c"), ("two", "c"),
+        ]  # fmt: skip
+        for who in ("one", "two"):
+            assert results[who].final_state == "done"
+            assert [e.effect for e in results[who].trace] == ["a", "b", "c"]
+
+    def test_a_run_nested_in_an_effect_of_the_same_machine(self) -> None:
+        """An effect may run the same Machine to completion; the outer run continues from its
+        own state afterwards (the state lives on the run, not the Machine)."""
+        table = chain("a", "b")
+        inner: list[RunResult] = []
+
+        def a(ctx: Ctx) -> None:
+            ctx.calls.append("a")
+            if len(ctx.calls) == 1:
+                inner.append(machine.run(ctx))
+
+        machine = Machine(table, Bindings(effects={"a": a, "b": effect("b")}))
+        ctx = Ctx()
+        outer = machine.run(ctx)
+        assert outer.final_state == "done"
+        assert inner[0].final_state == "done"
+        assert ctx.calls == ["a", "a", "b", "b"]
+        assert [e.effect for e in outer.trace] == ["a", "b"]
+
+    def test_idle_bookkeeping_models_are_reused_and_reset(self) -> None:
+        """Sequential runs reuse one idle bookkeeping model, each starting from its own start
+        state (nothing of the previous run carries over)."""
+        machine = bind(chain("a", "b"))
+        first = machine.run(Ctx())
+        second = machine.run(Ctx(), start="s1")
+        assert len(machine._bookkeeping.models) == 1
+        assert [e.effect for e in first.trace] == ["a", "b"]
+        assert [e.effect for e in second.trace] == ["b"]
+
+    def test_a_custom_effect_call_is_used_for_every_effect(self) -> None:
+        """``call=`` receives each effect's name, function and context."""
+        seen: list[str] = []
+
+        def call(name: str, fn: Callable[[Any], Any], ctx: Any) -> None:
+            seen.append(name)
+            fn(ctx)
+
+        ctx = Ctx()
+        bind(chain("a", "b")).run(ctx, call=call)
+        assert seen == ["a", "b"]
+        assert ctx.calls == ["a", "b"]

@@ -105,3 +105,54 @@ class TestResolveRunAttempt:
         assert attempt.minted
         assert attempt.run_ts == "20261130120500"
         assert "new sibling attempt" in attempt.reason
+
+
+class TestAttemptsThroughTheFilesystem:
+    """Attempt directories are listed and created through the Filesystem seam, so the crash
+    harness and fault injection cover them."""
+
+    def test_minting_goes_through_the_simulated_filesystem(self) -> None:
+        """A minted attempt exists only in the SimFilesystem handed in, made durable by an
+        fsync of each created directory's parent."""
+        from statecraft.engine.crash import IoGate
+        from statecraft.storage.simfs import SimFilesystem
+
+        gate = IoGate()
+        fs = SimFilesystem(gate=gate)
+        attempt = resolve_run_attempt("/out", RUN, resume="auto", now=clock(NOON), filesystem=fs)
+        assert attempt.minted
+        assert attempt.run_ts == "20261130120000"
+        assert not Path("/out").exists()
+        stat = fs.stat(str(attempt.run_dir))
+        assert stat is not None
+        assert stat.is_dir
+        ops = [(r.op, r.target) for r in gate.log]
+        assert ("mkdir", str(attempt.run_dir)) in ops
+        assert ops[-1] == ("fsync_dir", str(attempt.run_dir.parent))
+        assert list_attempts(attempt.run_dir.parent, filesystem=fs) == ["20261130120000"]
+        again = resolve_run_attempt("/out", RUN, resume="auto", filesystem=fs)
+        assert (again.run_ts, again.minted) == ("20261130120000", False)
+
+    def test_a_fault_while_minting_reaches_the_caller(self, tmp_path: Path) -> None:
+        """An injected ENOSPC on the attempt's mkdir fails the resolution with that error."""
+        from statecraft.engine.crash import FaultKind, IoGate
+        from statecraft.storage.filesystem import OsFilesystem
+
+        gate = IoGate(faults={0: FaultKind.NO_SPACE})
+        with pytest.raises(OSError, match="injected no_space"):
+            resolve_run_attempt(
+                tmp_path, RUN, resume="off", now=clock(NOON), filesystem=OsFilesystem(gate=gate)
+            )
+        assert gate.log[0].op == "mkdir"
+        assert not RUN.job_dir(tmp_path).exists()
+
+    def test_newest_attempt_is_the_one_rule(self, tmp_path: Path) -> None:
+        """newest_attempt picks the newest valid RUN_TS and ignores other names."""
+        from statecraft.checkpoint.layout import newest_attempt
+
+        job = RUN.job_dir(tmp_path)
+        for name in ("20261130120000", "20261130130000", "20261399000000", "notes"):
+            (job / name).mkdir(parents=True)
+        (job / "20261130140000").write_text("a file, not an attempt")
+        assert newest_attempt(job) == "20261130130000"
+        assert newest_attempt(tmp_path / "nothing") is None

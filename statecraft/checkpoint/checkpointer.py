@@ -15,8 +15,10 @@
 
 Every save and resume runs the transaction tables in ``machines/`` (``save``, ``resume``);
 the loop never sees them. Under ``torch.distributed`` every rank calls every method in the
-same order; rank 0 resolves the attempt and writes the consolidated files, every rank
-contributes its RNG streams and loads on resume.
+same order; rank 0 resolves the attempt and writes the consolidated files (the whole ``save``
+run is rank 0's, its outcome broadcast by :func:`~statecraft.parallel.rank0.on_rank_zero`),
+every rank contributes its RNG streams; on resume the coordinator effects run on rank 0
+(:func:`~statecraft.parallel.coordinated.rank_zero_effects`) and every rank loads.
 """
 
 from __future__ import annotations
@@ -27,11 +29,11 @@ import time
 from typing import Any
 
 import attrs
-import torch
 
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.layout import RunAttempt, RunIdentity, iter_dirname, resolve_run_attempt
 from statecraft.checkpoint.machines import load_machine
+from statecraft.checkpoint.plan import CHECKPOINT_PLAN
 from statecraft.checkpoint.state import (
     Outcome,
     SchedulerIdentity,
@@ -39,10 +41,13 @@ from statecraft.checkpoint.state import (
     gather_rng_inventory,
 )
 from statecraft.checkpoint.transactions.resume import ResumeContext, ResumeResult, Tracked
-from statecraft.checkpoint.transactions.save import SaveContext, full_save_plan
+from statecraft.checkpoint.transactions.save import SaveContext
 from statecraft.engine import RunResult
 from statecraft.errors import CheckpointError, TrackingError
 from statecraft.parallel.collectives import Collective, default_collective
+from statecraft.parallel.coordinated import rank_zero_effects
+from statecraft.parallel.rank0 import on_rank_zero
+from statecraft.storage.base import Store
 from statecraft.storage.filesystem import Filesystem
 from statecraft.storage.local import LocalStore
 
@@ -108,7 +113,7 @@ class Checkpointer:
         self.filesystem = filesystem
         self.tracked = Tracked()
         self.attempt: RunAttempt | None = None
-        self.store: LocalStore | None = None
+        self.store: Store | None = None
         self.saves: list[SaveReport] = []
         self.last_saved_step: int | None = None
         self.last_resume_run: RunResult | None = None  # the resume machine's run and trace
@@ -153,7 +158,7 @@ class Checkpointer:
                 f"cannot {action}: call Checkpointer.track(model=..., optimizer=...) first"
             )
 
-    def _ensure_attempt(self) -> LocalStore:
+    def _ensure_attempt(self) -> Store:
         if self.store is None:
             mode = self.config.resume
             self.attempt = resolve_run_attempt(
@@ -162,6 +167,7 @@ class Checkpointer:
                 resume=mode,
                 run_ts=self.config.run_ts,
                 collective=self.collective,
+                filesystem=self.filesystem,
             )
             self.store = LocalStore(str(self.attempt.checkpoints_dir), fs=self.filesystem)
         return self.store
@@ -202,8 +208,12 @@ class Checkpointer:
             verify_level=self.config.verify,
             cursor_resume=self.config.data.cursor_resume,
             collective=self.collective,
+            filesystem=self.filesystem,
         )
-        self.last_resume_run = self._resume_machine.run(ctx).raise_for_failure()
+        machine = self._resume_machine
+        self.last_resume_run = machine.run(
+            ctx, call=rank_zero_effects(self.collective, machine.bindings.roles)
+        ).raise_for_failure()
         if kind == "explicit":
             self._ensure_attempt()
         result = ctx.result
@@ -262,23 +272,16 @@ class Checkpointer:
             if self.collective.world_size == 1
             else _gather_into(self.collective),
         )
-        report: SaveReport | None = None
-        outcome: Any = None
-        if self.collective.rank == 0:
-            try:
-                report = self._save_on_rank_zero(store, rng)
-                outcome = ("ok", None)
-            except Exception as exc:  # every rank learns of the failure
-                outcome = ("error", exc)
-        status, error = self.collective.broadcast(outcome)
-        if status == "error":
-            if self.collective.rank == 0:
-                raise error
-            raise CheckpointError(f"rank 0 failed to save iteration {self.step}: {error}")
-        self.last_saved_step = self.step
-        return report
+        report: list[SaveReport] = []  # filled on rank 0 only; only ok/error is broadcast
 
-    def _save_on_rank_zero(self, store: LocalStore, rng: Any) -> SaveReport:
+        def save_here() -> None:
+            report.append(self._save_on_rank_zero(store, rng))
+
+        on_rank_zero(self.collective, save_here)
+        self.last_saved_step = self.step
+        return report[0] if report else None
+
+    def _save_on_rank_zero(self, store: Store, rng: Any) -> SaveReport:
         tracked = self.tracked
         trainer = TrainerState.capture(
             tracked.clocks,
@@ -287,21 +290,14 @@ class Checkpointer:
             scheduler_identity=tracked.scheduler_identity,
             optimizer=tracked.optimizer,
         )
-        plan = full_save_plan(self.step, with_data=tracked.data is not None)
-        payloads = {
-            "model.pt": tracked.model.state_dict,
-            "optim.pt": tracked.optimizer.state_dict,
-            "trainer.pt": trainer.to_payload,
-        }
-        if tracked.data is not None:
-            payloads["data.pt"] = tracked.data.state_dict
+        plan = CHECKPOINT_PLAN.save_plan(self.step, with_data=tracked.data is not None)
         from statecraft import __version__
 
         ctx = SaveContext(
             store=store,
             plan=plan,
-            payloads=payloads,
-            writer_info={"statecraft": __version__, "torch": torch.__version__},
+            payloads=CHECKPOINT_PLAN.payloads(tracked, trainer),
+            writer_info={"statecraft": __version__},
         )
         started = time.perf_counter()
         result: RunResult = self._save_machine.recover(ctx)
@@ -309,7 +305,8 @@ class Checkpointer:
         seconds = time.perf_counter() - started
         report = SaveReport(
             iteration=plan.iteration,
-            location=f"{store.root}/{iter_dirname(plan.iteration)}",
+            location=f"{self.attempt.checkpoints_dir if self.attempt else store.describe()}/"
+            f"{iter_dirname(plan.iteration)}",
             bytes_written=sum(r.size for r in ctx.records.values()),
             seconds=seconds,
             retried_commit=result.observed in ("manifest_committed", "committed"),

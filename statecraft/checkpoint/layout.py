@@ -10,7 +10,12 @@
 RUN_TS (``YYYYmmddHHMMSS``) is minted at the first launch of an attempt and reused by every
 resumed window; ``resume=off`` mints a sibling attempt and never overwrites; a legacy job whose
 ``<name>/checkpoints/`` exists keeps that flat layout. Under ``torch.distributed`` rank 0
-resolves and broadcasts.
+resolves and broadcasts (:func:`~statecraft.parallel.rank0.on_rank_zero`).
+
+Every directory operation goes through a :class:`~statecraft.storage.filesystem.Filesystem`
+(the facade's, by default the real OS), so fault injection and the crash harness cover attempt
+creation too. :func:`list_attempts` and :func:`newest_attempt` are the one RUN_TS rule; the
+facade, resume and ``statecraft inspect`` all use them.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ import attrs
 
 from statecraft.errors import ConfigError, ConfigIssue, ResumeError
 from statecraft.parallel.collectives import Collective, SingleProcess
+from statecraft.parallel.rank0 import on_rank_zero
+from statecraft.storage.filesystem import Filesystem, OsFilesystem
 
 __all__ = [
     "LATEST_POINTER",
@@ -34,6 +41,8 @@ __all__ = [
     "RunIdentity",
     "format_latest",
     "iter_dirname",
+    "list_attempts",
+    "newest_attempt",
     "parse_iter_dirname",
     "parse_latest",
     "resolve_run_attempt",
@@ -153,43 +162,56 @@ def _valid_run_ts(value: str) -> bool:
     return True
 
 
-def list_attempts(job_dir: Path) -> list[str]:
-    """RUN_TS names of the attempts under ``job_dir``, oldest first."""
-    if not job_dir.is_dir():
+def _is_dir(fs: Filesystem, path: Path) -> bool:
+    stat = fs.stat(str(path))
+    return stat is not None and stat.is_dir
+
+
+def list_attempts(job_dir: Path, *, filesystem: Filesystem | None = None) -> list[str]:
+    """RUN_TS names of the attempts under ``job_dir``, oldest first (the one RUN_TS rule:
+    a directory named ``YYYYmmddHHMMSS`` that is a valid timestamp)."""
+    fs = filesystem or OsFilesystem()
+    if not _is_dir(fs, job_dir):
         return []
-    return sorted(p.name for p in job_dir.iterdir() if p.is_dir() and _valid_run_ts(p.name))
+    return [
+        name
+        for name in sorted(fs.listdir(str(job_dir)))
+        if _valid_run_ts(name) and _is_dir(fs, job_dir / name)
+    ]
 
 
-def _mkdir_durable(path: Path) -> bool:
+def newest_attempt(job_dir: Path, *, filesystem: Filesystem | None = None) -> str | None:
+    """The RUN_TS ``resume=auto`` adopts: the newest attempt, or ``None`` when there is none."""
+    attempts = list_attempts(job_dir, filesystem=filesystem)
+    return attempts[-1] if attempts else None
+
+
+def _mkdir_durable(fs: Filesystem, path: Path) -> bool:
     """Create ``path`` (parents too), fsyncing each parent; False if it already existed."""
     missing = []
     current = path
-    while not current.exists():
+    while fs.stat(str(current)) is None:
         missing.append(current)
         current = current.parent
     created = False
     for directory in reversed(missing):
         try:
-            os.mkdir(directory)
+            fs.mkdir(str(directory))
         except FileExistsError:
             if directory == path:
                 return False
             continue
         created = created or directory == path
-        fd = os.open(directory.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fs.fsync_dir(str(directory.parent))
     return created
 
 
-def _mint(job_dir: Path, now: Callable[[], dt.datetime]) -> str:
+def _mint(fs: Filesystem, job_dir: Path, now: Callable[[], dt.datetime]) -> str:
     """A new RUN_TS no attempt of the job uses, created durably (a sibling never collides)."""
     stamp = now().replace(microsecond=0)
     for _ in range(3600):
         run_ts = stamp.strftime("%Y%m%d%H%M%S")
-        if _mkdir_durable(job_dir / run_ts):
+        if _mkdir_durable(fs, job_dir / run_ts):
             return run_ts
         stamp += dt.timedelta(seconds=1)
     raise ResumeError(f"{job_dir}: could not mint a free RUN_TS near {stamp}; clean up the job dir")
@@ -202,22 +224,22 @@ def _resolve_on_rank_zero(
     resume: str,
     run_ts: str,
     now: Callable[[], dt.datetime],
+    fs: Filesystem,
 ) -> RunAttempt:
     job_dir = run.job_dir(output_root)
     if run_ts:
         if not _valid_run_ts(run_ts):
             raise ConfigError([ConfigIssue("run_ts", run_ts, "YYYYmmddHHMMSS or empty")])
-        created = _mkdir_durable(job_dir / run_ts)
+        created = _mkdir_durable(fs, job_dir / run_ts)
         return RunAttempt(
             job_dir / run_ts, run_ts, False, created, f"run_ts={run_ts} pinned by config"
         )
-    if (job_dir / CHECKPOINTS_DIR).is_dir():
+    if _is_dir(fs, job_dir / CHECKPOINTS_DIR):
         return RunAttempt(
             job_dir, "", True, False, f"legacy flat layout: {job_dir / CHECKPOINTS_DIR} exists"
         )
-    attempts = list_attempts(job_dir)
-    if resume == "auto" and attempts:
-        latest = attempts[-1]
+    latest = newest_attempt(job_dir, filesystem=fs)
+    if resume == "auto" and latest is not None:
         return RunAttempt(
             job_dir / latest,
             latest,
@@ -225,7 +247,7 @@ def _resolve_on_rank_zero(
             False,
             f"resume=auto adopts the newest attempt {latest}",
         )
-    minted = _mint(job_dir, now)
+    minted = _mint(fs, job_dir, now)
     why = {
         "auto": "resume=auto found no attempt: minted a new one",
         "off": "resume=off: minted a sibling attempt (older attempts are kept)",
@@ -241,6 +263,7 @@ def resolve_run_attempt(
     run_ts: str = "",
     collective: Collective | None = None,
     now: Callable[[], dt.datetime] = dt.datetime.now,
+    filesystem: Filesystem | None = None,
 ) -> RunAttempt:
     """Resolve (rank 0) and broadcast the attempt directory of this launch.
 
@@ -249,20 +272,21 @@ def resolve_run_attempt(
     mints a sibling; an explicit resume path continues in a newly minted sibling so that
     nothing the source attempt committed can be overwritten or collide with a replayed step.
 
+    Args:
+        filesystem: what directories are listed and created through (default: the real OS);
+            the facade passes its own so fault injection covers attempt creation.
+
     Raises:
         ConfigError: ``run_ts`` is malformed.
+        OSError: a directory could not be created (on every rank).
     """
     collective = collective or SingleProcess()
-    attempt: RunAttempt | Exception | None = None
-    if collective.rank == 0:
-        try:
-            attempt = _resolve_on_rank_zero(
-                Path(output_root), run, resume=resume, run_ts=run_ts, now=now
-            )
-        except Exception as exc:  # every rank must learn of the failure, not hang
-            attempt = exc
-    attempt = collective.broadcast(attempt)
-    if isinstance(attempt, Exception):
-        raise attempt
+    fs = filesystem or OsFilesystem()
+    attempt = on_rank_zero(
+        collective,
+        lambda: _resolve_on_rank_zero(
+            Path(output_root), run, resume=resume, run_ts=run_ts, now=now, fs=fs
+        ),
+    )
     log.info("run attempt %s (%s)", attempt.run_dir, attempt.reason)
     return attempt

@@ -3,15 +3,31 @@
 The runner is deliberately small: it asks the guards which single transition is enabled, runs
 its effect, moves to the target (or to ``on_error`` when the effect raises), and repeats until a
 terminal state. ``transitions.Machine`` holds the current state so the bookkeeping is the
-library's; the decisions are ours. Crash points (before / after the k-th effect, before the k-th
-store operation) are injected here and through the :class:`~statecraft.engine.crash.IoGate`
-the stores share.
+library's; the decisions are ours.
+
+Per-run state: a :class:`Machine` is immutable once built (its table, bindings and the
+``transitions`` graph); every :meth:`Machine.run` keeps its state in locals and in a
+``transitions`` bookkeeping model (:class:`_Run`) that it holds exclusively for the length of
+the run. Models are registered with the shared graph once and kept in a free list when idle
+(a cache holding no run's state): ``add_model`` costs about as much as 64 transitions on a
+64-state table, and building a ``transitions.Machine`` per run far more. Two runs of one
+machine can therefore be in flight at once, in two threads, or nested.
+
+Who runs an effect: ``run(..., call=...)`` hands every effect call to an
+:data:`EffectCall`; the default calls it here. Under ``torch.distributed`` the facade passes
+:func:`statecraft.parallel.coordinated.rank_zero_effects`, which runs a coordinator effect on
+rank 0 and broadcasts its outcome (the engine, the lowest layer, knows nothing of ranks).
+
+Crash points (before / after the k-th effect, before the k-th store operation) are injected
+here and through the :class:`~statecraft.engine.crash.IoGate` the stores share.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -25,7 +41,16 @@ from statecraft.engine.table import MachineTable, TransitionSpec
 from statecraft.engine.trace import TraceEvent, format_trace
 from statecraft.errors import MachineRuntimeError
 
-__all__ = ["Machine", "RunResult"]
+__all__ = ["EffectCall", "Machine", "RunResult", "call_here"]
+
+#: ``call(effect_name, effect, ctx)`` runs one effect for a run (see the module docstring)
+EffectCall = Callable[[str, Callable[[Any], Any], Any], None]
+
+
+def call_here(name: str, effect: Callable[[Any], Any], ctx: Any) -> None:
+    """The default :data:`EffectCall`: run the effect in this process."""
+    effect(ctx)
+
 
 # ``transitions`` logs every state entry at INFO; our trace records the same. Quiet it unless
 # the application configured that logger itself.
@@ -64,14 +89,16 @@ class RunResult:
         return self
 
 
-class _Model:
-    """The object ``transitions`` keeps the current state on."""
+class _Run:
+    """The ``transitions`` model one run holds exclusively while it is in flight; its
+    ``state`` is that run's current state."""
 
     state: str
 
 
 class Machine:
-    """A table bound to its effects, checked once at construction.
+    """A table bound to its effects, checked once at construction; immutable afterwards, so
+    runs of one machine may overlap (each keeps its own state).
 
     Args:
         table: the loaded table.
@@ -87,14 +114,15 @@ class Machine:
         self.bindings = bindings
         self._terminal = set(table.terminal_names)
         self._failure = {s.name for s in table.states if s.failure}
-        self._model = _Model()
+        self._idle: list[_Run] = []  # registered bookkeeping models no run holds
+        self._idle_lock = threading.Lock()
         specs = []
         for t in table.transitions:
             specs.append({"trigger": f"_ok{t.index}", "source": t.source, "dest": t.target})
             if t.on_error:
                 specs.append({"trigger": f"_err{t.index}", "source": t.source, "dest": t.on_error})
         self._bookkeeping = _TransitionsMachine(
-            model=self._model,
+            model=None,
             states=list(table.state_names),
             transitions=specs,
             initial=table.initial,
@@ -146,6 +174,7 @@ class Machine:
         crash: CrashPlan | None = None,
         gate: IoGate | None = None,
         observed: str | None = None,
+        call: EffectCall = call_here,
     ) -> RunResult:
         """Run from ``start`` (default: the initial state) to a terminal state.
 
@@ -155,6 +184,7 @@ class Machine:
             crash: where to simulate a crash, if anywhere.
             gate: the I/O gate the context's stores share; needed for ``crash.at_io`` and to
                 record which store operations each effect performed.
+            call: how each effect is called (default: here; see :data:`EffectCall`).
 
         Returns:
             the :class:`RunResult`; a failure terminal state is reported, not raised.
@@ -171,7 +201,35 @@ class Machine:
             if gate is None:
                 raise ValueError("CrashPlan.at_io needs the IoGate the stores share; pass gate=")
             gate.crash_at = crash.at_io
-        self._bookkeeping.set_state(state)
+        run = self._checkout(state)
+        try:
+            return self._run(run, ctx, state, start, crash, gate, observed, call)
+        finally:
+            with self._idle_lock:
+                self._idle.append(run)
+
+    def _checkout(self, state: str) -> _Run:
+        """A bookkeeping model for one run, in ``state``, held by that run alone."""
+        with self._idle_lock:
+            run = self._idle.pop() if self._idle else None
+        if run is None:
+            run = _Run()
+            self._bookkeeping.add_model(run, initial=state)
+        else:
+            self._bookkeeping.set_state(state, model=run)
+        return run
+
+    def _run(
+        self,
+        run: _Run,
+        ctx: Any,
+        state: str,
+        start: str | None,
+        crash: CrashPlan | None,
+        gate: IoGate | None,
+        observed: str | None,
+        call: EffectCall,
+    ) -> RunResult:
         trace: list[TraceEvent] = []
         error: BaseException | None = None
         effect_index = 0
@@ -182,7 +240,7 @@ class Machine:
             io_first = gate.count if gate is not None else None
             started = time.perf_counter()
             try:
-                self.bindings.effects[transition.effect](ctx)
+                call(transition.effect, self.bindings.effects[transition.effect], ctx)
             except SimulatedCrash as exc:
                 trace.append(self._event(transition, state, "crash", started, gate, io_first, exc))
                 raise self._crashed(exc, trace) from None
@@ -197,14 +255,14 @@ class Machine:
                         pass
                     raise
                 trace.append(attrs.evolve(event, target=transition.on_error))
-                getattr(self._model, f"_err{transition.index}")()
+                getattr(run, f"_err{transition.index}")()
                 state = transition.on_error
                 error = exc
                 effect_index += 1
                 continue
             trace.append(self._event(transition, transition.target, "ok", started, gate, io_first))
-            getattr(self._model, f"_ok{transition.index}")()
-            state = self._model.state
+            getattr(run, f"_ok{transition.index}")()
+            state = run.state
             if crash is not None and crash.after_effect == effect_index:
                 raise self._crashed(SimulatedCrash(crash.describe()), trace)
             effect_index += 1
@@ -242,11 +300,12 @@ class Machine:
         *,
         crash: CrashPlan | None = None,
         gate: IoGate | None = None,
+        call: EffectCall = call_here,
     ) -> RunResult:
         """Observe durable storage, continue from the state ``recover`` maps it to."""
         label = self.observe(ctx)
         return self.run(
-            ctx, start=self.table.recover[label], crash=crash, gate=gate, observed=label
+            ctx, start=self.table.recover[label], crash=crash, gate=gate, observed=label, call=call
         )
 
     def _event(

@@ -20,7 +20,7 @@ Write protocol (who calls what):
 
 from __future__ import annotations
 
-from typing import BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 import attrs
 
@@ -28,7 +28,14 @@ from statecraft.errors import StoreError
 from statecraft.storage.digest import Digest
 from statecraft.storage.filesystem import FileStat
 
-__all__ = ["AtomicWriter", "FileRecord", "Store", "check_relative_path"]
+__all__ = [
+    "AtomicWriter",
+    "FileRecord",
+    "Store",
+    "check_relative_path",
+    "missing_members",
+    "protocol_members",
+]
 
 
 @attrs.frozen
@@ -55,6 +62,7 @@ def check_relative_path(path: str) -> str:
     return path
 
 
+@runtime_checkable
 class AtomicWriter(Protocol):
     """A file being written; visible under its name only after a successful commit."""
 
@@ -74,6 +82,7 @@ class AtomicWriter(Protocol):
     def __exit__(self, exc_type, exc, tb) -> None: ...
 
 
+@runtime_checkable
 class Store(Protocol):
     """Durable named blobs with atomic publication.
 
@@ -83,37 +92,109 @@ class Store(Protocol):
         - :meth:`create_exclusive` publishes only if the name is free; it never overwrites
           (``StoreConflictError`` otherwise).
         - Once a call returns, what it published survives process kill and power loss.
+        - Every ``path`` is a clean relative POSIX name (:func:`check_relative_path`); any
+          other raises ``StoreError`` before anything is touched.
+        - Reads never change bytes or names.
+
+    Implementations: :class:`~statecraft.storage.local.LocalStore` and
+    :class:`~statecraft.storage.objects.ObjectStore`; :func:`missing_members` checks one
+    (``tests/test_protocols.py`` runs it on each).
     """
 
     def describe(self) -> str:
-        """Where this store points (``local:/path``, ``s3://bucket/prefix``)."""
+        """Where this store points (``local:/path``, ``s3://bucket/prefix``), for messages."""
 
-    def open_atomic(self, path: str, *, exclusive: bool = False) -> AtomicWriter: ...
+    def open_atomic(self, path: str, *, exclusive: bool = False) -> AtomicWriter:
+        """A writer for ``path``; leaving its ``with`` block publishes (see the module doc).
 
-    def write_atomic(self, path: str, data: bytes) -> FileRecord: ...
+        Args:
+            exclusive: publish only if ``path`` is free (the commit of a manifest).
 
-    def create_exclusive(self, path: str, data: bytes) -> FileRecord: ...
+        Raises:
+            StoreError: (on commit) the bytes could not be made durable; nothing was published.
+            StoreConflictError: (on commit, ``exclusive``) the name exists; it is untouched.
+        """
 
-    def read_bytes(self, path: str) -> bytes: ...
+    def write_atomic(self, path: str, data: bytes) -> FileRecord:
+        """Replace ``path`` with ``data`` atomically and durably; returns size and SHA-256.
 
-    def open_read(self, path: str) -> BinaryIO: ...
+        Raises:
+            StoreError: not durable; the old content (if any) is still in place.
+        """
+
+    def create_exclusive(self, path: str, data: bytes) -> FileRecord:
+        """Publish ``data`` under ``path`` only if the name is free, durably.
+
+        Raises:
+            StoreConflictError: the name exists; nothing was changed (never a replace).
+            StoreError: not durable; nothing was published.
+        """
+
+    def read_bytes(self, path: str) -> bytes:
+        """The whole content of file ``path``.
+
+        Raises:
+            FileNotFoundError: no such file.
+        """
+
+    def open_read(self, path: str) -> BinaryIO:
+        """A binary reader of file ``path`` (the caller closes it).
+
+        Raises:
+            FileNotFoundError: no such file.
+        """
 
     def local_path(self, path: str) -> str | None:
-        """An OS path to ``mmap`` the file from, when the store has one."""
+        """An OS path to ``mmap`` the file from, when the store has one (``None`` for object
+        stores and simulated filesystems). Never raises for a missing file."""
 
-    def stat(self, path: str) -> FileStat | None: ...
+    def stat(self, path: str) -> FileStat | None:
+        """Size and kind of ``path``; ``None`` when it does not exist (never raises for that).
+        An object store reports a prefix with keys below it as a directory of size 0."""
 
     def list(self, path: str = "") -> list[str]:
         """Names directly inside directory / prefix ``path`` (sorted; [] when absent)."""
 
     def make_dirs(self, path: str) -> None:
-        """Create directory ``path`` and its parents durably (no-op on object stores)."""
+        """Create directory ``path`` and its parents durably (no-op on object stores).
+
+        Raises:
+            StoreError: a component exists and is not a directory.
+            OSError: the filesystem refused (an injected fault included).
+        """
 
     def make_durable(self, path: str) -> None:
         """Make durable everything directly in directory ``path`` (what a crashed process may
-        have left unsynced) before anything relies on it."""
+        have left unsynced) before anything relies on it (no-op on object stores)."""
 
-    def delete(self, path: str) -> None: ...
+    def delete(self, path: str) -> None:
+        """Remove file ``path`` durably; a missing file is fine."""
 
     def delete_tree(self, path: str) -> None:
-        """Remove ``path`` and everything below it, files first, durably."""
+        """Remove ``path`` and everything below it, files first, durably, so no crash leaves
+        a directory that looks complete but lacks files it had; missing is fine."""
+
+
+def protocol_members(protocol: type) -> tuple[str, ...]:
+    """The members (methods and attributes) a ``typing.Protocol`` class declares, sorted."""
+    names: set[str] = set()
+    for klass in protocol.__mro__:
+        if klass in (object, Protocol) or not getattr(klass, "_is_protocol", False):
+            continue
+        names.update(n for n in vars(klass) if not n.startswith("_"))
+        names.update(getattr(klass, "__annotations__", {}))
+    names.update(n for n in ("__enter__", "__exit__") if hasattr(protocol, n))
+    return tuple(sorted(names))
+
+
+def missing_members(obj: Any, protocol: type) -> list[str]:
+    """The members of ``protocol`` that ``obj`` lacks (a method that is not callable counts
+    as missing); empty when ``obj`` satisfies it structurally. Unlike ``isinstance`` on a
+    runtime-checkable protocol it names what is missing."""
+    missing = []
+    declared = vars(protocol)
+    for name in protocol_members(protocol):
+        absent = not hasattr(obj, name)
+        if absent or (callable(declared.get(name)) and not callable(getattr(obj, name))):
+            missing.append(name)
+    return missing

@@ -19,7 +19,7 @@ import functools
 import os
 import stat as stat_module
 from collections.abc import Callable
-from typing import BinaryIO, Protocol
+from typing import BinaryIO, Protocol, runtime_checkable
 
 import attrs
 
@@ -40,8 +40,15 @@ def fault_error(fault: Fault, op: str, path: str) -> OSError:
     return OSError(code, f"injected {fault.kind.value} at I/O op #{fault.index} ({op})", path)
 
 
+@runtime_checkable
 class Filesystem(Protocol):
-    """What ``LocalStore`` needs of a filesystem. Handles are opaque integers."""
+    """What ``LocalStore`` needs of a filesystem. Handles are opaque integers.
+
+    Implementations: :class:`OsFilesystem`, :class:`~statecraft.storage.simfs.SimFilesystem`,
+    the read-only one of ``statecraft inspect``; ``tests/test_protocols.py`` checks each with
+    :func:`statecraft.storage.base.missing_members` (``isinstance`` on this runtime-checkable
+    protocol also works, without naming what is missing).
+    """
 
     def open_write(self, path: str, *, exclusive: bool) -> int:
         """Create ``path`` for writing (``exclusive``: fail with ``FileExistsError`` if it

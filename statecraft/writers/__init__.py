@@ -1,5 +1,6 @@
 """Writers: how component payloads become files (``torch.save``; DCP comes later)."""
 
+from statecraft.writers.base import Writer
 from statecraft.writers.consolidated import ConsolidatedWriter
 
-__all__ = ["ConsolidatedWriter"]
+__all__ = ["ConsolidatedWriter", "Writer"]

@@ -20,6 +20,7 @@ import torch
 
 from statecraft.errors import CheckpointCorruptError
 from statecraft.storage.base import FileRecord, Store
+from statecraft.writers.base import Writer
 
 __all__ = ["ConsolidatedWriter"]
 
@@ -36,13 +37,18 @@ def _without_zip_crc() -> Iterator[None]:
         yield
 
 
-class ConsolidatedWriter:
-    """Writes and reads component payloads as ``torch.save`` files in a store."""
+class ConsolidatedWriter(Writer):
+    """Writes and reads component payloads as ``torch.save`` files in a store (rank 0 owns
+    every entry). Implements :class:`~statecraft.writers.base.Writer`."""
 
     format_name = "consolidated"
 
     def __repr__(self) -> str:
         return "ConsolidatedWriter()"
+
+    def writer_info(self) -> dict[str, str]:
+        """The serializer's version (the facade adds statecraft's own)."""
+        return {"torch": str(torch.__version__)}
 
     def write(self, store: Store, path: str, payload: Any) -> FileRecord:
         """Serialize ``payload`` to ``path`` atomically; returns size and digest.

@@ -1,5 +1,4 @@
-"""The effect bindings of the ``resume`` machine (``machines/resume.toml``), and checkpoint
-verification shared with ``statecraft inspect``.
+"""The effect bindings of the ``resume`` machine (``machines/resume.toml``).
 
 ``resume=auto`` considers every ``iter_*`` of the adopted attempt, newest first, and adopts the
 first that verifies (manifest valid, every file's size and SHA-256 as recorded, ``trainer.pt``
@@ -9,8 +8,15 @@ resume does not trust it blindly: a pointer that is garbage or dangles is report
 ignored, because the verified manifests are the ground truth. An explicit path must verify
 or the resume fails; it never falls back and never trains from scratch.
 
-Under ``torch.distributed`` every rank runs the machine in lock-step: rank 0 lists and verifies,
-each decision is broadcast, and every rank loads the chosen checkpoint.
+What is on disk comes from the checkpoint catalog (:mod:`statecraft.checkpoint.catalog`);
+verification from :mod:`statecraft.checkpoint.verify`; which files load into which tracked
+object, and how, from the plan model (:mod:`statecraft.checkpoint.plan`).
+
+Under ``torch.distributed`` every rank runs the machine in lock-step: the coordinator effects
+(listing, verifying) run on rank 0 and their outcome and the context fields named in
+:attr:`ResumeContext.coordinated` are broadcast
+(:func:`~statecraft.parallel.coordinated.rank_zero_effects`); every rank loads the chosen
+checkpoint.
 """
 
 from __future__ import annotations
@@ -18,32 +24,28 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 
-from statecraft.checkpoint.layout import (
-    LATEST_POINTER,
-    MANIFEST_NAME,
-    iter_dirname,
-    parse_iter_dirname,
-    parse_latest,
-)
-from statecraft.checkpoint.manifest import Manifest
+from statecraft.checkpoint.catalog import Catalog, PassedOver, scan
+from statecraft.checkpoint.layout import parse_iter_dirname
+from statecraft.checkpoint.plan import CHECKPOINT_PLAN, PlanEntry
 from statecraft.checkpoint.state import (
     TrainerState,
     UpdateClocks,
     check_scheduler_identity,
     restore_rank_rng,
 )
-from statecraft.checkpoint.transactions.save import FULL_COMPONENTS, read_manifest
+from statecraft.checkpoint.verify import VerifiedCheckpoint, list_iterations, verify_checkpoint
 from statecraft.engine import Bindings
 from statecraft.engine.tagging import Role, collect_bindings, effect, guard
-from statecraft.errors import CheckpointCorruptError, CheckpointError, ResumeError
+from statecraft.errors import CheckpointCorruptError, ResumeError
 from statecraft.parallel.collectives import Collective, SingleProcess
 from statecraft.storage.base import Store
-from statecraft.storage.digest import file_digest
+from statecraft.storage.filesystem import Filesystem, OsFilesystem
 from statecraft.storage.local import LocalStore
+from statecraft.writers.base import Writer
 from statecraft.writers.consolidated import ConsolidatedWriter
 
 __all__ = [
@@ -58,29 +60,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("statecraft.resume")
-
-
-@attrs.frozen
-class PassedOver:
-    """A candidate resume did not adopt, and why."""
-
-    name: str
-    reason: str
-
-
-@attrs.frozen
-class VerifiedCheckpoint:
-    """A checkpoint whose integrity was proven; ``trainer`` is its parsed control state."""
-
-    store: Store
-    iteration: int
-    location: str
-    trainer: TrainerState
-    manifest: Manifest | None = None
-    legacy_payload: dict[str, Any] | None = None
-
-    def path(self, name: str) -> str:
-        return f"{iter_dirname(self.iteration)}/{name}"
 
 
 @attrs.frozen
@@ -123,77 +102,6 @@ class Tracked:
     clocks: UpdateClocks = attrs.field(factory=UpdateClocks)
 
 
-def list_iterations(store: Store) -> list[int]:
-    """Iterations with an ``iter_*`` directory in ``store``, newest first."""
-    found = (parse_iter_dirname(n) for n in store.list(""))
-    return sorted((i for i in found if i is not None), reverse=True)
-
-
-def verify_checkpoint(
-    store: Store, iteration: int, *, level: str = "digest", writer: ConsolidatedWriter | None = None
-) -> VerifiedCheckpoint:
-    """Prove that ``iteration`` in ``store`` is a complete, intact, exact-resume checkpoint.
-
-    Checks: the manifest parses and names this iteration with the full plan; every recorded
-    file exists with its size and (``level="digest"``) its SHA-256; ``trainer.pt`` loads with
-    ``weights_only=True`` and is well-formed; its ``optimizer_step`` equals the iteration.
-
-    Raises:
-        CheckpointCorruptError: the first problem found, naming the file and what to do.
-        TrainerStateError: ``trainer.pt`` is malformed or its clocks conflict.
-    """
-    writer = writer or ConsolidatedWriter()
-    name = iter_dirname(iteration)
-    where = f"{store.describe()}/{name}"
-    if store.stat(f"{name}/{MANIFEST_NAME}") is None:
-        raise CheckpointCorruptError(
-            where, "has no manifest (an interrupted save)", "It is never adopted; nothing to do."
-        )
-    manifest = read_manifest(store, iteration)
-    if tuple(manifest.components) != FULL_COMPONENTS or "trainer.pt" not in manifest.files:
-        raise CheckpointCorruptError(
-            where,
-            f"plan {list(manifest.components)} is not the full exact-resume plan",
-            "Use it as model initialisation, not as a resume source.",
-        )
-    for file_name, entry in sorted(manifest.files.items()):
-        path = f"{name}/{file_name}"
-        stat = store.stat(path)
-        if stat is None:
-            raise CheckpointCorruptError(
-                f"{store.describe()}/{path}",
-                "is missing",
-                "The checkpoint is incomplete; resume from another one.",
-            )
-        if stat.size != entry.size:
-            raise CheckpointCorruptError(
-                f"{store.describe()}/{path}",
-                f"has {stat.size} bytes, the manifest recorded {entry.size} "
-                "(truncated or replaced)",
-                "Resume from another checkpoint.",
-            )
-        if level == "digest":
-            digest = file_digest(store, path, entry.digest.algorithm)
-            if digest != entry.digest:
-                raise CheckpointCorruptError(
-                    f"{store.describe()}/{path}",
-                    f"digest {digest.algorithm} {digest.value[:16]}... does not match the "
-                    f"manifest's {entry.digest.value[:16]}... "
-                    "(the bytes changed after the save)",
-                    "Resume from another checkpoint.",
-                )
-    payload = writer.read(store, f"{name}/trainer.pt", mmap=False)
-    trainer = TrainerState.from_payload(payload, source=f"{where}/trainer.pt")
-    if trainer.optimizer_step != iteration:
-        raise CheckpointCorruptError(
-            f"{where}/trainer.pt",
-            f"records optimizer_step {trainer.optimizer_step} but lives in {name} "
-            "(conflicting clocks)",
-            "Resume from another checkpoint.",
-        )
-    return VerifiedCheckpoint(store, iteration, where, trainer, manifest)
-
-
 @attrs.define
 class ResumeContext:
     """One resume decision and load.
@@ -205,7 +113,18 @@ class ResumeContext:
         tracked: the objects to load into.
         verify_level: ``"digest"`` or ``"size"``.
         cursor_resume: ``data.cursor_resume`` (``auto`` / ``strict`` / ``off``).
+        filesystem: what an explicit path is resolved and read through (default: the OS).
+        catalog: the attempt's catalog (rank 0 only; set by ``list_candidates``).
     """
+
+    #: the fields a coordinator effect sets on rank 0 that every rank needs afterwards
+    coordinated: ClassVar[tuple[str, ...]] = (
+        "candidates",
+        "passed_over",
+        "chosen",
+        "fresh_reason",
+        "notes",
+    )
 
     mode: str
     tracked: Tracked
@@ -214,7 +133,9 @@ class ResumeContext:
     verify_level: str = "digest"
     cursor_resume: str = "auto"
     collective: Collective = attrs.field(factory=SingleProcess)
-    writer: ConsolidatedWriter = attrs.field(factory=ConsolidatedWriter)
+    writer: Writer = attrs.field(factory=ConsolidatedWriter)
+    filesystem: Filesystem | None = None
+    catalog: Catalog | None = None
     candidates: list[int] = attrs.field(factory=list)
     passed_over: list[PassedOver] = attrs.field(factory=list)
     chosen: VerifiedCheckpoint | None = None
@@ -245,49 +166,19 @@ def has_candidate(ctx: ResumeContext) -> bool:
 
 
 # ----------------------------------------------------------------------------- effects
-def _on_rank_zero(ctx: ResumeContext, fn: Any) -> Any:
-    """Run ``fn`` on rank 0 and broadcast its value or its error to every rank."""
-    value: Any = None
-    if ctx.collective.rank == 0:
-        try:
-            value = ("ok", fn())
-        except Exception as exc:  # every rank must learn of the failure, not hang
-            value = ("error", exc)
-    status, value = ctx.collective.broadcast(value)
-    if status == "error":
-        raise value
-    return value
-
-
 @effect(role=Role.COORDINATOR)
 def list_candidates(ctx: ResumeContext) -> None:
-    """Collect the attempt's iterations, newest first, and note a bad latest pointer."""
-
-    def scan() -> tuple[list[int], str | None]:
-        if ctx.store is None:
-            return [], None
-        iterations = list_iterations(ctx.store)
-        note = None
-        if ctx.store.stat(LATEST_POINTER) is not None:
-            try:
-                latest = parse_latest(ctx.store.read_bytes(LATEST_POINTER))
-            except ValueError as exc:
-                note = (
-                    f"{ctx.store.describe()}/{LATEST_POINTER} is unreadable ({exc}); "
-                    "ignoring it and selecting by verified manifests"
-                )
-            else:
-                if latest not in iterations:
-                    note = (
-                        f"{ctx.store.describe()}/{LATEST_POINTER} names {iter_dirname(latest)}, "
-                        "which does not exist; ignoring it and selecting by verified manifests"
-                    )
-        return iterations, note
-
-    iterations, note = _on_rank_zero(ctx, scan)
-    if note:
-        log.warning(note)
-        ctx.notes.append(note)
+    """Scan the attempt's catalog: its iterations, newest first, and a note on a bad latest
+    pointer."""
+    if ctx.store is None:
+        iterations: list[int] = []
+    else:
+        ctx.catalog = scan(ctx.store, level=ctx.verify_level, writer=ctx.writer)
+        iterations = list(ctx.catalog.iterations)
+        note = ctx.catalog.latest.note
+        if note:
+            log.warning(note)
+            ctx.notes.append(note)
     ctx.candidates = iterations
     if not iterations:
         ctx.fresh_reason = (
@@ -299,40 +190,46 @@ def list_candidates(ctx: ResumeContext) -> None:
 
 @effect(role=Role.COORDINATOR)
 def verify_next_candidate(ctx: ResumeContext) -> None:
-    """Verify the newest remaining candidate; on failure record why it was passed over."""
+    """Verify the newest remaining candidate; on failure record why it was passed over.
+
+    Raises:
+        CheckpointCorruptError: the candidate does not verify (the table moves to the next).
+    """
     iteration = ctx.candidates.pop(0)
-    store = ctx.store
-    if store is None:
+    if ctx.store is None:
         raise ResumeError("verify_next_candidate ran without a checkpoints store")
-    try:
-        ctx.chosen = _on_rank_zero(
-            ctx,
-            lambda: verify_checkpoint(store, iteration, level=ctx.verify_level, writer=ctx.writer),
+    catalog = ctx.catalog or scan(ctx.store, level=ctx.verify_level, writer=ctx.writer)
+    entry = catalog.entry(iteration)
+    if entry.state.adoptable:
+        ctx.chosen = entry.verified
+        return
+    ctx.passed_over.append(PassedOver(entry.name, entry.reason))
+    log.warning("resume=auto passed over %s: %s", entry.name, entry.reason)
+    if not ctx.candidates:
+        ctx.fresh_reason = (
+            f"resume=auto found no checkpoint that verifies ({len(ctx.passed_over)} passed "
+            "over): starting fresh"
         )
-    except Exception as exc:  # anything that fails verification is passed over, with why
-        reason = str(exc) if isinstance(exc, CheckpointError) else f"{type(exc).__name__}: {exc}"
-        ctx.passed_over.append(PassedOver(iter_dirname(iteration), reason))
-        log.warning("resume=auto passed over %s: %s", iter_dirname(iteration), reason)
-        if not ctx.candidates:
-            ctx.fresh_reason = (
-                f"resume=auto found no checkpoint that verifies ({len(ctx.passed_over)} passed "
-                "over): starting fresh"
-            )
-        raise
+    raise entry.error or CheckpointCorruptError(
+        f"{ctx.store.describe()}/{entry.name}", entry.state.value, "Resume from another one."
+    )
 
 
-def _resolve_explicit(path_text: str) -> tuple[Store, int | None, str]:
-    path = Path(path_text).expanduser()
-    if path.is_dir():
+def _resolve_explicit(path_text: str, fs: Filesystem) -> tuple[Store, int | None, str]:
+    """The store, iteration (``None`` for a legacy ``.pt``) and name of an explicit path,
+    resolved through ``fs``."""
+    path = Path(path_text).expanduser().absolute()
+    stat = fs.stat(str(path))
+    if stat is not None and stat.is_dir:
         iteration = parse_iter_dirname(path.name)
         if iteration is None:
             raise ResumeError(
                 f"resume={path_text}: a directory must be an iter_<9 digits> checkpoint directory"
                 f" (got {path.name!r}); point resume at one, or use resume=auto"
             )
-        return LocalStore(str(path.parent.resolve())), iteration, path.name
-    if path.is_file() and path.suffix == ".pt":
-        return LocalStore(str(path.parent.resolve())), None, path.name
+        return LocalStore(str(path.parent.resolve()), fs=fs), iteration, path.name
+    if stat is not None and path.suffix == ".pt":
+        return LocalStore(str(path.parent.resolve()), fs=fs), None, path.name
     raise ResumeError(
         f"resume={path_text}: no such checkpoint (expected an existing iter_<9 digits> directory "
         "or a legacy .pt file). Refusing to train from scratch; fix the path or use resume=auto"
@@ -344,7 +241,9 @@ def verify_explicit(ctx: ResumeContext) -> None:
     """Verify the explicitly named checkpoint; any problem fails the resume (no fallback)."""
 
     def verify() -> VerifiedCheckpoint:
-        store, iteration, name = _resolve_explicit(ctx.explicit or "")
+        store, iteration, name = _resolve_explicit(
+            ctx.explicit or "", ctx.filesystem or OsFilesystem()
+        )
         if iteration is not None:
             return verify_checkpoint(store, iteration, level=ctx.verify_level, writer=ctx.writer)
         payload = ctx.writer.read(store, name, mmap=False)
@@ -367,20 +266,18 @@ def verify_explicit(ctx: ResumeContext) -> None:
             store, trainer.optimizer_step, f"{store.describe()}/{name}", trainer, None, payload
         )
 
-    ctx.chosen = _on_rank_zero(ctx, verify)
+    ctx.chosen = verify()
 
 
-def _component(
-    ctx: ResumeContext, chosen: VerifiedCheckpoint, key: str, file_name: str, *, mmap: bool
-) -> Any:
-    """A component's payload. ``mmap=True`` only for state that is *copied* into live tensors
-    (the model): an optimizer keeps the loaded tensors as its state, and a mapping would pin
-    the checkpoint file (and its disk space) for the rest of the run."""
+def _component(ctx: ResumeContext, chosen: VerifiedCheckpoint, entry: PlanEntry) -> Any:
+    """The payload of the plan entry that loads into ``tracked.<entry.tracked>`` (``None``
+    when the checkpoint has none). It is mapped only when the plan says so (the model; see
+    :mod:`statecraft.checkpoint.plan` for why)."""
     if chosen.legacy_payload is not None:
-        return chosen.legacy_payload.get(key)
-    if file_name not in (chosen.manifest.files if chosen.manifest else {}):
+        return chosen.legacy_payload.get(entry.tracked or entry.name)
+    if entry.name not in (chosen.manifest.files if chosen.manifest else {}):
         return None
-    return ctx.writer.read(chosen.store, chosen.path(file_name), mmap=mmap)
+    return ctx.writer.read(chosen.store, chosen.path(entry.name), mmap=entry.mmap)
 
 
 @effect(role=Role.EVERY_RANK)
@@ -396,6 +293,8 @@ def load_checkpoint(ctx: ResumeContext) -> None:
         raise ResumeError("load_checkpoint ran without a verified checkpoint")
     tracked = ctx.tracked
     trainer = chosen.trainer
+    if trainer is None:
+        raise ResumeError(f"{chosen.location}: verified without its trainer state")
     check_scheduler_identity(
         trainer.scheduler_identity,
         tracked.scheduler_identity,
@@ -411,8 +310,8 @@ def load_checkpoint(ctx: ResumeContext) -> None:
             f"{chosen.location}: the checkpoint saved scheduler state but no scheduler is "
             "tracked; pass scheduler= to Checkpointer.track()"
         )
-    model_state = _component(ctx, chosen, "model", "model.pt", mmap=True)
-    optim_state = _component(ctx, chosen, "optimizer", "optim.pt", mmap=False)
+    model_state = _component(ctx, chosen, CHECKPOINT_PLAN.for_tracked("model"))
+    optim_state = _component(ctx, chosen, CHECKPOINT_PLAN.for_tracked("optimizer"))
     if tracked.model is not None:
         tracked.model.load_state_dict(model_state)
     if tracked.optimizer is not None:
@@ -455,7 +354,7 @@ def _load_data(ctx: ResumeContext, chosen: VerifiedCheckpoint) -> str:
     if ctx.cursor_resume == "off":
         log.info("data.cursor_resume=off: the data source starts fresh (not exact)")
         return "off"
-    state = _component(ctx, chosen, "data", "data.pt", mmap=False)
+    state = _component(ctx, chosen, CHECKPOINT_PLAN.for_tracked("data"))
     if tracked.data is None:
         if state is not None:
             log.warning(

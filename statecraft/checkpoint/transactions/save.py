@@ -1,8 +1,11 @@
 """The effect bindings of the ``save`` machine (``machines/save.toml``).
 
-The table is the order: components -> control state -> manifest (exclusive create, the commit)
--> ``latest_checkpoint.txt``, each durable before the next. This module says *how* each step
-acts on a store; it never decides the order. See ``specs/save.toml`` for the guarantees.
+The table is the order: stage (capture every payload) -> components -> control state ->
+manifest (exclusive create, the commit) -> ``latest_checkpoint.txt``, each durable before the
+next. The entries come from the plan model
+(:data:`~statecraft.checkpoint.plan.CHECKPOINT_PLAN`), iterated by phase; the writer follows
+the :class:`~statecraft.writers.base.Writer` call order. This module says *how* each step acts
+on a store; it never decides the order. See ``specs/save.toml`` for the guarantees.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from statecraft.checkpoint.catalog import CheckpointState, classify
 from statecraft.checkpoint.layout import (
     LATEST_POINTER,
     MANIFEST_NAME,
@@ -21,13 +25,9 @@ from statecraft.checkpoint.layout import (
     iter_dirname,
     parse_latest,
 )
-from statecraft.checkpoint.manifest import (
-    MANIFEST_SCHEMA,
-    FileEntry,
-    Manifest,
-    SavePlan,
-    decode_manifest,
-)
+from statecraft.checkpoint.manifest import MANIFEST_SCHEMA, FileEntry, Manifest, SavePlan
+from statecraft.checkpoint.plan import CHECKPOINT_PLAN, FULL_COMPONENTS, Phase, full_save_plan
+from statecraft.checkpoint.verify import read_manifest
 from statecraft.engine import Bindings
 from statecraft.engine.tagging import Role, collect_bindings, effect, observer
 from statecraft.errors import (
@@ -37,11 +37,10 @@ from statecraft.errors import (
     StoreConflictError,
 )
 from statecraft.storage.base import FileRecord, Store
+from statecraft.writers.base import Writer
 from statecraft.writers.consolidated import ConsolidatedWriter
 
 __all__ = [
-    "BULK_FILES",
-    "CONTROL_FILES",
     "FULL_COMPONENTS",
     "SaveContext",
     "full_save_plan",
@@ -51,18 +50,6 @@ __all__ = [
 
 log = logging.getLogger("statecraft.save")
 
-FULL_COMPONENTS = ("model", "optimizer", "training_state")
-BULK_FILES = ("model.pt", "optim.pt")  # model, optimizer
-CONTROL_FILES = ("trainer.pt", "data.pt")  # training_state (data.pt only with a data source)
-
-
-def full_save_plan(
-    iteration: int, *, with_data: bool, format_name: str = "consolidated"
-) -> SavePlan:
-    """The full plan: every logical component, ``data.pt`` when a data source is tracked."""
-    files = ["model.pt", "optim.pt", "trainer.pt"] + (["data.pt"] if with_data else [])
-    return SavePlan(iteration, format_name, FULL_COMPONENTS, tuple(sorted(files)))
-
 
 @attrs.define
 class SaveContext:
@@ -71,9 +58,13 @@ class SaveContext:
     Attributes:
         store: the checkpoints root (``.../<RUN_TS>/checkpoints``).
         plan: what this save writes.
-        payloads: file name -> zero-argument callable producing the object to serialize
-            (called once, when that file is written).
-        writer: serializes payloads into the store.
+        payloads: file name -> zero-argument callable producing the object to serialize;
+            each is called exactly once, by the ``stage_payloads`` effect, before any write.
+        writer: serializes payloads into the store (a :class:`Writer`, one per save).
+        writer_info: extra ``writer`` fields for the manifest (added to ``writer.finish()``).
+        staged: the captured payloads (file name -> object), filled by ``stage_payloads``.
+            For a synchronous save they are references (``state_dict()`` shares the live
+            tensors); an asynchronous save copies them here before training continues.
         records: size and digest of each file written, filled in as files land.
         commit_conflict: the manifest's exclusive create found another commit in place.
     """
@@ -81,8 +72,9 @@ class SaveContext:
     store: Store
     plan: SavePlan
     payloads: Mapping[str, Callable[[], Any]]
-    writer: ConsolidatedWriter = attrs.field(factory=ConsolidatedWriter)
+    writer: Writer = attrs.field(factory=ConsolidatedWriter)
     writer_info: dict[str, str] = attrs.field(factory=dict)
+    staged: dict[str, Any] = attrs.field(factory=dict)
     records: dict[str, FileRecord] = attrs.field(factory=dict)
     commit_conflict: bool = False
 
@@ -92,6 +84,18 @@ class SaveContext:
             raise CheckpointError(
                 f"save plan needs payloads for {missing}; got {sorted(self.payloads)}"
             )
+        unknown = sorted(set(self.plan.files) - set(CHECKPOINT_PLAN.names))
+        if unknown:
+            raise CheckpointError(
+                f"save plan names {unknown}, which the checkpoint plan does not describe "
+                f"(entries: {list(CHECKPOINT_PLAN.names)}); add them to "
+                "statecraft/checkpoint/plan.py"
+            )
+        if not isinstance(self.writer, Writer):
+            raise CheckpointError(
+                f"SaveContext.writer must implement statecraft.writers.Writer, got "
+                f"{type(self.writer).__name__}; subclass Writer (prepare / write / finish / read)"
+            )
 
     @property
     def iter_dir(self) -> str:
@@ -99,25 +103,6 @@ class SaveContext:
 
     def path(self, name: str) -> str:
         return f"{self.iter_dir}/{name}"
-
-
-def read_manifest(store: Store, iteration: int) -> Manifest:
-    """The committed manifest of ``iteration``.
-
-    Raises:
-        FileNotFoundError: the iteration has no manifest.
-        CheckpointCorruptError: the manifest is malformed or names another iteration.
-    """
-    name = f"{iter_dirname(iteration)}/{MANIFEST_NAME}"
-    source = f"{store.describe()}/{name}"
-    manifest = decode_manifest(store.read_bytes(name), source=source)
-    if manifest.iteration != iteration:
-        raise CheckpointCorruptError(
-            source,
-            f"manifest says iteration {manifest.iteration} but lives in {iter_dirname(iteration)}",
-            "Move the directory aside; it was copied or renamed by hand.",
-        )
-    return manifest
 
 
 def _latest_iteration(store: Store) -> int | None:
@@ -130,15 +115,12 @@ def _latest_iteration(store: Store) -> int | None:
 # ----------------------------------------------------------------------------- observe
 @observer()
 def observe_save(ctx: SaveContext) -> str:
-    """Classify durable storage for this plan's iteration (the table's ``[recover]`` keys)."""
-    if ctx.store.stat(ctx.iter_dir) is None:
-        return "absent"
-    if ctx.store.stat(ctx.path(MANIFEST_NAME)) is None:
-        return "partial"
-    try:
-        read_manifest(ctx.store, ctx.plan.iteration)
-    except CheckpointCorruptError:
-        return "corrupt"
+    """Classify durable storage for this plan's iteration (the table's ``[recover]`` keys),
+    from the catalog at level ``"manifest"`` (a retry at a committed iteration then checks
+    the committed files itself, in ``reconcile_committed``)."""
+    entry = classify(ctx.store, ctx.plan.iteration, level="manifest")
+    if entry.state is not CheckpointState.COMMITTED:
+        return entry.state.value  # absent / partial / corrupt
     if _latest_iteration(ctx.store) == ctx.plan.iteration:
         return "committed"
     return "manifest_committed"
@@ -146,8 +128,19 @@ def observe_save(ctx: SaveContext) -> str:
 
 # ----------------------------------------------------------------------------- effects
 @effect(role=Role.COORDINATOR)
+def stage_payloads(ctx: SaveContext) -> None:
+    """Capture every payload of the plan (call each producer once) before any write runs.
+
+    No store operation: a crash here leaves storage as it was. A producer's error aborts the
+    save before anything is touched.
+    """
+    ctx.staged = {name: ctx.payloads[name]() for name in ctx.plan.files}
+
+
+@effect(role=Role.COORDINATOR)
 def prepare_iteration(ctx: SaveContext) -> None:
-    """Clear uncommitted leftovers of this iteration (never adopted) and create its directory."""
+    """Clear uncommitted leftovers of this iteration (never adopted), create its directory and
+    prepare the writer (step 1 of the :class:`Writer` order)."""
     sweep = getattr(ctx.store, "sweep_temporaries", None)
     if sweep is not None:
         sweep("")
@@ -155,24 +148,33 @@ def prepare_iteration(ctx: SaveContext) -> None:
         log.info("clearing uncommitted leftovers of %s before writing it", ctx.iter_dir)
         ctx.store.delete_tree(ctx.iter_dir)
     ctx.store.make_dirs(ctx.iter_dir)
+    ctx.writer.prepare(ctx.plan, ctx.store)
 
 
-def _write_files(ctx: SaveContext, names: tuple[str, ...]) -> None:
-    for name in names:
-        if name in ctx.plan.files:
-            ctx.records[name] = ctx.writer.write(ctx.store, ctx.path(name), ctx.payloads[name]())
+def _write_phase(ctx: SaveContext, phase: Phase) -> None:
+    if len(ctx.staged) != len(ctx.plan.files):
+        raise CheckpointError(
+            f"{ctx.iter_dir}: a write ran before stage_payloads captured the payloads; the save "
+            "table must stage before writing"
+        )
+    for entry in CHECKPOINT_PLAN.in_phase(phase):
+        if entry.name in ctx.plan.files:
+            ctx.writer.begin_write(entry.name)
+            ctx.records[entry.name] = ctx.writer.write(
+                ctx.store, ctx.path(entry.name), ctx.staged[entry.name]
+            )
 
 
 @effect(role=Role.COORDINATOR)
 def write_components(ctx: SaveContext) -> None:
-    """Write the bulk component files (``model.pt``, ``optim.pt``), each durable."""
-    _write_files(ctx, BULK_FILES)
+    """Write the plan's bulk entries (``model.pt``, ``optim.pt``), each durable."""
+    _write_phase(ctx, Phase.BULK)
 
 
 @effect(role=Role.COORDINATOR)
 def write_control(ctx: SaveContext) -> None:
-    """Write the control state (``trainer.pt``, ``data.pt``), each durable."""
-    _write_files(ctx, CONTROL_FILES)
+    """Write the plan's control entries (``trainer.pt``, ``data.pt``), each durable."""
+    _write_phase(ctx, Phase.CONTROL)
 
 
 @effect(role=Role.COORDINATOR)
@@ -189,7 +191,7 @@ def commit_manifest(ctx: SaveContext) -> None:
         format=ctx.plan.format,
         components=ctx.plan.components,
         files={n: FileEntry(r.size, r.digest) for n, r in sorted(ctx.records.items())},
-        writer=dict(ctx.writer_info),
+        writer={**ctx.writer.finish(), **ctx.writer_info},
     )
     try:
         ctx.store.create_exclusive(ctx.path(MANIFEST_NAME), manifest.encode())

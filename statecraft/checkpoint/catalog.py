@@ -1,0 +1,239 @@
+"""The checkpoint catalog: which checkpoints an attempt holds, and in what state.
+
+One :func:`scan` of a checkpoints store answers every "what is on disk" question the library
+asks: the save transaction's observation, resume's candidate list and auto-pick, ``statecraft
+inspect`` and the demo. It lists the ``iter_*`` directories and reads ``latest_checkpoint.txt``
+up front; each iteration is verified on demand (newest first) and the result is kept, so resume
+hashes only the checkpoints it tries.
+
+::
+
+    catalog = scan(store, level="digest")
+    catalog.latest.state                 # LatestState.OK / MISSING / GARBAGE / DANGLING
+    catalog.entry(100).state             # CheckpointState.COMMITTED / CORRUPT / PARTIAL / ABSENT
+    pick = catalog.pick()                # newest committed, with every newer one passed over
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+
+import attrs
+
+from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname, parse_latest
+from statecraft.checkpoint.verify import (
+    LEVELS,
+    VerifiedCheckpoint,
+    list_iterations,
+    verify_checkpoint,
+)
+from statecraft.errors import CheckpointCorruptError, CheckpointError
+from statecraft.storage.base import Store
+from statecraft.writers.base import Writer
+
+__all__ = [
+    "Catalog",
+    "CatalogEntry",
+    "CheckpointState",
+    "LatestPointer",
+    "LatestState",
+    "PassedOver",
+    "Pick",
+    "classify",
+    "read_latest",
+    "scan",
+]
+
+
+class CheckpointState(enum.Enum):
+    """The state of one iteration of an attempt.
+
+    Today's states:
+
+    - ``ABSENT``: no ``iter_N`` directory.
+    - ``PARTIAL``: ``iter_N`` exists without a manifest (an interrupted save; never adopted).
+    - ``CORRUPT``: a manifest exists but the checkpoint does not verify (manifest unreadable,
+      files missing / wrong size / wrong digest, ``trainer.pt`` malformed, clocks disagree,
+      not the full plan); :attr:`CatalogEntry.reason` says which.
+    - ``COMMITTED``: the manifest is the commit and the checkpoint verifies at the scan level.
+
+    Later issues add members here without reshaping the catalog (each with its reason):
+    ``PENDING`` (an asynchronous save in flight), ``PUBLISHED``, ``UPLOADED``, ``INVALIDATED``,
+    ``WEIGHTS_ONLY`` (a committed checkpoint that is not an exact-resume source).
+    """
+
+    ABSENT = "absent"
+    PARTIAL = "partial"
+    CORRUPT = "corrupt"
+    COMMITTED = "committed"
+
+    @property
+    def adoptable(self) -> bool:
+        """Resume may adopt a checkpoint in this state."""
+        return self is CheckpointState.COMMITTED
+
+
+class LatestState(enum.Enum):
+    """What ``latest_checkpoint.txt`` says."""
+
+    OK = "ok"  # names an iteration that exists
+    MISSING = "missing"  # no pointer
+    GARBAGE = "garbage"  # not one ``iter_<9 digits>`` line
+    DANGLING = "dangling"  # names an iteration that has no directory
+
+
+@attrs.frozen
+class LatestPointer:
+    """The pointer's state, the iteration it names (``OK`` / ``DANGLING``), a note for the
+    log when it is ignored (``GARBAGE`` / ``DANGLING``) and, for ``GARBAGE``, why it does not
+    parse."""
+
+    state: LatestState
+    iteration: int | None = None
+    note: str | None = None
+    problem: str | None = None
+
+
+@attrs.frozen
+class CatalogEntry:
+    """One iteration's state and why; ``verified`` holds the proof when ``COMMITTED``, and
+    ``error`` the verification error behind the reason otherwise (resume re-raises it)."""
+
+    iteration: int
+    state: CheckpointState
+    reason: str = ""
+    verified: VerifiedCheckpoint | None = None
+    error: Exception | None = attrs.field(default=None, eq=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        return iter_dirname(self.iteration)
+
+
+@attrs.frozen
+class PassedOver:
+    """A candidate resume did not adopt, and why."""
+
+    name: str
+    reason: str
+
+
+@attrs.frozen
+class Pick:
+    """The auto-pick: the newest committed iteration (``None`` when there is none) and every
+    newer one passed over, newest first."""
+
+    chosen: CatalogEntry | None
+    passed_over: tuple[PassedOver, ...]
+
+
+def _reason(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, CheckpointError) else f"{type(exc).__name__}: {exc}"
+
+
+@attrs.define
+class Catalog:
+    """The iterations of one checkpoints store, classified on demand (see :func:`scan`).
+
+    Attributes:
+        store: the checkpoints root of one attempt.
+        level: the verification level a ``COMMITTED`` entry has passed.
+        iterations: every ``iter_*`` directory's iteration, newest first.
+        latest: what ``latest_checkpoint.txt`` says.
+    """
+
+    store: Store
+    level: str
+    iterations: tuple[int, ...]
+    latest: LatestPointer
+    writer: Writer | None = None
+    _entries: dict[int, CatalogEntry] = attrs.field(factory=dict, repr=False)
+
+    def entry(self, iteration: int) -> CatalogEntry:
+        """Classify ``iteration`` (verified once, then remembered). Never raises for a bad
+        checkpoint: the problem is the entry's ``reason``."""
+        if iteration not in self._entries:
+            self._entries[iteration] = classify(
+                self.store, iteration, level=self.level, writer=self.writer
+            )
+        return self._entries[iteration]
+
+    def entries(self) -> Iterator[CatalogEntry]:
+        """Every listed iteration's entry, newest first (each verified as it is reached)."""
+        for iteration in self.iterations:
+            yield self.entry(iteration)
+
+    def pick(self) -> Pick:
+        """Resume's auto-pick: verify newest first, stop at the first committed one."""
+        passed: list[PassedOver] = []
+        for entry in self.entries():
+            if entry.state.adoptable:
+                return Pick(entry, tuple(passed))
+            passed.append(PassedOver(entry.name, entry.reason))
+        return Pick(None, tuple(passed))
+
+
+def classify(
+    store: Store, iteration: int, *, level: str = "digest", writer: Writer | None = None
+) -> CatalogEntry:
+    """The state of one iteration of ``store``, verified at ``level``.
+
+    The store operations are, in order: ``stat(iter_N)``, ``stat(iter_N/<manifest>)``, reading
+    the manifest, then (levels ``size`` / ``digest``) the files' stats, digests and
+    ``trainer.pt``. An unreadable manifest is ``CORRUPT`` at every level.
+    """
+    name = iter_dirname(iteration)
+    if store.stat(name) is None:
+        return CatalogEntry(iteration, CheckpointState.ABSENT, f"{name} does not exist")
+    if store.stat(f"{name}/{MANIFEST_NAME}") is None:
+        problem = CheckpointCorruptError(
+            f"{store.describe()}/{name}",
+            "has no manifest (an interrupted save)",
+            "It is never adopted; nothing to do.",
+        )
+        return CatalogEntry(iteration, CheckpointState.PARTIAL, str(problem), error=problem)
+    try:
+        verified = verify_checkpoint(store, iteration, level=level, writer=writer)
+    except Exception as exc:  # anything that fails verification is corrupt, with why
+        return CatalogEntry(iteration, CheckpointState.CORRUPT, _reason(exc), error=exc)
+    return CatalogEntry(iteration, CheckpointState.COMMITTED, "", verified)
+
+
+def read_latest(store: Store, iterations: tuple[int, ...] | list[int]) -> LatestPointer:
+    """Classify ``latest_checkpoint.txt`` against the listed iterations."""
+    if store.stat(LATEST_POINTER) is None:
+        return LatestPointer(LatestState.MISSING)
+    try:
+        latest = parse_latest(store.read_bytes(LATEST_POINTER))
+    except FileNotFoundError:
+        return LatestPointer(LatestState.MISSING)
+    except ValueError as exc:
+        return LatestPointer(
+            LatestState.GARBAGE,
+            None,
+            f"{store.describe()}/{LATEST_POINTER} is unreadable ({exc}); "
+            "ignoring it and selecting by verified manifests",
+            str(exc),
+        )
+    if latest not in iterations:
+        return LatestPointer(
+            LatestState.DANGLING,
+            latest,
+            f"{store.describe()}/{LATEST_POINTER} names {iter_dirname(latest)}, "
+            "which does not exist; ignoring it and selecting by verified manifests",
+        )
+    return LatestPointer(LatestState.OK, latest)
+
+
+def scan(store: Store, *, level: str = "digest", writer: Writer | None = None) -> Catalog:
+    """List the attempt in ``store`` and read its latest pointer; iterations are verified at
+    ``level`` (``"manifest"``, ``"size"``, ``"digest"``) when first asked for.
+
+    Raises:
+        CheckpointError: ``level`` is not a verification level.
+    """
+    if level not in LEVELS:
+        raise CheckpointError(f"catalog level must be one of {list(LEVELS)}, got {level!r}")
+    iterations = tuple(list_iterations(store))
+    return Catalog(store, level, iterations, read_latest(store, iterations), writer)

@@ -1,0 +1,200 @@
+"""The plan model: the one description of what a checkpoint holds.
+
+A checkpoint is a set of **logical components** (``model``, ``optimizer``, ``training_state``)
+stored as **physical entries** (a file or a directory under ``iter_<9 digits>/``). Every part
+of the library that needs the file list iterates :data:`CHECKPOINT_PLAN` instead of spelling
+it: the save effects (by phase), the facade's payload capture, resume's loading, verification,
+``statecraft inspect`` and the demo.
+
+::
+
+    component        entry        phase    required  captures / loads into   load
+    model            model.pt     bulk     yes       tracked.model           mmap
+    optimizer        optim.pt     bulk     yes       tracked.optimizer       memory
+    training_state   trainer.pt   control  yes       TrainerState (clocks)   memory
+    training_state   data.pt      control  no        tracked.data            memory
+
+Later formats add entries (DCP directories ``model/`` and ``optim/``; ``old.pt`` / ``ref.pt``
+under ``training_state``) by extending the table, not the code that iterates it.
+
+Why only the model is mapped: its state is *copied* into live tensors by ``load_state_dict``;
+an optimizer keeps the loaded tensors as its state, and a mapping would pin the checkpoint file
+(and its disk space) for the rest of the run.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import attrs
+
+from statecraft.checkpoint.manifest import SavePlan
+from statecraft.errors import CheckpointError
+
+__all__ = [
+    "CHECKPOINT_PLAN",
+    "FULL_COMPONENTS",
+    "TRAINER_ENTRY",
+    "CheckpointPlan",
+    "Phase",
+    "PlanEntry",
+    "full_save_plan",
+]
+
+FULL_COMPONENTS: tuple[str, ...] = ("model", "optimizer", "training_state")
+TRAINER_ENTRY = "trainer.pt"  # the control state every verification parses
+
+
+class Phase(enum.IntEnum):
+    """When an entry is written: every bulk entry is durable before any control entry."""
+
+    BULK = 1
+    CONTROL = 2
+
+
+@attrs.frozen
+class PlanEntry:
+    """One physical entry of a checkpoint.
+
+    Attributes:
+        name: the file or directory name under ``iter_<9 digits>/`` (``model.pt``).
+        component: the logical component it belongs to (one of :data:`FULL_COMPONENTS`).
+        phase: when the save writes it (:class:`Phase`).
+        required: every full checkpoint holds it; an optional entry is present only when its
+            tracked object is (``data.pt`` with a data source).
+        tracked: the attribute of the tracked objects (``Tracked``) it captures from and loads
+            into, or ``None`` for the trainer state (built from the clocks, RNG and scheduler).
+        mmap: load it memory-mapped (only state that is copied into live tensors).
+        doc: one line for ``inspect`` and the docs.
+    """
+
+    name: str
+    component: str
+    phase: Phase
+    required: bool
+    tracked: str | None
+    mmap: bool = False
+    doc: str = ""
+
+
+@attrs.frozen
+class CheckpointPlan:
+    """An ordered table of :class:`PlanEntry` (bulk entries first, then control state).
+
+    Raises:
+        CheckpointError: an entry names an unknown component or two entries share a name.
+    """
+
+    entries: tuple[PlanEntry, ...]
+
+    def __attrs_post_init__(self) -> None:
+        names = [e.name for e in self.entries]
+        problems = [f"entry {n!r} appears twice" for n in sorted(set(names)) if names.count(n) > 1]
+        problems += [
+            f"entry {e.name!r} names component {e.component!r}; expected one of "
+            f"{list(FULL_COMPONENTS)}"
+            for e in self.entries
+            if e.component not in FULL_COMPONENTS
+        ]
+        if problems:
+            raise CheckpointError("checkpoint plan: " + "; ".join(problems))
+
+    def __iter__(self) -> Iterator[PlanEntry]:
+        return iter(self.entries)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(e.name for e in self.entries)
+
+    @property
+    def required_names(self) -> tuple[str, ...]:
+        return tuple(e.name for e in self.entries if e.required)
+
+    def entry(self, name: str) -> PlanEntry:
+        """The entry called ``name``.
+
+        Raises:
+            CheckpointError: no entry has that name.
+        """
+        for e in self.entries:
+            if e.name == name:
+                return e
+        raise CheckpointError(f"checkpoint plan has no entry {name!r}; entries: {list(self.names)}")
+
+    def for_tracked(self, attribute: str) -> PlanEntry:
+        """The entry that captures from / loads into ``tracked.<attribute>``."""
+        for e in self.entries:
+            if e.tracked == attribute:
+                return e
+        raise CheckpointError(f"checkpoint plan has no entry for tracked {attribute!r}")
+
+    def in_phase(self, phase: Phase) -> tuple[PlanEntry, ...]:
+        """The entries written in ``phase``, in plan order."""
+        return tuple(e for e in self.entries if e.phase == phase)
+
+    def selected(self, *, present: Callable[[PlanEntry], bool]) -> tuple[PlanEntry, ...]:
+        """Required entries plus the optional ones for which ``present(entry)`` is true."""
+        return tuple(e for e in self.entries if e.required or present(e))
+
+    def save_plan(
+        self, iteration: int, *, with_data: bool, format_name: str = "consolidated"
+    ) -> SavePlan:
+        """The :class:`SavePlan` of one full save (what the manifest records)."""
+        chosen = self.selected(present=lambda e: with_data and e.tracked == "data")
+        return SavePlan(
+            iteration, format_name, FULL_COMPONENTS, tuple(sorted(e.name for e in chosen))
+        )
+
+    def payloads(self, tracked: Any, trainer: Any) -> dict[str, Callable[[], Any]]:
+        """Zero-argument producers of each entry's payload, for the save's ``stage`` step.
+
+        Args:
+            tracked: the tracked objects (``model``, ``optimizer``, ``data`` attributes).
+            trainer: the captured ``TrainerState`` (its ``to_payload`` produces ``trainer.pt``).
+        """
+        out: dict[str, Callable[[], Any]] = {}
+        for e in self.entries:
+            if e.tracked is None:
+                out[e.name] = trainer.to_payload
+                continue
+            obj = getattr(tracked, e.tracked, None)
+            if obj is None:
+                if e.required:
+                    raise CheckpointError(
+                        f"checkpoint plan entry {e.name!r} needs tracked {e.tracked!r}; call "
+                        "Checkpointer.track(...) with it"
+                    )
+                continue
+            out[e.name] = obj.state_dict
+        return out
+
+
+CHECKPOINT_PLAN = CheckpointPlan(
+    (
+        PlanEntry(
+            "model.pt", "model", Phase.BULK, True, "model", mmap=True, doc="model state_dict"
+        ),
+        PlanEntry("optim.pt", "optimizer", Phase.BULK, True, "optimizer", doc="optimizer state"),
+        PlanEntry(
+            TRAINER_ENTRY,
+            "training_state",
+            Phase.CONTROL,
+            True,
+            None,
+            doc="clocks, RNG streams, scheduler",
+        ),
+        PlanEntry(
+            "data.pt", "training_state", Phase.CONTROL, False, "data", doc="data source cursor"
+        ),
+    )
+)
+
+
+def full_save_plan(
+    iteration: int, *, with_data: bool, format_name: str = "consolidated"
+) -> SavePlan:
+    """The full plan of :data:`CHECKPOINT_PLAN`: every required entry, ``data.pt`` when a data
+    source is tracked."""
+    return CHECKPOINT_PLAN.save_plan(iteration, with_data=with_data, format_name=format_name)

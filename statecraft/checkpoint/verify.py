@@ -1,0 +1,150 @@
+"""Checkpoint verification: prove that one ``iter_N`` of a store is a complete, intact,
+exact-resume checkpoint. The catalog (:mod:`statecraft.checkpoint.catalog`) classifies a whole
+attempt with it; resume verifies its chosen candidate with it; ``statecraft inspect`` reports it.
+
+Levels, each including the previous:
+
+- ``"manifest"``: the manifest exists, parses and names this iteration (what the save
+  transaction's observation needs; no file is opened);
+- ``"size"``: the manifest holds the full plan (the required entries of
+  :data:`~statecraft.checkpoint.plan.CHECKPOINT_PLAN`), every recorded file exists with its
+  size, and ``trainer.pt`` is well-formed and its ``optimizer_step`` equals the iteration;
+- ``"digest"``: every file's digest, computed with the algorithm the manifest records
+  (``xxh3_128`` for v2 manifests, ``sha256`` for v1), equals the recorded one too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from statecraft.checkpoint.layout import MANIFEST_NAME, iter_dirname, parse_iter_dirname
+from statecraft.checkpoint.manifest import Manifest, decode_manifest
+from statecraft.checkpoint.plan import CHECKPOINT_PLAN, FULL_COMPONENTS, TRAINER_ENTRY
+from statecraft.checkpoint.state import TrainerState
+from statecraft.errors import CheckpointCorruptError, CheckpointError
+from statecraft.storage.base import Store
+from statecraft.storage.digest import file_digest
+from statecraft.writers.base import Writer
+from statecraft.writers.consolidated import ConsolidatedWriter
+
+__all__ = [
+    "LEVELS",
+    "VerifiedCheckpoint",
+    "list_iterations",
+    "read_manifest",
+    "verify_checkpoint",
+]
+
+LEVELS = ("manifest", "size", "digest")
+
+
+@attrs.frozen
+class VerifiedCheckpoint:
+    """A checkpoint whose integrity was proven; ``trainer`` is its parsed control state
+    (``None`` only at level ``"manifest"``)."""
+
+    store: Store
+    iteration: int
+    location: str
+    trainer: TrainerState | None
+    manifest: Manifest | None = None
+    legacy_payload: dict[str, Any] | None = None
+
+    def path(self, name: str) -> str:
+        return f"{iter_dirname(self.iteration)}/{name}"
+
+
+def list_iterations(store: Store) -> list[int]:
+    """Iterations with an ``iter_*`` directory in ``store``, newest first."""
+    found = (parse_iter_dirname(n) for n in store.list(""))
+    return sorted((i for i in found if i is not None), reverse=True)
+
+
+def read_manifest(store: Store, iteration: int) -> Manifest:
+    """The committed manifest of ``iteration``.
+
+    Raises:
+        FileNotFoundError: the iteration has no manifest.
+        CheckpointCorruptError: the manifest is malformed or names another iteration.
+    """
+    name = f"{iter_dirname(iteration)}/{MANIFEST_NAME}"
+    source = f"{store.describe()}/{name}"
+    manifest = decode_manifest(store.read_bytes(name), source=source)
+    if manifest.iteration != iteration:
+        raise CheckpointCorruptError(
+            source,
+            f"manifest says iteration {manifest.iteration} but lives in {iter_dirname(iteration)}",
+            "Move the directory aside; it was copied or renamed by hand.",
+        )
+    return manifest
+
+
+def verify_checkpoint(
+    store: Store, iteration: int, *, level: str = "digest", writer: Writer | None = None
+) -> VerifiedCheckpoint:
+    """Prove that ``iteration`` in ``store`` is a complete, intact, exact-resume checkpoint at
+    ``level`` (see the module docstring).
+
+    Raises:
+        CheckpointCorruptError: the first problem found, naming the file and what to do.
+        TrainerStateError: ``trainer.pt`` is malformed or its clocks conflict.
+        CheckpointError: ``level`` is not one of :data:`LEVELS`.
+    """
+    if level not in LEVELS:
+        raise CheckpointError(f"verify level must be one of {list(LEVELS)}, got {level!r}")
+    writer = writer or ConsolidatedWriter()
+    name = iter_dirname(iteration)
+    where = f"{store.describe()}/{name}"
+    if store.stat(f"{name}/{MANIFEST_NAME}") is None:
+        raise CheckpointCorruptError(
+            where, "has no manifest (an interrupted save)", "It is never adopted; nothing to do."
+        )
+    manifest = read_manifest(store, iteration)
+    if level == "manifest":
+        return VerifiedCheckpoint(store, iteration, where, None, manifest)
+    missing = [n for n in CHECKPOINT_PLAN.required_names if n not in manifest.files]
+    if tuple(manifest.components) != FULL_COMPONENTS or missing:
+        lacking = f" (it lacks {missing})" if missing else ""
+        raise CheckpointCorruptError(
+            where,
+            f"plan {list(manifest.components)} is not the full exact-resume plan{lacking}",
+            "Use it as model initialisation, not as a resume source.",
+        )
+    for file_name, entry in sorted(manifest.files.items()):
+        path = f"{name}/{file_name}"
+        stat = store.stat(path)
+        if stat is None:
+            raise CheckpointCorruptError(
+                f"{store.describe()}/{path}",
+                "is missing",
+                "The checkpoint is incomplete; resume from another one.",
+            )
+        if stat.size != entry.size:
+            raise CheckpointCorruptError(
+                f"{store.describe()}/{path}",
+                f"has {stat.size} bytes, the manifest recorded {entry.size} "
+                "(truncated or replaced)",
+                "Resume from another checkpoint.",
+            )
+        if level == "digest":
+            digest = file_digest(store, path, entry.digest.algorithm)
+            if digest != entry.digest:
+                raise CheckpointCorruptError(
+                    f"{store.describe()}/{path}",
+                    f"digest {digest.algorithm} {digest.value[:16]}... does not match the "
+                    f"manifest's {entry.digest.value[:16]}... "
+                    "(the bytes changed after the save)",
+                    "Resume from another checkpoint.",
+                )
+    payload = writer.read(store, f"{name}/{TRAINER_ENTRY}", mmap=False)
+    trainer = TrainerState.from_payload(payload, source=f"{where}/{TRAINER_ENTRY}")
+    if trainer.optimizer_step != iteration:
+        raise CheckpointCorruptError(
+            f"{where}/{TRAINER_ENTRY}",
+            f"records optimizer_step {trainer.optimizer_step} but lives in {name} "
+            "(conflicting clocks)",
+            "Resume from another checkpoint.",
+        )
+    return VerifiedCheckpoint(store, iteration, where, trainer, manifest)

@@ -1,0 +1,117 @@
+"""The demo's records: one launch (:class:`Launch`), the whole report (:class:`DemoReport`),
+the knobs of the kill schedule, and :class:`DemoError`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from statecraft.errors import StatecraftError
+
+__all__ = ["LAUNCH_TIMEOUT_S", "SAVE_KILL_DELAY_S", "DemoError", "DemoReport", "Launch"]
+
+#: A launch that has not finished after this many seconds is killed and reported as an error.
+LAUNCH_TIMEOUT_S = 300.0
+#: A kill triggered by ``save-begin`` is sent a random delay after the line, so that kills land
+#: throughout the save: up to 80% of the median save time observed so far, at most this long.
+SAVE_KILL_DELAY_S = 0.03
+_FIRST_SAVE_DELAY_S = 0.005  # the cap before any save time has been observed
+_LIST_DETAIL = 3  # a list with more differing items than this is summarized in one line
+TRAINING_SEED = 0
+
+
+class DemoError(StatecraftError, ValueError):
+    """The demo cannot run as asked (its output root already holds runs)."""
+
+    code = "demo_invalid"
+
+
+@attrs.define
+class Launch:
+    """One process of the demo and what happened to it.
+
+    Attributes:
+        run: ``"reference"`` or ``"killed"``.
+        index: 1-based launch number within its run.
+        resumed_step / resume_source: from the ``resumed`` line (source ``None``: fresh start).
+        trigger: the line the kill was aimed at (``"step 37"``, ``"save-begin 20"``), or None.
+        kill_delay_ms: how long after a ``save-begin`` trigger the signal was sent, so that
+            kills land at different points of the save.
+        killed: this launch was SIGKILLed by the demo.
+        last_line: the last progress line the process wrote before it ended.
+        killed_in_save: the iteration whose save the kill interrupted, or None.
+        last_step: the last ``step`` line seen (None before the first step).
+        saves: ``[iteration, seconds]`` of each ``save-end`` line.
+        done_step: the ``done`` line's step, or None when the launch did not complete.
+        returncode: the process's exit status (``-9`` for SIGKILL).
+        wall_s: seconds from launch to exit.
+        latest: after a kill: the iteration ``latest_checkpoint.txt`` names, or None.
+        latest_verified: after a kill: whether that iteration verifies (None: no pointer yet).
+        latest_problem: why it does not verify.
+        partial: after a kill: ``iter_*`` directories without a manifest (never adopted).
+        save_state: after a kill inside a save: what that iteration looked like on disk.
+        error: what went wrong (timeout, crash), or None.
+    """
+
+    run: str
+    index: int
+    command: list[str]
+    resumed_step: int | None = None
+    resume_source: str | None = None
+    trigger: str | None = None
+    kill_delay_ms: float = 0.0
+    killed: bool = False
+    last_line: str | None = None
+    killed_in_save: int | None = None
+    last_step: int | None = None
+    saves: list[list[float]] = attrs.field(factory=list)
+    done_step: int | None = None
+    returncode: int | None = None
+    wall_s: float = 0.0
+    latest: int | None = None
+    latest_verified: bool | None = None
+    latest_problem: str | None = None
+    partial: list[str] = attrs.field(factory=list)
+    save_state: str | None = None
+    error: str | None = None
+
+
+@attrs.define
+class DemoReport:
+    """Everything ``statecraft demo`` did and found (the ``--json`` ``data``)."""
+
+    out: str
+    seed: int
+    steps: int
+    save_every: int
+    kills_requested: int
+    launches: list[Launch] = attrs.field(factory=list)
+    reference_checkpoints: list[int] = attrs.field(factory=list)
+    killed_checkpoints: list[int] = attrs.field(factory=list)
+    final_iteration: int | None = None
+    compared: list[int] = attrs.field(factory=list)
+    differences: list[str] = attrs.field(factory=list)
+    save_seconds: dict[str, float] = attrs.field(factory=dict)
+    final_bytes: int = 0
+    wall_s: float = 0.0
+    errors: list[str] = attrs.field(factory=list)
+
+    @property
+    def kills(self) -> list[Launch]:
+        return [launch for launch in self.launches if launch.killed]
+
+    @property
+    def bit_exact(self) -> bool:
+        return (
+            not self.errors
+            and not self.differences
+            and self.final_iteration == self.steps
+            and self.reference_checkpoints == self.killed_checkpoints
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data = attrs.asdict(self)
+        data["bit_exact"] = self.bit_exact
+        data["kills_performed"] = len(self.kills)
+        return data

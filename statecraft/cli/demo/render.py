@@ -1,0 +1,96 @@
+"""The demo's text report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from statecraft.checkpoint.layout import LATEST_POINTER
+from statecraft.cli.demo.records import DemoReport, Launch
+
+__all__ = ["render"]
+
+
+def _short(source: str) -> str:
+    """``<attempt>/checkpoints/iter_...`` of a resume source (the rest is the run's root)."""
+    parts = source.split("/")
+    return "/".join(parts[-3:]) if len(parts) > 3 else source
+
+
+def _describe_launch(launch: Launch) -> str:
+    start = (
+        "fresh start"
+        if launch.resume_source is None
+        else f"resumed at step {launch.resumed_step} from {_short(launch.resume_source)}"
+    )
+    saved = (
+        ", saved " + ", ".join(f"{int(i)} ({s * 1000:.0f} ms)" for i, s in launch.saves)
+        if launch.saves
+        else ""
+    )
+    text = f"  launch {launch.index}: {start}{saved}"
+    if launch.error:
+        return f"{text}\n    ERROR: {launch.error}"
+    if not launch.killed:
+        return f"{text}\n    completed: done {launch.done_step} ({launch.wall_s:.1f} s)"
+    if launch.killed_in_save is not None:
+        where = f"INSIDE the save of iter {launch.killed_in_save}"
+    elif launch.last_line and launch.last_line.startswith("save-end"):
+        where = f"just after the save of iter {launch.last_line.split()[1]} completed"
+    elif launch.last_line and launch.last_line.startswith("done"):
+        where = "after training finished, during the process exit"
+    else:
+        where = f"mid-training after step {launch.last_step}"
+    delay = f" + {launch.kill_delay_ms:.0f} ms" if launch.kill_delay_ms else ""
+    lines = [
+        text,
+        f"    SIGKILL on '{launch.trigger}'{delay} -> died {where} ({launch.wall_s:.1f} s)",
+    ]
+    if launch.save_state:
+        lines.append(f"    iter {launch.killed_in_save} on disk: {launch.save_state}")
+    if launch.latest is None:
+        pointer = f"no {LATEST_POINTER} yet"
+    else:
+        state = (
+            "verifies" if launch.latest_verified else f"DOES NOT VERIFY: {launch.latest_problem}"
+        )
+        pointer = f"{LATEST_POINTER} -> iter {launch.latest} ({state})"
+    lines.append(f"    {pointer}")
+    return "\n".join(lines)
+
+
+def render(report: DemoReport) -> str:
+    """The human-readable account of a demo."""
+    lines = [
+        f"statecraft demo: {report.steps} steps, save every {report.save_every}, "
+        f"{report.kills_requested} SIGKILL(s), kill seed {report.seed}"
+    ]
+    for run in ("reference", "killed"):
+        title = "uninterrupted" if run == "reference" else "killed and relaunched"
+        lines.append(f"{run} run ({title}): {Path(report.out) / run}")
+        lines += [_describe_launch(x) for x in report.launches if x.run == run]
+    in_save = sum(1 for x in report.kills if x.killed_in_save is not None)
+    lines.append(
+        f"kills: {len(report.kills)} of {report.kills_requested} ({in_save} inside a save)"
+    )
+    lines.append(
+        f"checkpoints: reference {report.reference_checkpoints}, "
+        f"killed run {report.killed_checkpoints}; final iter {report.final_iteration} "
+        f"({report.final_bytes / 1024:.0f} KiB)"
+    )
+    if report.save_seconds:
+        s = report.save_seconds
+        lines.append(
+            f"save times: {s['count']} saves, min {s['min'] * 1000:.0f} ms, median "
+            f"{s['median'] * 1000:.0f} ms, max {s['max'] * 1000:.0f} ms"
+        )
+    lines.append(
+        f"compared bit-for-bit (model.pt, optim.pt, trainer.pt, data.pt): iterations "
+        f"{report.compared}"
+    )
+    for line in report.differences[:20]:
+        lines.append(f"  DIFFERS: {line}")
+    if len(report.differences) > 20:
+        lines.append(f"  ... and {len(report.differences) - 20} more")
+    lines.append(f"bit-exact: {'yes' if report.bit_exact else 'no'}")
+    lines.append(f"output root (kept): {report.out}   wall time: {report.wall_s:.1f} s")
+    return "\n".join(lines)

@@ -1,0 +1,335 @@
+"""The data of ``statecraft inspect``: what is on disk in a checkpoints layout, read through
+the checkpoint catalog (:func:`~statecraft.checkpoint.catalog.scan`) and the layout's RUN_TS
+rule (:func:`~statecraft.checkpoint.layout.list_attempts`), so a checkpoint shown
+``committed`` is one resume (at that verification level) would accept."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from statecraft.checkpoint.catalog import Catalog, CatalogEntry, CheckpointState, LatestState, scan
+from statecraft.checkpoint.layout import (
+    ARTIFACTS_DIR,
+    CHECKPOINTS_DIR,
+    LATEST_POINTER,
+    iter_dirname,
+    list_attempts,
+    newest_attempt,
+    parse_iter_dirname,
+)
+from statecraft.checkpoint.manifest import Manifest
+from statecraft.checkpoint.verify import read_manifest
+from statecraft.cli.inspect.readonly import ReadOnlyFilesystem
+from statecraft.errors import CheckpointError, StatecraftError
+from statecraft.storage.local import LocalStore
+
+__all__ = ["COMMAND", "COMMITTED", "CORRUPT", "PARTIAL", "InspectError", "inspect_path"]
+
+COMMAND = "inspect"
+
+COMMITTED, PARTIAL, CORRUPT = (
+    CheckpointState.COMMITTED.value,
+    CheckpointState.PARTIAL.value,
+    CheckpointState.CORRUPT.value,
+)
+
+
+class InspectError(StatecraftError, FileNotFoundError):
+    """PATH does not exist or holds no checkpoints layout."""
+
+    code = "no_checkpoints_layout"
+
+
+_FS = ReadOnlyFilesystem()  # every read of inspect goes through it; every write is refused
+
+
+def _is_dir(path: Path) -> bool:
+    stat = _FS.stat(str(path))
+    return stat is not None and stat.is_dir
+
+
+def _files_on_disk(store: LocalStore, directory: str) -> dict[str, int]:
+    """Relative path -> size of every file under store directory ``directory`` (sorted,
+    recursive)."""
+    found: dict[str, int] = {}
+    pending = [""]
+    while pending:
+        below = pending.pop()
+        for name in store.list(f"{directory}/{below}".rstrip("/")):
+            relative = f"{below}/{name}" if below else name
+            stat = store.stat(f"{directory}/{relative}")
+            if stat is None:  # vanished meanwhile
+                continue
+            if stat.is_dir:
+                pending.append(relative)
+            else:
+                found[relative] = stat.size
+    return dict(sorted(found.items()))
+
+
+def _iteration_report(store: LocalStore, entry: CatalogEntry) -> dict[str, Any]:
+    """One iteration's record: the catalog's state and reason, and its files on disk."""
+    name = entry.name
+    manifest: Manifest | None = entry.verified.manifest if entry.verified else None
+    if manifest is None and entry.state is not CheckpointState.PARTIAL:
+        try:
+            manifest = read_manifest(store, entry.iteration)
+        except (CheckpointError, OSError):
+            manifest = None
+    on_disk = _files_on_disk(store, name) if store.stat(name) else {}
+    recorded = dict(manifest.files) if manifest else {}
+    files = []
+    for file_name in sorted(set(on_disk) | set(recorded)):
+        recorded_entry = recorded.get(file_name)
+        files.append(
+            {
+                "name": file_name,
+                "size": on_disk.get(file_name),
+                "recorded_size": recorded_entry.size if recorded_entry else None,
+                "in_manifest": recorded_entry is not None,
+            }
+        )
+    return {
+        "name": name,
+        "iteration": entry.iteration,
+        "path": store.abspath(name),
+        "state": entry.state.value,
+        "reason": entry.reason or None,
+        "files": files,
+        "total_bytes": sum(on_disk.values()),
+    }
+
+
+def _latest_report(catalog: Catalog, iterations: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the catalog read from ``latest_checkpoint.txt``, worded for the report."""
+    latest = catalog.latest
+    if latest.state is LatestState.MISSING:
+        return {
+            "status": "missing",
+            "names": None,
+            "detail": f"no {LATEST_POINTER}; resume selects by verified manifests",
+        }
+    if latest.state is LatestState.GARBAGE:
+        why = latest.problem
+        return {
+            "status": "garbage",
+            "names": None,
+            "detail": f"unreadable ({why}); resume ignores it and selects by verified manifests",
+        }
+    named = latest.iteration
+    if named is None:  # pragma: no cover - OK and DANGLING always name one
+        raise CheckpointError("latest pointer state without an iteration")
+    name = iter_dirname(named)
+    if latest.state is LatestState.DANGLING:
+        return {
+            "status": "dangling",
+            "names": name,
+            "detail": f"names {name}, which does not exist; resume ignores it",
+        }
+    present = {it["iteration"]: it for it in iterations}
+    detail = f"names {name} ({present[named]['state']})"
+    newer = [
+        it["name"] for it in iterations if it["iteration"] > named and it["state"] == COMMITTED
+    ]
+    if newer:
+        detail += f"; newer committed {', '.join(newer)} not yet named (pointer update pending)"
+    return {"status": "ok", "names": name, "detail": detail}
+
+
+def _auto_pick(catalog: Catalog, level: str) -> dict[str, Any]:
+    """Resume's auto-pick, from the catalog (the same rule resume runs)."""
+    pick = catalog.pick()
+    passed_over = [{"name": p.name, "reason": p.reason} for p in pick.passed_over]
+    if pick.chosen is not None:
+        return {
+            "pick": pick.chosen.name,
+            "iteration": pick.chosen.iteration,
+            "reason": f"the newest iteration that verifies (verify={level})"
+            + (f"; {len(passed_over)} newer passed over" if passed_over else ""),
+            "passed_over": passed_over,
+        }
+    why = (
+        f"no iteration verifies (verify={level}; {len(passed_over)} passed over)"
+        if catalog.iterations
+        else "no iter_* directory exists"
+    )
+    return {"pick": None, "iteration": None, "reason": why, "passed_over": passed_over}
+
+
+def _checkpoints_report(path: Path, level: str, *, only: int | None = None) -> dict[str, Any]:
+    store = LocalStore(str(path.resolve()), fs=_FS)
+    catalog = scan(store, level=level)
+    numbers = [n for n in catalog.iterations if only is None or n == only]
+    iterations = [_iteration_report(store, catalog.entry(n)) for n in numbers]
+    extras = sorted(
+        n for n in store.list("") if parse_iter_dirname(n) is None and n != LATEST_POINTER
+    )
+    report: dict[str, Any] = {
+        "path": store.root,
+        "latest": _latest_report(catalog, iterations) if only is None else None,
+        "iterations": iterations,
+        "other_entries": extras,
+        "total_bytes": sum(it["total_bytes"] for it in iterations),
+        "auto": _auto_pick(catalog, level) if only is None else None,
+        "explicit": None,
+    }
+    if only is not None and iterations:
+        it = iterations[0]
+        accepted = it["state"] == COMMITTED
+        report["explicit"] = {
+            "accepted": accepted,
+            "reason": (
+                f"resume={it['path']} would load {it['name']} (verify={level})"
+                if accepted
+                else f"resume={it['path']} would fail (no fallback): {it['reason']}"
+            ),
+        }
+    return report
+
+
+def _attempt_entry(
+    run_dir: Path,
+    run_ts: str,
+    level: str,
+    *,
+    legacy: bool,
+    checkpoints: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One attempt's record; ``checkpoints`` defaults to the report of its checkpoints dir."""
+    if checkpoints is None and _is_dir(run_dir / CHECKPOINTS_DIR):
+        checkpoints = _checkpoints_report(run_dir / CHECKPOINTS_DIR, level)
+    return {
+        "run_ts": run_ts,
+        "legacy": legacy,
+        "path": str(run_dir.resolve()),
+        "has_artifacts": _is_dir(run_dir / ARTIFACTS_DIR),
+        "checkpoints": checkpoints,
+    }
+
+
+def _looks_like_checkpoints(path: Path) -> bool:
+    if path.name == CHECKPOINTS_DIR or _FS.stat(str(path / LATEST_POINTER)) is not None:
+        return True
+    return any(
+        parse_iter_dirname(name) is not None and _is_dir(path / name)
+        for name in _FS.listdir(str(path))
+    )
+
+
+def _valid_run_ts(path: Path) -> bool:
+    """``path`` is named like an attempt (the layout's own RUN_TS rule)."""
+    return path.name in list_attempts(path.parent, filesystem=_FS)
+
+
+def inspect_path(path: str | os.PathLike[str], *, verify: bool = False) -> dict[str, Any]:
+    """Describe the checkpoints layout at ``path`` (see the module doc). Reads only.
+
+    Returns:
+        ``{"path", "kind", "verify_level", "attempts", "adopted_attempt", "adoption_reason",
+        "resume_auto", "explicit_resume"}``. ``kind`` is ``job``, ``attempt``, ``checkpoints``
+        or ``iteration``. Each attempt (``run_ts``, ``legacy``, ``path``, ``has_artifacts``)
+        holds its ``checkpoints`` report — ``iterations`` newest first, each with ``state``,
+        ``reason``, ``files`` (``size`` on disk, ``recorded_size`` in the manifest) and
+        ``total_bytes``; ``latest`` (``status``: ok / missing / garbage / dangling);
+        ``total_bytes``; ``auto`` (``pick``, ``reason``, ``passed_over``) — or ``None`` when
+        the attempt has no ``checkpoints/`` yet. ``resume_auto`` is the adopted attempt's pick;
+        for an ``iteration`` PATH it is ``None`` and ``explicit_resume`` says whether
+        ``resume=PATH`` would load it.
+
+    Example:
+        >>> inspect_path("out/proj/group/name")["resume_auto"]["pick"]  # doctest: +SKIP
+        'iter_000000008'
+
+    Raises:
+        InspectError: ``path`` does not exist, is not a directory, or holds no checkpoints
+            layout.
+    """
+    level = "digest" if verify else "size"
+    target = Path(path).expanduser()
+    found = _FS.stat(str(target.absolute()))
+    if found is None:
+        raise InspectError(
+            f"{target}: no such file or directory; point inspect at a job dir "
+            "(<root>/<project>/<group>/<name>), an attempt, a checkpoints/ dir "
+            "or an iter_* dir"
+        )
+    if not found.is_dir:
+        raise InspectError(
+            f"{target}: is a file, not a directory; point inspect at a job dir, "
+            "an attempt, a checkpoints/ dir or an iter_* dir"
+        )
+    target = target.resolve()
+    data: dict[str, Any] = {
+        "path": str(target),
+        "kind": "",
+        "verify_level": level,
+        "attempts": [],
+        "adopted_attempt": None,
+        "adoption_reason": None,
+        "resume_auto": None,
+        "explicit_resume": None,
+    }
+    iteration = parse_iter_dirname(target.name)
+    if iteration is not None:
+        data["kind"] = "iteration"
+        checkpoints = _checkpoints_report(target.parent, level, only=iteration)
+        parent_run = target.parent.parent
+        run_ts = parent_run.name if _valid_run_ts(parent_run) else ""
+        data["attempts"] = [
+            _attempt_entry(parent_run, run_ts, level, legacy=not run_ts, checkpoints=checkpoints)
+        ]
+        data["explicit_resume"] = checkpoints.get("explicit")
+        return data
+    if _looks_like_checkpoints(target):
+        data["kind"] = "checkpoints"
+        run_dir = target.parent
+        run_ts = run_dir.name if _valid_run_ts(run_dir) else ""
+        data["attempts"] = [
+            _attempt_entry(
+                run_dir, run_ts, level, legacy=not run_ts,
+                checkpoints=_checkpoints_report(target, level),
+            )
+        ]  # fmt: skip
+        data["adopted_attempt"] = str(run_dir)
+        data["adoption_reason"] = f"PATH is the checkpoints dir of {run_dir.name}"
+    elif _valid_run_ts(target):
+        data["kind"] = "attempt"
+        data["attempts"] = [_attempt_entry(target, target.name, level, legacy=False)]
+        data["adopted_attempt"] = str(target)
+        data["adoption_reason"] = "PATH is this attempt"
+    else:
+        attempts = list_attempts(target, filesystem=_FS)
+        legacy = _is_dir(target / CHECKPOINTS_DIR)
+        if not attempts and not legacy:
+            raise InspectError(
+                f"{target}: holds no checkpoints layout (no <RUN_TS>/ attempt, no checkpoints/, "
+                "no iter_* dir); point inspect at <root>/<project>/<group>/<name> or below"
+            )
+        data["kind"] = "job"
+        entries = [_attempt_entry(target / ts, ts, level, legacy=False) for ts in attempts]
+        if legacy:  # resolve_run_attempt: a legacy flat layout wins over any attempt dirs
+            entries.insert(0, _attempt_entry(target, "", level, legacy=True))
+            data["adopted_attempt"] = str(target)
+            data["adoption_reason"] = f"legacy flat layout: {target / CHECKPOINTS_DIR} exists"
+        else:
+            newest = newest_attempt(
+                target, filesystem=_FS
+            )  # the layout's rule, as resume=auto applies it
+            data["adopted_attempt"] = str(target / str(newest))
+            data["adoption_reason"] = f"resume=auto adopts the newest attempt {newest}"
+        data["attempts"] = entries
+    adopted = next(a for a in data["attempts"] if a["path"] == data["adopted_attempt"])
+    checkpoints = adopted["checkpoints"]
+    data["resume_auto"] = (
+        checkpoints["auto"]
+        if checkpoints
+        else {
+            "pick": None,
+            "iteration": None,
+            "passed_over": [],
+            "reason": "the adopted attempt has no checkpoints/ yet",
+        }
+    )
+    return data
