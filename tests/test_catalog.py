@@ -55,7 +55,7 @@ class TestStates:
             4: CheckpointState.PARTIAL,
             2: CheckpointState.COMMITTED,
         }
-        assert "iter_000000006/model.pt: SHA-256" in catalog.entry(6).reason
+        assert "iter_000000006/model.pt: digest xxh3_128" in catalog.entry(6).reason
         assert "has no manifest (an interrupted save)" in catalog.entry(4).reason
         assert catalog.entry(8).reason == ""
         assert catalog.entry(8).verified is not None
@@ -132,7 +132,7 @@ class TestPick:
         assert pick.chosen is not None
         assert pick.chosen.iteration == 4
         assert [p.name for p in pick.passed_over] == ["iter_000000008", "iter_000000006"]
-        assert "SHA-256" in pick.passed_over[0].reason
+        assert "digest xxh3_128" in pick.passed_over[0].reason
 
     def test_nothing_committed(self, tmp_path: Path) -> None:
         """An empty store picks nothing and passes over nothing."""

@@ -352,7 +352,7 @@ class TestCli:
         assert "resume=auto would pick iter_000000004" in text
         assert "passed over iter_000000008" in text
         assert "passed over iter_000000006" in text
-        assert "--verify also checks SHA-256" in text
+        assert "--verify also checks content digests" in text
 
     def test_json_envelope_contract(self, out: Path, capsys: pytest.CaptureFixture[str]) -> None:
         """--json prints exactly the versioned envelope with the report as data."""

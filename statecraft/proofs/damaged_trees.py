@@ -83,7 +83,7 @@ def leftovers_of(iteration: int) -> Damage:
 
 
 def bit_flip(iteration: int, file_name: str) -> Damage:
-    """Bit rot: one bit of a committed file flips (same size, another SHA-256)."""
+    """Bit rot: one bit of a committed file flips (same size, another digest)."""
 
     def damage(world: SimWorld) -> None:
         data = bytearray(world.fs.read(f"{CHECKPOINTS_ROOT}/{_rel(iteration, file_name)}"))

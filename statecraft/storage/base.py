@@ -116,7 +116,7 @@ class Store(Protocol):
         """
 
     def write_atomic(self, path: str, data: bytes) -> FileRecord:
-        """Replace ``path`` with ``data`` atomically and durably; returns size and SHA-256.
+        """Replace ``path`` with ``data`` atomically and durably; returns size and digest.
 
         Raises:
             StoreError: not durable; the old content (if any) is still in place.

@@ -1,7 +1,7 @@
 """The effect bindings of the ``resume`` machine (``machines/resume.toml``).
 
 ``resume=auto`` considers every ``iter_*`` of the adopted attempt, newest first, and adopts the
-first that verifies (manifest valid, every file's size and SHA-256 as recorded, ``trainer.pt``
+first that verifies (manifest valid, every file's size and digest as recorded, ``trainer.pt``
 well-formed and agreeing with the iteration); every newer one passed over is logged with its
 reason. ``latest_checkpoint.txt`` names the newest committed iteration for outside readers;
 resume does not trust it blindly: a pointer that is garbage or dangles is reported and
@@ -332,7 +332,7 @@ def load_checkpoint(ctx: ResumeContext) -> None:
         reason += f"; passed over {', '.join(p.name for p in ctx.passed_over)}"
     if ctx.verify_level != "digest" and chosen.manifest is not None:
         note = (
-            f"verify={ctx.verify_level}: file sizes were checked but not SHA-256 digests, so "
+            f"verify={ctx.verify_level}: file sizes were checked but not content digests, so "
             "silent corruption of same-sized bytes would not be detected"
         )
         log.warning(note)

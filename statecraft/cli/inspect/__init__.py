@@ -6,7 +6,7 @@ a ``checkpoints/`` dir, or one ``iter_*`` dir. For every checkpoints dir it repo
 ``iter_*`` as
 
 - ``committed``: the manifest is valid and the checkpoint verifies (files present with their
-  recorded sizes, ``trainer.pt`` well-formed; with ``--verify`` also every SHA-256 digest);
+  recorded sizes, ``trainer.pt`` well-formed; with ``--verify`` also every content digest);
 - ``partial``: no manifest — an interrupted save, never adopted;
 - ``corrupt``: anything else that fails verification (malformed manifest, missing or resized
   file, malformed ``trainer.pt``; with ``--verify`` also a digest mismatch),

@@ -66,9 +66,9 @@ def render_text(data: dict[str, Any]) -> str:
     """The human-readable report of :func:`inspect_path`'s data."""
     level = data["verify_level"]
     how = (
-        "sizes and SHA-256 digests"
+        "sizes and content digests"
         if level == "digest"
-        else "sizes only; --verify also checks SHA-256 digests, as resume's default does"
+        else "sizes only; --verify also checks content digests, as resume's default does"
     )
     lines = [f"{data['path']} ({data['kind']}; verification: {how})"]
     if data["kind"] == "job":
