@@ -10,16 +10,22 @@ for programs (the CLI's ``--json`` output reuses them).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 __all__ = [
     "CheckpointCorruptError",
     "CheckpointError",
     "ConfigError",
     "ConfigIssue",
+    "DemoError",
+    "GuaranteeViolation",
+    "InspectError",
     "MachineDefinitionError",
     "MachineRuntimeError",
     "NotSupportedYetError",
+    "ObjectRequestError",
     "PlanDriftError",
+    "PreconditionFailed",
     "ResumeError",
     "SpecError",
     "StatecraftError",
@@ -30,10 +36,53 @@ __all__ = [
 ]
 
 
+def _rebuild(cls: type[StatecraftError], message: str, fields: dict[str, Any]) -> StatecraftError:
+    """Unpickle an error without calling its ``__init__`` (whose signature may differ)."""
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    error._set_fields(fields)
+    return error
+
+
 class StatecraftError(Exception):
-    """Root of every error statecraft raises on purpose."""
+    """Root of every error statecraft raises on purpose.
+
+    Args:
+        message: what was found, what was expected, what to do.
+        fields: the same facts for programs (a path, a knob, a state); each is also an
+            attribute, and :meth:`to_json` returns them with the code and the message.
+
+    Errors pickle with their fields (they cross process boundaries: rank 0's error is
+    re-raised on every rank).
+    """
 
     code: str = "statecraft_error"
+
+    def __init__(self, message: str = "", **fields: Any) -> None:
+        super().__init__(message)
+        self._set_fields(fields)
+
+    def _set_fields(self, fields: dict[str, Any]) -> None:
+        self.fields: dict[str, Any] = dict(fields)
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"code", "message", **fields}`` with non-JSON values rendered as text."""
+        out: dict[str, Any] = {"code": self.code, "message": str(self)}
+        for name, value in getattr(self, "fields", {}).items():
+            is_json = value is None or isinstance(value, str | int | float | bool)
+            out[name] = (
+                value
+                if is_json
+                else [str(v) for v in value]
+                if isinstance(value, list | tuple)
+                else str(value)
+            )
+        return out
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), str(self), getattr(self, "fields", {})), self.__dict__)
 
 
 class MachineDefinitionError(StatecraftError, ValueError):
@@ -44,13 +93,15 @@ class MachineDefinitionError(StatecraftError, ValueError):
     """
 
     code = "machine_definition"
+    source: str
+    problems: list[str]
 
     def __init__(self, source: str, problems: Sequence[str]) -> None:
-        self.source = source
-        self.problems = list(problems)
-        lines = "\n".join(f"  - {p}" for p in self.problems)
+        lines = "\n".join(f"  - {p}" for p in problems)
         super().__init__(
-            f"{source}: {len(self.problems)} problem(s) in the machine table:\n{lines}"
+            f"{source}: {len(problems)} problem(s) in the machine table:\n{lines}",
+            source=source,
+            problems=list(problems),
         )
 
 
@@ -59,11 +110,13 @@ class MachineRuntimeError(StatecraftError, RuntimeError):
     an observation label the table does not declare)."""
 
     code = "machine_runtime"
+    machine: str
+    state: str
 
     def __init__(self, machine: str, state: str, message: str) -> None:
-        self.machine = machine
-        self.state = state
-        super().__init__(f"machine {machine!r} in state {state!r}: {message}")
+        super().__init__(
+            f"machine {machine!r} in state {state!r}: {message}", machine=machine, state=state
+        )
 
 
 class SpecError(StatecraftError, ValueError):
@@ -93,14 +146,17 @@ class ConfigError(StatecraftError, ValueError):
     """Configuration values are malformed; ``issues`` lists every one found."""
 
     code = "config_invalid"
+    issues: list[ConfigIssue]
+    source: str
 
     def __init__(self, issues: Iterable[ConfigIssue], *, source: str = "checkpoint config") -> None:
-        self.issues = list(issues)
-        self.source = source
-        lines = "\n".join(f"  - {i}" for i in self.issues)
+        issues = list(issues)
+        lines = "\n".join(f"  - {i}" for i in issues)
         super().__init__(
-            f"{source}: {len(self.issues)} invalid value(s):\n{lines}\n"
-            "Fix the listed knobs (YAML file or key=value overrides) and start again."
+            f"{source}: {len(issues)} invalid value(s):\n{lines}\n"
+            "Fix the listed knobs (YAML file or key=value overrides) and start again.",
+            issues=issues,
+            source=source,
         )
 
 
@@ -111,13 +167,15 @@ class NotSupportedYetError(StatecraftError, NotImplementedError):
     """
 
     code = "not_supported_yet"
+    knob: str
+    value: object
 
     def __init__(self, knob: str, value: object, what_to_do: str) -> None:
-        self.knob = knob
-        self.value = value
         super().__init__(
             f"{knob}={value!r} is accepted by the schema but not supported yet by this "
-            f"statecraft release; {what_to_do}"
+            f"statecraft release; {what_to_do}",
+            knob=knob,
+            value=value,
         )
 
 
@@ -152,18 +210,23 @@ class CheckpointCorruptError(CheckpointError):
     """A checkpoint's bytes or records do not match what its manifest promises."""
 
     code = "checkpoint_corrupt"
+    path: str
+    problem: str
 
     def __init__(self, path: str, problem: str, what_to_do: str = "") -> None:
-        self.path = path
-        self.problem = problem
         tail = f" {what_to_do}" if what_to_do else ""
-        super().__init__(f"{path}: {problem}.{tail}")
+        super().__init__(f"{path}: {problem}.{tail}", path=path, problem=problem)
 
 
 class TrainerStateError(CheckpointError, ValueError):
-    """Trainer control state (clocks, RNG, scheduler identity) is malformed or contradictory."""
+    """Trainer control state (clocks, RNG, scheduler identity) is malformed or contradictory.
+
+    Fields (when built from a payload): ``source`` (the file), ``problems`` (every bad field).
+    """
 
     code = "trainer_state"
+    source: str
+    problems: list[str]
 
 
 class ResumeError(CheckpointError):
@@ -177,3 +240,35 @@ class TrackingError(StatecraftError, TypeError):
     one is missing."""
 
     code = "tracking"
+
+
+class ObjectRequestError(StoreError):
+    """An object-store request failed or its outcome is unknown (the response was lost); look
+    before assuming either."""
+
+    code = "object_request"
+
+
+class PreconditionFailed(StoreConflictError):
+    """A conditional request (``If-None-Match: *`` / ``If-Match``) was refused (HTTP 412)."""
+
+    code = "precondition_failed"
+
+
+class GuaranteeViolation(StatecraftError, AssertionError):
+    """Raised by a crash-harness check when its guarantee does not hold in the state it was
+    given."""
+
+    code = "guarantee_violation"
+
+
+class DemoError(StatecraftError, ValueError):
+    """``statecraft demo`` cannot run as asked (its output root already holds runs)."""
+
+    code = "demo_invalid"
+
+
+class InspectError(StatecraftError, FileNotFoundError):
+    """``statecraft inspect``: PATH does not exist or holds no checkpoints layout."""
+
+    code = "no_checkpoints_layout"

@@ -99,14 +99,12 @@ class TestOnRankZero:
         assert isinstance(results[1], ResumeError)
         assert str(results[1]) == "rank 0 could not list the attempt: disk gone"
 
-    def test_an_error_that_does_not_pickle_as_itself_arrives_intact(self) -> None:
-        """CheckpointCorruptError(path, problem, fix) cannot be rebuilt by pickle; rank 1
-        still raises that class, with rank 0's message and structured fields."""
+    def test_statecraft_errors_arrive_with_their_fields(self) -> None:
+        """CheckpointCorruptError(path, problem, fix) reaches rank 1 as that class, with rank
+        0's message and structured fields."""
         from statecraft.errors import CheckpointCorruptError
 
         boom = CheckpointCorruptError("local:/c/iter_000000008", "is missing", "Resume.")
-        with pytest.raises(TypeError):
-            pickle.loads(pickle.dumps(boom))
 
         def fail() -> None:
             raise boom
@@ -115,7 +113,30 @@ class TestOnRankZero:
         assert results[0] is boom
         assert type(results[1]) is CheckpointCorruptError
         assert str(results[1]) == str(boom)
+        assert results[1].fields == boom.fields
+
+    def test_an_error_that_does_not_pickle_as_itself_arrives_intact(self) -> None:
+        """A foreign exception whose __init__ takes other arguments than its args cannot be
+        rebuilt by pickle; rank 1 still raises that class, with rank 0's message and fields."""
+        boom = _Unpicklable("local:/c/iter_000000008", "is missing")
+        with pytest.raises(TypeError):
+            pickle.loads(pickle.dumps(boom))
+
+        def fail() -> None:
+            raise boom
+
+        results = on_two_ranks(lambda c: on_rank_zero(c, fail))
+        assert results[0] is boom
+        assert type(results[1]) is _Unpicklable
+        assert str(results[1]) == str(boom)
         assert results[1].__dict__ == boom.__dict__
+
+
+class _Unpicklable(RuntimeError):
+    def __init__(self, path: str, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem}")
 
 
 @attrs.define

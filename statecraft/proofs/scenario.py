@@ -9,16 +9,10 @@ import attrs
 
 from statecraft.engine.crash import CrashPlan, IoRecord
 from statecraft.engine.runner import RunResult
-from statecraft.errors import StatecraftError
+from statecraft.errors import GuaranteeViolation
 from statecraft.storage.sim import SimWorld
 
 __all__ = ["CheckContext", "GuaranteeViolation", "Scenario"]
-
-
-class GuaranteeViolation(StatecraftError, AssertionError):
-    """Raised by a check when its guarantee does not hold in the state it was given."""
-
-    code = "guarantee_violation"
 
 
 class Scenario(Protocol):

@@ -19,7 +19,7 @@ from typing import BinaryIO, Protocol
 import attrs
 
 from statecraft.engine.crash import FaultKind, IoGate
-from statecraft.errors import StoreConflictError, StoreError
+from statecraft.errors import ObjectRequestError, PreconditionFailed, StoreConflictError, StoreError
 from statecraft.storage.base import FileRecord, check_relative_path
 from statecraft.storage.digest import StreamDigest
 from statecraft.storage.filesystem import FileStat
@@ -32,19 +32,6 @@ __all__ = [
     "PreconditionFailed",
     "SimBucket",
 ]
-
-
-class ObjectRequestError(StoreError):
-    """A request failed or its outcome is unknown (the response was lost); look before
-    assuming either."""
-
-    code = "object_request"
-
-
-class PreconditionFailed(StoreConflictError):
-    """A conditional request (``If-None-Match: *`` / ``If-Match``) was refused (HTTP 412)."""
-
-    code = "precondition_failed"
 
 
 @attrs.frozen

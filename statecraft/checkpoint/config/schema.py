@@ -144,7 +144,8 @@ class CheckpointConfig:
     ``keep_optim_last``/``keep_model_last``; ``emergency_checkpoint_components="run"`` with
     ``validation.save_checkpoint=true`` requires the validation plan to cover
     ``checkpoint_components`` plus ``model``. The statecraft knob ``verify`` says how resume
-    checks checkpoint files: ``"digest"`` (full content digests, the algorithm each manifest records) or ``"size"`` (sizes only).
+    checks checkpoint files: ``"digest"`` (full content digests, with the algorithm each
+    manifest records) or ``"size"`` (sizes only).
 
     Raises:
         ConfigError: every bad knob and every broken cross-option rule, together (cross-option

@@ -45,10 +45,11 @@ def is_int(value: object) -> bool:
 def state_error(source: str, what: str, problems: Sequence[str], fix: str) -> TrainerStateError:
     """Build one :class:`TrainerStateError` listing every problem, carrying them as fields."""
     lines = "\n".join(f"  - {p}" for p in problems)
-    err = TrainerStateError(f"{source}: {len(problems)} problem(s) in the {what}:\n{lines}\n{fix}")
-    err.source = source  # type: ignore[attr-defined]
-    err.problems = list(problems)  # type: ignore[attr-defined]
-    return err
+    return TrainerStateError(
+        f"{source}: {len(problems)} problem(s) in the {what}:\n{lines}\n{fix}",
+        source=source,
+        problems=list(problems),
+    )
 
 
 def deep_equal(a: Any, b: Any) -> bool:

@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from statecraft.errors import StatecraftError
+from statecraft.errors import DemoError
 
 __all__ = ["LAUNCH_TIMEOUT_S", "SAVE_KILL_DELAY_S", "DemoError", "DemoReport", "Launch"]
 
@@ -19,12 +19,6 @@ SAVE_KILL_DELAY_S = 0.03
 _FIRST_SAVE_DELAY_S = 0.005  # the cap before any save time has been observed
 _LIST_DETAIL = 3  # a list with more differing items than this is summarized in one line
 TRAINING_SEED = 0
-
-
-class DemoError(StatecraftError, ValueError):
-    """The demo cannot run as asked (its output root already holds runs)."""
-
-    code = "demo_invalid"
 
 
 @attrs.define

@@ -22,7 +22,7 @@ from statecraft.checkpoint.layout import (
 from statecraft.checkpoint.manifest import Manifest
 from statecraft.checkpoint.verify import read_manifest
 from statecraft.cli.inspect.readonly import ReadOnlyFilesystem
-from statecraft.errors import CheckpointError, StatecraftError
+from statecraft.errors import CheckpointError, InspectError
 from statecraft.storage.local import LocalStore
 
 __all__ = ["COMMAND", "COMMITTED", "CORRUPT", "PARTIAL", "InspectError", "inspect_path"]
@@ -34,12 +34,6 @@ COMMITTED, PARTIAL, CORRUPT = (
     CheckpointState.PARTIAL.value,
     CheckpointState.CORRUPT.value,
 )
-
-
-class InspectError(StatecraftError, FileNotFoundError):
-    """PATH does not exist or holds no checkpoints layout."""
-
-    code = "no_checkpoints_layout"
 
 
 _FS = ReadOnlyFilesystem()  # every read of inspect goes through it; every write is refused
