@@ -699,7 +699,6 @@ class TestRequireSupported:
             ({"emergency_checkpoint_components": "run"}, "emergency_checkpoint_components", "run"),
             ({"keep_optim_last": 1}, "keep_optim_last", 1),
             ({"keep_model_last": 2}, "keep_model_last", 2),
-            ({"data": {"cursor_resume": "strict"}}, "data.cursor_resume", "strict"),
         ],
     )
     def test_unsupported_knob_raises(self, data: dict[str, Any], knob: str, value: object) -> None:
@@ -800,7 +799,6 @@ class TestFeatureDeclarations:
             "partial (non-resumable) artifacts": ("checkpoint_components",),
             "emergency saves of the run plan": ("emergency_checkpoint_components",),
             "retention": ("keep_optim_last", "keep_model_last", "keep_optim_last"),
-            "strict data-cursor resume": ("data.cursor_resume",),
         }
         assert not any(f.built for f in features.values())
 
