@@ -203,9 +203,7 @@ class TestPlanProblems:
         before = all_bytes(out)
         with pytest.raises(CheckpointCorruptError) as info:
             verify_checkpoint(store, 8, writer=DcpNamedWriter())
-        assert "it records format 'consolidated' but is read by DcpNamedWriter()" in str(
-            info.value
-        )
+        assert "it records format 'consolidated' but is read by DcpNamedWriter()" in str(info.value)
         assert all_bytes(out) == before
 
 
@@ -322,13 +320,15 @@ class TestAllOrNothing:
         """An optimizer with another number of parameter groups is refused before any load."""
         before = all_bytes(out)
         objects = Objects()
-        objects.optimizer = torch.optim.AdamW(
-            [{"params": [objects.model.weight]}, {"params": [objects.model.bias]}], lr=0.01
-        )
+        groups: list[dict[str, Any]] = [
+            {"params": [objects.model.weight]},
+            {"params": [objects.model.bias]},
+        ]
+        objects.optimizer = torch.optim.AdamW(groups, lr=0.01)
         objects.scheduler = torch.optim.lr_scheduler.StepLR(objects.optimizer, step_size=2)
         ckpt = _track(out, objects, f"resume={iter_path(out, 8)}")
         state = live_state(ckpt, objects)
-        with pytest.raises(ResumeError, match="optim.pt has 1 parameter groups, the live "):
+        with pytest.raises(ResumeError, match=r"optim\.pt has 1 parameter groups, the live "):
             ckpt.resume()
         assert_same_state(state, live_state(ckpt, objects))
         assert all_bytes(out) == before
