@@ -884,6 +884,8 @@ class TestStrictScalars:
             ("save_async=on", "save_async", "on", "spelled true or false"),
             ("save_async=True", "save_async", "True", "spelled true or false"),
             ("upload.enabled=no", "upload.enabled", "no", "spelled true or false"),
+            ("verify= size", "verify", " size", "one of 'digest', 'size'"),
+            ("verify=size # fast", "verify", "size # fast", "one of 'digest', 'size'"),
         ],
     )
     def test_lenient_override_refused(
@@ -972,6 +974,8 @@ class TestStrictScalars:
         assert CheckpointConfig.load(None, ["resume=auto"]).resume == "auto"
         assert CheckpointConfig.load(None, ["resume="]).resume == "off"
         assert CheckpointConfig.load(None, ["resume=./Auto"]).resume == "./Auto"
+        assert CheckpointConfig.load(None, ["resume=/ck/a #1"]).resume == "/ck/a #1"
+        assert CheckpointConfig.load(None, ["resume='off'"]).resume == "off"
         assert CheckpointConfig.load(None, ["resume=/ck/iter_000000004"]).resume == (
             "/ck/iter_000000004"
         )

@@ -286,15 +286,22 @@ def _apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> list[Con
 
 
 def _override_value(cls: type, name: str, text: str) -> Any:
-    """Read an override's right-hand side with the strict YAML scalars (:class:`_StrictLoader`);
-    a string knob keeps unquoted text as is. A value of another knob with surrounding
-    whitespace or a ``#`` (a comment) is kept as the raw text, which its checker refuses."""
+    """Read an override's right-hand side.
+
+    A string knob takes the text verbatim (``resume=/ck/a #1`` is that path; surrounding
+    whitespace is kept, so its checker can refuse it); only a quoted value (``resume='off'``)
+    is read as a YAML string. Any other knob's value is read with the strict YAML scalars
+    (:class:`_StrictLoader`); with surrounding whitespace or a ``#`` (a comment) the raw text
+    is kept, which its checker refuses, naming the rule.
+    """
     if _stringy(cls, name):
-        try:
-            value = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: safe
-        except yaml.YAMLError:
-            value = None
-        return value if isinstance(value, str) else text.strip()
+        if text.strip()[:1] in ("'", '"'):
+            try:
+                value = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: safe
+            except yaml.YAMLError:
+                return text
+            return value if isinstance(value, str) else text
+        return text
     if text != text.strip() or "#" in text:
         return text
     try:
