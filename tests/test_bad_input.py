@@ -374,7 +374,9 @@ class TestConfig:
     def test_bad_value_names_the_knob(self, override: str, line: str) -> None:
         """A bad knob value raises ConfigError naming the knob, the value and what is allowed."""
         with pytest.raises(ConfigError) as info:
-            sc.CheckpointConfig.load(None, [*CONFIG, override])
+            sc.CheckpointConfig.load(
+                None, [c for c in CONFIG if not c.startswith("save_every=")] + [override]
+            )
         assert line in str(info.value)
         assert "Fix the listed knobs" in str(info.value)
         assert [i.path for i in info.value.issues] == [line.split(":")[0]]
@@ -420,6 +422,31 @@ class TestOutputRoot:
         train(ckpt, objects, 2)
         again, _ = open_checkpointer(Path("out"))
         assert again.resume().step == 2
+
+    @pytest.mark.parametrize(
+        ("root", "expected"),
+        [
+            (123, "output_root: got 123; expected a directory path (str or os.PathLike)"),
+            (None, "output_root: got None; expected a directory path (str or os.PathLike)"),
+            (b"out", "output_root: got b'out'; expected a directory path (str or os.PathLike)"),
+            ("", "output_root: got ''; expected a non-empty directory path without NUL bytes"),
+            ("a\0b", "output_root: got 'a\\x00b'; expected a non-empty directory path"),
+        ],
+    )
+    def test_bad_output_root_is_a_config_error(
+        self, out: Path, monkeypatch: pytest.MonkeyPatch, root: Any, expected: str
+    ) -> None:
+        """A non-path output_root is refused with ConfigError naming it (no raw TypeError),
+        and nothing is written anywhere."""
+        monkeypatch.chdir(out)
+        before = tree_sha256(out)
+        config = sc.CheckpointConfig.load(None, CONFIG)
+        with pytest.raises(ConfigError) as info:
+            sc.Checkpointer(config, run=RUN, output_root=root)
+        assert expected in str(info.value)
+        assert "Checkpointer(output_root=...)" in str(info.value)
+        assert [i.path for i in info.value.issues] == ["output_root"]
+        assert tree_sha256(out) == before
 
 
 def _model_write_index(tmp_path: Path) -> int:

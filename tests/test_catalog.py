@@ -79,7 +79,8 @@ class TestStates:
         path.write_text(json.dumps(record))
         entry = classify(store_of(out), 8, level="size")
         assert entry.state is CheckpointState.CORRUPT
-        assert "is not the full exact-resume plan (it lacks ['optim.pt'])" in entry.reason
+        assert "does not describe a full exact-resume checkpoint" in entry.reason
+        assert "it lacks ['optim.pt'], required by the checkpoint plan" in entry.reason
 
     def test_manifest_level_only_parses_the_manifest(self, out: Path) -> None:
         """Level 'manifest' (the save observation) accepts a commit whose file is truncated;

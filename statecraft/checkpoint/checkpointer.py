@@ -43,7 +43,7 @@ from statecraft.checkpoint.state import (
 from statecraft.checkpoint.transactions.resume import ResumeContext, ResumeResult, Tracked
 from statecraft.checkpoint.transactions.save import SaveContext
 from statecraft.engine import RunResult
-from statecraft.errors import CheckpointError, TrackingError
+from statecraft.errors import CheckpointError, ConfigError, ConfigIssue, TrackingError
 from statecraft.parallel.collectives import Collective, default_collective
 from statecraft.parallel.coordinated import rank_zero_effects
 from statecraft.parallel.rank0 import on_rank_zero
@@ -91,6 +91,9 @@ class Checkpointer:
 
     Raises:
         NotSupportedYetError: a knob asks for a feature this release does not build.
+        TrackingError: ``config`` is not a ``CheckpointConfig``.
+        ConfigError: ``output_root`` is not a ``str`` / ``os.PathLike`` path (``bytes``
+            included), or is empty or holds a NUL byte.
     """
 
     def __init__(
@@ -106,9 +109,20 @@ class Checkpointer:
             raise TrackingError(f"config must be a CheckpointConfig, got {type(config).__name__}")
         for warning in config.require_supported():
             log.warning(warning)
+        if isinstance(output_root, bytes) or not isinstance(output_root, str | os.PathLike):
+            raise ConfigError(
+                [ConfigIssue("output_root", output_root, "a directory path (str or os.PathLike)")],
+                source="Checkpointer(output_root=...)",
+            )
+        root = os.fspath(output_root)
+        if not isinstance(root, str) or not root.strip() or "\0" in root:
+            raise ConfigError(
+                [ConfigIssue("output_root", root, "a non-empty directory path without NUL bytes")],
+                source="Checkpointer(output_root=...)",
+            )
         self.config = config
         self.run = run
-        self.output_root = os.path.abspath(os.fspath(output_root))
+        self.output_root = os.path.abspath(root)
         self.collective = collective or default_collective()
         self.filesystem = filesystem
         self.tracked = Tracked()

@@ -6,9 +6,11 @@ Levels, each including the previous:
 
 - ``"manifest"``: the manifest exists, parses and names this iteration (what the save
   transaction's observation needs; no file is opened);
-- ``"size"``: the manifest holds the full plan (the required entries of
-  :data:`~statecraft.checkpoint.plan.CHECKPOINT_PLAN`), every recorded file exists with its
-  size, and ``trainer.pt`` is well-formed and its ``optimizer_step`` equals the iteration;
+- ``"size"``: the manifest records exactly the full plan (:func:`plan_problems`: the writer's
+  format, every component, every required entry of
+  :data:`~statecraft.checkpoint.plan.CHECKPOINT_PLAN` and no file outside it), every recorded
+  file exists with its size, and ``trainer.pt`` is well-formed and its ``optimizer_step``
+  equals the iteration;
 - ``"digest"``: every file's digest, computed with the algorithm the manifest records
   (``xxh3_128`` for v2 manifests, ``sha256`` for v1), equals the recorded one too.
 """
@@ -33,6 +35,7 @@ __all__ = [
     "LEVELS",
     "VerifiedCheckpoint",
     "list_iterations",
+    "plan_problems",
     "read_manifest",
     "verify_checkpoint",
 ]
@@ -81,6 +84,40 @@ def read_manifest(store: Store, iteration: int) -> Manifest:
     return manifest
 
 
+def plan_problems(manifest: Manifest, writer: Writer) -> list[str]:
+    """Every way ``manifest`` disagrees with the plan model, as one line each (empty when it
+    records exactly a full checkpoint of ``writer``'s format).
+
+    The plan (:data:`~statecraft.checkpoint.plan.CHECKPOINT_PLAN`) decides: the format must be
+    the one ``writer`` reads (``"consolidated"`` for ``torch.save`` files), the components must
+    be :data:`~statecraft.checkpoint.plan.FULL_COMPONENTS`, every required entry must be
+    recorded (``model.pt``, ``optim.pt``, ``trainer.pt``) and every recorded file must be an
+    entry of the plan (``data.pt`` is the only optional one). The JSON schema cannot say any of
+    this, so a doctored manifest that still conforms is caught here.
+    """
+    problems = []
+    if manifest.format != writer.format_name:
+        problems.append(
+            f"it records format {manifest.format!r} but is read by {writer!r}, which reads "
+            f"{writer.format_name!r} checkpoints"
+        )
+    if tuple(manifest.components) != FULL_COMPONENTS:
+        problems.append(
+            f"it records components {list(manifest.components)}, not the full plan "
+            f"{list(FULL_COMPONENTS)}"
+        )
+    missing = [n for n in CHECKPOINT_PLAN.required_names if n not in manifest.files]
+    if missing:
+        problems.append(f"it lacks {missing}, required by the checkpoint plan")
+    extra = sorted(n for n in manifest.files if n not in CHECKPOINT_PLAN.names)
+    if extra:
+        problems.append(
+            f"it records {extra}, which {'is' if len(extra) == 1 else 'are'} not an entry of "
+            f"the checkpoint plan {list(CHECKPOINT_PLAN.names)}"
+        )
+    return problems
+
+
 def verify_checkpoint(
     store: Store, iteration: int, *, level: str = "digest", writer: Writer | None = None
 ) -> VerifiedCheckpoint:
@@ -104,13 +141,14 @@ def verify_checkpoint(
     manifest = read_manifest(store, iteration)
     if level == "manifest":
         return VerifiedCheckpoint(store, iteration, where, None, manifest)
-    missing = [n for n in CHECKPOINT_PLAN.required_names if n not in manifest.files]
-    if tuple(manifest.components) != FULL_COMPONENTS or missing:
-        lacking = f" (it lacks {missing})" if missing else ""
+    problems = plan_problems(manifest, writer)
+    if problems:
         raise CheckpointCorruptError(
             where,
-            f"plan {list(manifest.components)} is not the full exact-resume plan{lacking}",
-            "Use it as model initialisation, not as a resume source.",
+            "the manifest does not describe a full exact-resume checkpoint: " + "; ".join(problems),
+            "It was edited by hand or written by another tool, so it is never adopted; resume "
+            "from another checkpoint, or load its model.pt as initialisation if that file is "
+            "intact",
         )
     for file_name, entry in sorted(manifest.files.items()):
         path = f"{name}/{file_name}"

@@ -44,6 +44,21 @@ _Checker = Callable[[Any, str], tuple[Any, list[ConfigIssue]]]
 _CHECK = "statecraft.check"
 
 
+#: the largest count a knob accepts (a bigger one is a typo, not a schedule)
+MAX_COUNT = 10**9
+
+
+def _number_hint(value: object) -> str:
+    """Explain why text that looks like a number or a flag was not read as one."""
+    if not isinstance(value, str):
+        return ""
+    if value != value.strip() or "#" in value:
+        return " (no surrounding whitespace or '# comment' in a value)"
+    if value.strip().lower() in ("yes", "no", "on", "off", "y", "n", "true", "false"):
+        return " (booleans are spelled true or false)"
+    return " (integers are written in plain decimal, e.g. 16, not 0x10 or 1_000)"
+
+
 def _quote_hint(value: object) -> str:
     """Explain how a YAML scalar that should be a string was read as something else."""
     if isinstance(value, bool):
@@ -62,17 +77,18 @@ def _text(value: Any, path: str) -> tuple[Any, list[ConfigIssue]]:
 def _flag(value: Any, path: str) -> tuple[Any, list[ConfigIssue]]:
     if isinstance(value, bool):
         return value, []
-    return value, [ConfigIssue(path, value, "true or false")]
+    return value, [ConfigIssue(path, value, "true or false" + _number_hint(value))]
 
 
 def _count(*, nullable: bool) -> _Checker:
-    allowed = "null or a non-negative integer" if nullable else "a non-negative integer"
+    allowed = "null or " if nullable else ""
+    allowed += f"a non-negative integer at most {MAX_COUNT}"
 
     def check(value: Any, path: str) -> tuple[Any, list[ConfigIssue]]:
         if value is None and nullable:
             return value, []
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            return value, [ConfigIssue(path, value, allowed)]
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+            return value, [ConfigIssue(path, value, allowed + _number_hint(value))]
         return value, []
 
     return check
@@ -89,8 +105,28 @@ def _choice(*choices: str) -> _Checker:
     return check
 
 
+_RESUME_LOOKALIKES = {
+    "none": "off",
+    "null": "off",
+    "false": "off",
+    "no": "off",
+    "off": "off",
+    "auto": "auto",
+}
+
+
 def _resume(value: Any, path: str) -> tuple[Any, list[ConfigIssue]]:
     if isinstance(value, str):
+        meant = _RESUME_LOOKALIKES.get(value.strip().lower())
+        if meant is not None and value != meant:
+            return value, [
+                ConfigIssue(
+                    path,
+                    value,
+                    f"'auto', 'off' (lowercase), '' or a checkpoint path; did you mean "
+                    f"{meant!r}? (a checkpoint directory spelled so: write ./{value.strip()})",
+                )
+            ]
         return (value or "off"), []
     allowed = "'auto', 'off', '' (same as 'off') or a checkpoint path"
     return value, [ConfigIssue(path, value, allowed + _quote_hint(value))]

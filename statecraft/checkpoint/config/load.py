@@ -10,6 +10,7 @@ structure hook.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, get_origin
 
@@ -161,11 +162,53 @@ for _cls in (*_SECTIONS, CheckpointConfig):
     _CONVERTER.register_structure_hook(_cls, _section_hook(_cls, _prefix(_cls)))
 
 
+class _StrictLoader(yaml.SafeLoader):
+    """YAML with only the scalars the config accepts: integers in plain decimal (``16``, not
+    ``0x10``, ``0o20``, ``1_6`` or ``016``), booleans spelled ``true`` / ``false`` (``yes``,
+    ``on`` and ``True`` stay strings, so the knob's checker names them), ``null`` / ``~`` /
+    nothing for null, and a mapping key given twice is an error."""
+
+
+_StrictLoader.yaml_implicit_resolvers = {
+    key: [
+        (tag, regexp) for tag, regexp in resolvers if tag.rsplit(":", 1)[-1] not in ("bool", "int")
+    ]
+    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.copy().items()
+}
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|false)$"), list("tf")
+)
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:int", re.compile(r"^-?(?:0|[1-9][0-9]*)$"), list("-0123456789")
+)
+
+
+def _strict_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: dict[Any, Any] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                "while reading a mapping",
+                node.start_mark,
+                f"found the key {key!r} twice (first {seen[key]}); give each knob once",
+                key_node.start_mark,
+            )
+        seen[key] = key_node.start_mark
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_StrictLoader.add_constructor(
+    "tag:yaml.org,2002:map",
+    lambda loader, node: _strict_mapping(loader, node),
+)
+
+
 def _read_yaml(source: str) -> dict[str, Any]:
     """Read the knob mapping of a YAML file, unwrapping a sole top-level ``rl:`` key."""
     try:
         with open(source, encoding="utf-8") as fh:
-            loaded = yaml.safe_load(fh)
+            loaded = yaml.load(fh, Loader=_StrictLoader)  # a SafeLoader subclass: safe
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         issue = ConfigIssue(source, source, f"a readable YAML file ({reason})")
@@ -207,6 +250,7 @@ def _apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> list[Con
     if isinstance(overrides, str):
         return [ConfigIssue("overrides", overrides, "a list of KNOB=VALUE strings")]
     issues: list[ConfigIssue] = []
+    given: dict[str, str] = {}
     for i, item in enumerate(overrides):
         if not isinstance(item, str) or "=" not in item:
             allowed = f"KNOB=VALUE with a known knob (one of: {known})"
@@ -218,6 +262,16 @@ def _apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> list[Con
         if located is None:
             issues.append(ConfigIssue(key, item, f"a known knob (one of: {known})"))
             continue
+        if key in given:
+            issues.append(
+                ConfigIssue(
+                    key,
+                    f"{given[key]!r} and {item!r}",
+                    "each knob at most once in the overrides (drop one of them)",
+                )
+            )
+            continue
+        given[key] = item
         cls, parts = located
         target = data
         for part in parts[:-1]:
@@ -232,11 +286,25 @@ def _apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> list[Con
 
 
 def _override_value(cls: type, name: str, text: str) -> Any:
-    """Read an override's right-hand side with YAML; a string knob keeps unquoted text as is."""
+    """Read an override's right-hand side.
+
+    A string knob takes the text verbatim (``resume=/ck/a #1`` is that path; surrounding
+    whitespace is kept, so its checker can refuse it); only a quoted value (``resume='off'``)
+    is read as a YAML string. Any other knob's value is read with the strict YAML scalars
+    (:class:`_StrictLoader`); with surrounding whitespace or a ``#`` (a comment) the raw text
+    is kept, which its checker refuses, naming the rule.
+    """
+    if _stringy(cls, name):
+        if text.strip()[:1] in ("'", '"'):
+            try:
+                value = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: safe
+            except yaml.YAMLError:
+                return text
+            return value if isinstance(value, str) else text
+        return text
+    if text != text.strip() or "#" in text:
+        return text
     try:
-        value = yaml.safe_load(text)
+        return yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass: safe
     except yaml.YAMLError:
-        value = text.strip()
-    if _stringy(cls, name) and not isinstance(value, str):
-        return text.strip()
-    return value
+        return text

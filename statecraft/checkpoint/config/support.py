@@ -198,15 +198,6 @@ RETENTION = Feature(
     ),
 )
 
-STRICT_CURSOR = Feature(
-    "strict data-cursor resume",
-    requests=(
-        KnobRequest(
-            "data.cursor_resume", lambda v: v == "strict", "set data.cursor_resume=auto or off"
-        ),
-    ),
-)
-
 
 def declared_features(*modules: types.ModuleType) -> list[Feature]:
     """Every :class:`Feature` bound at the top level of ``modules`` (default: this module), in

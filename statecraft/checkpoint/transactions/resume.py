@@ -30,7 +30,7 @@ import attrs
 
 from statecraft.checkpoint.catalog import Catalog, PassedOver, scan
 from statecraft.checkpoint.layout import parse_iter_dirname
-from statecraft.checkpoint.plan import CHECKPOINT_PLAN, PlanEntry
+from statecraft.checkpoint.loading import load_all_or_nothing, read_components
 from statecraft.checkpoint.state import (
     TrainerState,
     UpdateClocks,
@@ -200,16 +200,20 @@ def verify_next_candidate(ctx: ResumeContext) -> None:
         raise ResumeError("verify_next_candidate ran without a checkpoints store")
     catalog = ctx.catalog or scan(ctx.store, level=ctx.verify_level, writer=ctx.writer)
     entry = catalog.entry(iteration)
-    if entry.state.adoptable:
+    unfit = _fit_problem(ctx, entry.verified) if entry.verified is not None else None
+    if entry.state.adoptable and unfit is None:
         ctx.chosen = entry.verified
         return
-    ctx.passed_over.append(PassedOver(entry.name, entry.reason))
-    log.warning("resume=auto passed over %s: %s", entry.name, entry.reason)
+    reason = unfit or entry.reason
+    ctx.passed_over.append(PassedOver(entry.name, reason))
+    log.warning("resume=auto passed over %s: %s", entry.name, reason)
     if not ctx.candidates:
         ctx.fresh_reason = (
             f"resume=auto found no checkpoint that verifies ({len(ctx.passed_over)} passed "
             "over): starting fresh"
         )
+    if unfit is not None:
+        raise ResumeError(unfit)
     raise entry.error or CheckpointCorruptError(
         f"{ctx.store.describe()}/{entry.name}", entry.state.value, "Resume from another one."
     )
@@ -269,24 +273,38 @@ def verify_explicit(ctx: ResumeContext) -> None:
     ctx.chosen = verify()
 
 
-def _component(ctx: ResumeContext, chosen: VerifiedCheckpoint, entry: PlanEntry) -> Any:
-    """The payload of the plan entry that loads into ``tracked.<entry.tracked>`` (``None``
-    when the checkpoint has none). It is mapped only when the plan says so (the model; see
-    :mod:`statecraft.checkpoint.plan` for why)."""
-    if chosen.legacy_payload is not None:
-        return chosen.legacy_payload.get(entry.tracked or entry.name)
-    if entry.name not in (chosen.manifest.files if chosen.manifest else {}):
+def _fit_problem(ctx: ResumeContext, chosen: VerifiedCheckpoint) -> str | None:
+    """Why ``chosen`` verifies but cannot be this resume's source, or ``None``: the process
+    tracks a data source under ``data.cursor_resume=strict`` and the checkpoint has no
+    ``data.pt`` (a resume that requires the exact data cursor must not restart it)."""
+    if ctx.tracked.data is None or ctx.cursor_resume != "strict":
         return None
-    return ctx.writer.read(chosen.store, chosen.path(entry.name), mmap=entry.mmap)
+    if chosen.legacy_payload is not None:
+        has_data = chosen.legacy_payload.get("data") is not None
+    else:
+        has_data = chosen.manifest is not None and "data.pt" in chosen.manifest.files
+    if has_data:
+        return None
+    return (
+        f"{chosen.location}: data.cursor_resume=strict and a data source is tracked, but the "
+        "checkpoint has no data.pt (its data cursor was not saved), so the data source would "
+        "restart; resume from a checkpoint saved with the data source tracked, or set "
+        "data.cursor_resume=auto to accept a non-exact data restart"
+    )
 
 
 @effect(role=Role.EVERY_RANK)
 def load_checkpoint(ctx: ResumeContext) -> None:
-    """Load the verified checkpoint into the tracked objects, validating identities first.
+    """Load the verified checkpoint into the tracked objects, all or nothing
+    (:func:`~statecraft.checkpoint.loading.load_all_or_nothing`): identities are validated and
+    every component is read and checked against its live object before any object changes, and
+    a failure leaves every tracked object as it was.
 
     Raises:
         TrainerStateError: the scheduler identity differs (checked before anything is loaded).
-        ResumeError: a tracked object has no saved state, or saved state has no target.
+        ResumeError: a tracked object has no saved state, saved state has no target or does
+            not fit it (keys, shapes, parameter groups), or an object's own load failed.
+        CheckpointCorruptError: a component file is not a loadable ``torch.save`` archive.
     """
     chosen = ctx.chosen
     if chosen is None:
@@ -310,67 +328,68 @@ def load_checkpoint(ctx: ResumeContext) -> None:
             f"{chosen.location}: the checkpoint saved scheduler state but no scheduler is "
             "tracked; pass scheduler= to Checkpointer.track()"
         )
-    model_state = _component(ctx, chosen, CHECKPOINT_PLAN.for_tracked("model"))
-    optim_state = _component(ctx, chosen, CHECKPOINT_PLAN.for_tracked("optimizer"))
-    if tracked.model is not None:
-        tracked.model.load_state_dict(model_state)
-    if tracked.optimizer is not None:
-        if optim_state is None:
-            raise ResumeError(
-                f"{chosen.location}: no optimizer state to load into the tracked optimizer"
-            )
-        tracked.optimizer.load_state_dict(optim_state)
-    if tracked.scheduler is not None:
-        tracked.scheduler.load_state_dict(trainer.scheduler_state)
-    data_status = _load_data(ctx, chosen)
-    rng_status = restore_rank_rng(
-        trainer.rng, rank=ctx.collective.rank, world_size=ctx.collective.world_size, log=log
+    problem = _fit_problem(ctx, chosen)
+    if problem:
+        raise ResumeError(problem)
+    parts = read_components(chosen, ctx.writer, read_data=ctx.cursor_resume != "off")
+    data_status = _data_status(ctx, chosen, parts.data)
+    rng_status = load_all_or_nothing(
+        tracked,
+        trainer,
+        parts,
+        location=chosen.location,
+        rank=ctx.collective.rank,
+        world_size=ctx.collective.world_size,
+        log=log,
+        restore_rng=restore_rank_rng,
     )
-    tracked.clocks = trainer.to_clocks()
     reason = f"resumed from {chosen.location} (iter {chosen.iteration})"
     if ctx.passed_over:
         reason += f"; passed over {', '.join(p.name for p in ctx.passed_over)}"
     if ctx.verify_level != "digest" and chosen.manifest is not None:
-        note = (
+        _note(
+            ctx,
             f"verify={ctx.verify_level}: file sizes were checked but not content digests, so "
-            "silent corruption of same-sized bytes would not be detected"
+            "silent corruption of same-sized bytes would not be detected",
         )
-        log.warning(note)
-        ctx.notes.append(note)
     ctx.result = ResumeResult(
         chosen.iteration,
         chosen.location,
         reason,
         tuple(ctx.passed_over),
-        str(rng_status),
+        rng_status,
         data_status,
         tuple(ctx.notes),
     )
     log.info(reason)
 
 
-def _load_data(ctx: ResumeContext, chosen: VerifiedCheckpoint) -> str:
+def _note(ctx: ResumeContext, note: str) -> None:
+    """Log ``note`` as a warning and return it in the result's notes."""
+    log.warning(note)
+    ctx.notes.append(note)
+
+
+def _data_status(ctx: ResumeContext, chosen: VerifiedCheckpoint, state: Any) -> str:
+    """What will happen to the data source (nothing is loaded here)."""
     tracked = ctx.tracked
     if ctx.cursor_resume == "off":
         log.info("data.cursor_resume=off: the data source starts fresh (not exact)")
         return "off"
-    state = _component(ctx, chosen, CHECKPOINT_PLAN.for_tracked("data"))
     if tracked.data is None:
         if state is not None:
             log.warning(
                 "%s holds data source state but no data source is tracked; ignored", chosen.location
             )
         return "untracked"
-    if state is None:
-        if ctx.cursor_resume == "strict":
-            raise ResumeError(
-                f"{chosen.location}: data.cursor_resume=strict but the checkpoint has no data.pt"
-            )
-        log.warning(
-            "%s has no data source state: the data source restarts (not exact)", chosen.location
+    if state is None:  # strict was refused by _fit_problem before anything was read
+        _note(
+            ctx,
+            f"{chosen.location} has no data.pt: the tracked data source restarts from its "
+            "current position (not exact); set data.cursor_resume=strict to refuse such a "
+            "checkpoint",
         )
         return "missing"
-    tracked.data.load_state_dict(state)
     return "restored"
 
 

@@ -1,0 +1,235 @@
+"""All-or-nothing loading of a verified checkpoint into the live training objects.
+
+Resume's ``load_checkpoint`` effect (:mod:`statecraft.checkpoint.transactions.resume`) calls
+:func:`load_all_or_nothing`. The contract: either every tracked object holds the checkpoint's
+state, or none changed.
+
+1. **Read and check everything first.** Every component the plan model
+   (:data:`~statecraft.checkpoint.plan.CHECKPOINT_PLAN`) loads is read (``weights_only=True``,
+   through the writer) and checked against the live object where that is cheap: the model's
+   keys and tensor shapes (what ``load_state_dict(strict=True)`` would refuse, refused before it
+   copies anything), the optimizer's parameter-group count and per-group parameter counts, a
+   tracked optimizer / data source without saved state. Any problem raises
+   :class:`~statecraft.errors.ResumeError` naming every problem at once; no object was touched.
+2. **Apply, with a rollback.** The cheap-to-snapshot objects are loaded first — data source,
+   scheduler, optimizer (its ``state_dict()`` holds references to tensors its
+   ``load_state_dict`` replaces but never mutates), RNG streams — and the model last, because
+   its ``load_state_dict`` copies into the live parameters and a copy of a large model is not
+   cheap. Should an apply step still fail (a data source's own ``load_state_dict`` raising),
+   every object already loaded is restored from its snapshot and the error is re-raised. The
+   model cannot fail after step 1's strict key/shape check short of a bug in ``torch``.
+3. The update clocks are set last (an assignment).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import torch
+
+from statecraft.checkpoint.plan import CHECKPOINT_PLAN, PlanEntry
+from statecraft.checkpoint.state import (
+    TrainerState,
+    capture_rng_state,
+    restore_rank_rng,
+    restore_rng_state,
+)
+from statecraft.errors import ResumeError, StatecraftError
+from statecraft.writers.base import Writer
+
+__all__ = [
+    "Components",
+    "load_all_or_nothing",
+    "model_state_problems",
+    "optimizer_state_problems",
+    "read_components",
+]
+
+_NOTHING_CHANGED = "nothing was loaded: every tracked object is unchanged"
+
+
+@attrs.frozen
+class Components:
+    """The payloads of one checkpoint, read before anything is loaded (``None``: absent)."""
+
+    model: Any
+    optimizer: Any
+    data: Any
+
+
+def _read(chosen: Any, writer: Writer, entry: PlanEntry) -> Any:
+    if chosen.legacy_payload is not None:
+        return chosen.legacy_payload.get(entry.tracked or entry.name)
+    if entry.name not in (chosen.manifest.files if chosen.manifest else {}):
+        return None
+    return writer.read(chosen.store, chosen.path(entry.name), mmap=entry.mmap)
+
+
+def read_components(chosen: Any, writer: Writer, *, read_data: bool) -> Components:
+    """Read every component of ``chosen`` (a ``VerifiedCheckpoint``) that resume loads.
+
+    Raises:
+        CheckpointCorruptError: a file is not a loadable ``torch.save`` archive.
+    """
+    return Components(
+        _read(chosen, writer, CHECKPOINT_PLAN.for_tracked("model")),
+        _read(chosen, writer, CHECKPOINT_PLAN.for_tracked("optimizer")),
+        _read(chosen, writer, CHECKPOINT_PLAN.for_tracked("data")) if read_data else None,
+    )
+
+
+def _shape(value: Any) -> tuple[int, ...] | None:
+    return tuple(value.shape) if isinstance(value, torch.Tensor) else None
+
+
+def model_state_problems(model: Any, state: Any) -> list[str]:
+    """What ``model.load_state_dict(state, strict=True)`` would refuse, found without
+    copying anything: not a mapping, missing or unexpected keys, tensor shape mismatches."""
+    if not isinstance(state, Mapping):
+        return [f"model.pt holds {type(state).__name__}, not a model state_dict"]
+    live = model.state_dict()
+    problems = []
+    missing = sorted(set(live) - set(state))
+    unexpected = sorted(set(state) - set(live))
+    if missing:
+        problems.append(f"model.pt lacks keys {missing[:8]} the live model has")
+    if unexpected:
+        problems.append(f"model.pt has keys {unexpected[:8]} the live model lacks")
+    for key in sorted(set(live) & set(state)):
+        mine, saved = _shape(live[key]), _shape(state[key])
+        if mine is not None and saved != mine:
+            problems.append(f"model.pt {key!r} has shape {saved}, the live model {mine}")
+    return problems
+
+
+def optimizer_state_problems(optimizer: Any, state: Any) -> list[str]:
+    """What makes ``state`` unloadable into ``optimizer``: not an optimizer state_dict, a
+    different number of parameter groups or of parameters in a group, state for a parameter
+    index no group holds."""
+    if not isinstance(state, Mapping) or not {"state", "param_groups"} <= set(state):
+        return ["optim.pt is not an optimizer state_dict (expected 'state' and 'param_groups')"]
+    saved_groups, live_groups = state["param_groups"], optimizer.param_groups
+    if not isinstance(saved_groups, list) or not all(
+        isinstance(g, Mapping) and isinstance(g.get("params"), list) for g in saved_groups
+    ):
+        return ["optim.pt param_groups is not a list of groups with 'params' lists"]
+    if len(saved_groups) != len(live_groups):
+        return [
+            f"optim.pt has {len(saved_groups)} parameter groups, the live optimizer "
+            f"{len(live_groups)}"
+        ]
+    problems = [
+        f"optim.pt parameter group {i} has {len(s['params'])} parameters, the live optimizer's "
+        f"{len(g['params'])}"
+        for i, (s, g) in enumerate(zip(saved_groups, live_groups, strict=True))
+        if len(s["params"]) != len(g["params"])
+    ]
+    ids = {p for g in saved_groups for p in g["params"]}
+    stray = sorted(str(k) for k in (state["state"] or {}) if k not in ids)
+    if stray:
+        problems.append(f"optim.pt holds state for parameters {stray[:8]} no group lists")
+    return problems
+
+
+def _check(tracked: Any, parts: Components, location: str) -> None:
+    problems = []
+    if tracked.model is not None:
+        if parts.model is None:
+            problems.append("the checkpoint has no model state for the tracked model")
+        else:
+            problems += model_state_problems(tracked.model, parts.model)
+    if tracked.optimizer is not None:
+        if parts.optimizer is None:
+            problems.append("the checkpoint has no optimizer state for the tracked optimizer")
+        else:
+            problems += optimizer_state_problems(tracked.optimizer, parts.optimizer)
+    if problems:
+        raise ResumeError(
+            f"{location}: cannot be loaded into the tracked objects: {'; '.join(problems)}. "
+            f"{_NOTHING_CHANGED}. Track the same model and optimizer as the saving run, or "
+            "resume from another checkpoint",
+            path=location,
+            problems=problems,
+        )
+
+
+def load_all_or_nothing(
+    tracked: Any,
+    trainer: TrainerState,
+    parts: Components,
+    *,
+    location: str,
+    rank: int,
+    world_size: int,
+    log: logging.Logger,
+    restore_rng: Callable[..., Any] = restore_rank_rng,
+) -> str:
+    """Load ``parts`` and ``trainer`` into ``tracked`` (a ``Tracked``) so that either all of it
+    lands or nothing changes (see the module docstring). ``parts.data`` is loaded when a data
+    source is tracked and the checkpoint holds its state. ``restore_rng`` restores this rank's
+    streams (:func:`~statecraft.checkpoint.state.restore_rank_rng`; resume passes its own
+    binding so a harness can swap it).
+
+    Returns:
+        the RNG restore status (``"restored"``, ``"missing"``, ``"topology_changed"``).
+
+    Raises:
+        ResumeError: a component does not fit its live object (nothing changed), or an apply
+            step failed (every object already loaded was restored).
+        TrainerStateError: the RNG inventory is malformed (every object restored).
+    """
+    _check(tracked, parts, location)
+    undo: list[Callable[[], None]] = []
+    steps: list[tuple[str, Callable[[], Any]]] = []
+    if tracked.data is not None and parts.data is not None:
+        before_data = copy.deepcopy(tracked.data.state_dict())
+        steps.append(("data source", lambda: tracked.data.load_state_dict(parts.data)))
+        undo.append(lambda: tracked.data.load_state_dict(before_data))
+    if tracked.scheduler is not None:
+        before_sched = copy.deepcopy(tracked.scheduler.state_dict())
+        steps.append(
+            ("scheduler", lambda: tracked.scheduler.load_state_dict(trainer.scheduler_state))
+        )
+        undo.append(lambda: tracked.scheduler.load_state_dict(before_sched))
+    if tracked.optimizer is not None:
+        before_optim = tracked.optimizer.state_dict()  # references; load replaces, never mutates
+        steps.append(("optimizer", lambda: tracked.optimizer.load_state_dict(parts.optimizer)))
+        undo.append(lambda: tracked.optimizer.load_state_dict(before_optim))
+    before_rng = capture_rng_state()
+    rng_status: list[str] = []
+    steps.append(
+        (
+            "RNG streams",
+            lambda: rng_status.append(
+                str(restore_rng(trainer.rng, rank=rank, world_size=world_size, log=log))
+            ),
+        )
+    )
+    undo.append(lambda: restore_rng_state(before_rng))
+    if tracked.model is not None:
+        steps.append(("model", lambda: tracked.model.load_state_dict(parts.model)))
+    for done, (what, apply) in enumerate(steps):
+        try:
+            apply()
+        except Exception as exc:
+            for restore in reversed(undo[: done + 1]):  # the failed step may be half-applied
+                try:
+                    restore()
+                except Exception:  # keep the first error; say the restore did not succeed
+                    log.exception("%s: restoring a tracked object after a failed load", location)
+            if isinstance(exc, StatecraftError):
+                raise
+            raise ResumeError(
+                f"{location}: loading the {what} failed ({type(exc).__name__}: {exc}); every "
+                "tracked object loaded before it was restored, so nothing changed. Fix the "
+                f"{what} (track the same objects as the saving run) or resume from another "
+                "checkpoint",
+                path=location,
+                component=what,
+            ) from exc
+    tracked.clocks = trainer.to_clocks()
+    return rng_status[0] if rng_status else "fresh"
