@@ -293,7 +293,7 @@ class DiskFullError(StoreError):
     def __init__(self, path: str, *, bytes_needed: int, bytes_free: int | None) -> None:
         free = "unknown" if bytes_free is None else f"{bytes_free:,}"
         super().__init__(
-            f"disk full: writing {path} needed about {bytes_needed:,} bytes but only {free} "
+            f"disk full: writing {path} needed at least {bytes_needed:,} bytes but only {free} "
             "bytes are free on its filesystem; nothing was published and older checkpoints are "
             "intact. Free space on that disk, keep fewer checkpoints (the retention knobs "
             "keep_optim_last / keep_model_last), or point output_root at a larger disk, then "
