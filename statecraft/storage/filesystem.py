@@ -38,10 +38,20 @@ __all__ = [
 MAX_CONTROL_BYTES = 16 << 20  # Filesystem.read refuses a control file (JSON, text) above this
 
 
+def _default_kind(stat: FileStat) -> str:
+    return "directory" if stat.is_dir else "file"
+
+
 @attrs.frozen
 class FileStat:
+    """What ``stat`` says of a name: its size, whether it is a directory, and its kind:
+    ``"file"`` (regular), ``"directory"``, or, where a real filesystem holds one,
+    ``"symlink"`` (a link to anything but a directory; ``size`` is the link's own),
+    ``"fifo"``, ``"device"``, ``"socket"``."""
+
     size: int
     is_dir: bool
+    kind: str = attrs.field(default=attrs.Factory(_default_kind, takes_self=True))
 
 
 def fault_error(fault: Fault, op: str, path: str) -> OSError:
@@ -275,17 +285,26 @@ class OsFilesystem:
         return sorted(os.listdir(path))
 
     def stat(self, path: str) -> FileStat | None:
-        """Size and kind, following a symlink; a symlink loop is reported as the link itself
-        (a file that :meth:`read` then refuses), never as a raw ``ELOOP``."""
+        """Size and kind of ``path`` itself. A symlink to a directory is followed (an output
+        root may be a link); any other symlink (to a file, a device, dangling, a loop) is
+        reported as ``kind="symlink"`` with the link's own size, never followed and never a
+        raw ``ELOOP``; FIFOs, devices and sockets are reported by kind."""
         try:
-            st = os.stat(path)
+            st = os.lstat(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        except OSError as exc:
-            if exc.errno != errno.ELOOP:
-                raise
-            st = os.lstat(path)
-        return FileStat(size=st.st_size, is_dir=stat_module.S_ISDIR(st.st_mode))
+        if stat_module.S_ISLNK(st.st_mode):
+            try:
+                target = os.stat(path)
+            except OSError:  # dangling or a loop
+                target = None
+            if target is not None and stat_module.S_ISDIR(target.st_mode):
+                return FileStat(size=target.st_size, is_dir=True)
+            return FileStat(size=st.st_size, is_dir=False, kind="symlink")
+        if stat_module.S_ISDIR(st.st_mode):
+            return FileStat(size=st.st_size, is_dir=True)
+        kind = "file" if stat_module.S_ISREG(st.st_mode) else _kind(st.st_mode)
+        return FileStat(size=st.st_size, is_dir=False, kind=kind)
 
     def read(self, path: str) -> bytes:
         fd = open_regular(path, limit=MAX_CONTROL_BYTES)

@@ -333,7 +333,8 @@ class LocalStore:
         target = self.abspath(path)
         for name in self.fs.listdir(target):
             child = posixpath.join(target, name)
-            if not self.fs.stat(child).is_dir:  # type: ignore[union-attr]
+            stat = self.fs.stat(child)
+            if stat is not None and stat.kind == "file":  # a FIFO would block the open
                 self.fs.sync_path(child)
         self.fs.fsync_dir(target)
         self.fs.fsync_dir(posixpath.dirname(target))
