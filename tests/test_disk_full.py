@@ -174,7 +174,8 @@ class TestRealTmpfs:
         train(ckpt, objects, 2)  # iteration 6 commits
         _, _, resumed = open_resumed(out)
         assert resumed.step == 6
-        assert resumed.source is not None and resumed.source.endswith("iter_000000006")
+        assert resumed.source is not None
+        assert resumed.source.endswith("iter_000000006")
         assert sorted(p.name for p in ckpts.iterdir() if p.name.startswith("iter_")) == [
             "iter_000000002",
             "iter_000000006",
