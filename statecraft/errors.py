@@ -18,6 +18,7 @@ __all__ = [
     "ConfigError",
     "ConfigIssue",
     "DemoError",
+    "DiskFullError",
     "GuaranteeViolation",
     "InspectError",
     "MachineDefinitionError",
@@ -28,6 +29,7 @@ __all__ = [
     "PreconditionFailed",
     "ResumeError",
     "SpecError",
+    "SpecialFileError",
     "StatecraftError",
     "StoreConflictError",
     "StoreError",
@@ -272,3 +274,62 @@ class InspectError(StatecraftError, FileNotFoundError):
     """``statecraft inspect``: PATH does not exist or holds no checkpoints layout."""
 
     code = "no_checkpoints_layout"
+
+
+class DiskFullError(StoreError):
+    """The disk filled while a file was written (``ENOSPC``); nothing was published, older
+    checkpoints and ``latest_checkpoint.txt`` are untouched.
+
+    Fields: ``path`` (the file being written), ``bytes_needed`` (what the file was expected to
+    take, at least what was written so far plus what remained), ``bytes_free`` (free bytes
+    on that filesystem after the failure; ``None`` when unknown).
+    """
+
+    code = "disk_full"
+    path: str
+    bytes_needed: int
+    bytes_free: int | None
+
+    def __init__(self, path: str, *, bytes_needed: int, bytes_free: int | None) -> None:
+        free = "unknown" if bytes_free is None else f"{bytes_free:,}"
+        super().__init__(
+            f"disk full: writing {path} needed at least {bytes_needed:,} bytes but only {free} "
+            "bytes are free on its filesystem; nothing was published and older checkpoints are "
+            "intact. Free space on that disk, keep fewer checkpoints (the retention knobs "
+            "keep_optim_last / keep_model_last), or point output_root at a larger disk, then "
+            "save again",
+            path=path,
+            bytes_needed=bytes_needed,
+            bytes_free=bytes_free,
+        )
+
+
+class SpecialFileError(StoreError, ValueError):
+    """A name where statecraft expects a regular file holds something else (a FIFO, a symbolic
+    link, a directory, a device, a socket) or a control file larger than its bound; it was not
+    read. Also a ``ValueError``: the content at that name is unusable, like a garbled file.
+
+    Fields: ``path``, ``kind`` (``"fifo"``, ``"symlink"``, ``"directory"``, ``"device"``,
+    ``"socket"``, ``"too large"``).
+    """
+
+    code = "not_a_regular_file"
+    path: str
+    kind: str
+
+    def __init__(self, path: str, kind: str, detail: str = "") -> None:
+        what = {
+            "fifo": "is a FIFO (named pipe), not a regular file",
+            "symlink": "is a symbolic link (statecraft never follows links to checkpoint files)",
+            "directory": "is a directory, not a regular file",
+            "device": "is a device, not a regular file",
+            "socket": "is a socket, not a regular file",
+        }.get(kind, f"is not a regular file ({kind})")
+        if detail:
+            what = f"{what}; {detail}"
+        super().__init__(
+            f"{path} {what}. It was not read and the checkpoint holding it counts as damaged. "
+            "Replace it with the real file or move the checkpoint aside",
+            path=path,
+            kind=kind,
+        )

@@ -31,6 +31,7 @@ from statecraft.engine.crash import FaultKind
 from statecraft.errors import (
     CheckpointCorruptError,
     ConfigError,
+    DiskFullError,
     PlanDriftError,
     ResumeError,
     StoreError,
@@ -483,14 +484,14 @@ class TestDiskFull:
         ckpt.step_end()
         objects.step()
         ckpt.record(sc.Outcome.APPLIED)
-        with pytest.raises(StoreError) as info:
+        with pytest.raises(DiskFullError) as info:
             ckpt.step_end()
         assert gate.log[index].op == "write"
         message = str(info.value)
-        assert "writing 'iter_000000004/model.pt' failed" in message
-        assert "No space left on device" in message or "no_space" in message
+        assert message.startswith("disk full: writing ")
+        assert info.value.path.endswith("iter_000000004/model.pt")
         assert "nothing was published" in message
-        assert "Free space or fix the disk, then retry the save" in message
+        assert "Free space on that disk, keep fewer checkpoints" in message
         assert committed_sha256(out) == before
         assert latest(out) == b"iter_000000002\n"
         assert not iter_path(out, 4).exists()

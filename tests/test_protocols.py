@@ -18,6 +18,7 @@ from statecraft.storage.simfs import SimFilesystem
 
 FILESYSTEM_MEMBERS = (
     "close",
+    "free_bytes",
     "fsync",
     "fsync_dir",
     "link",

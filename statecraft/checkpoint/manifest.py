@@ -158,10 +158,23 @@ def decode_manifest(data: bytes, *, source: str) -> Manifest:
     """Parse and validate manifest bytes.
 
     Raises:
-        CheckpointCorruptError: not JSON, wrong schema name, wrong field types, malformed
-            digests or negative sizes, or anything else ``specs/save.manifest.schema.json``
-            refuses (checked last); the message names ``source`` and the problem.
+        CheckpointCorruptError: not JSON, nested too deeply to parse (``RecursionError``),
+            wrong schema name, wrong field types, malformed digests or negative sizes, or
+            anything else ``specs/save.manifest.schema.json`` refuses (checked last); the
+            message names ``source`` and the problem.
     """
+    try:
+        return _decode_manifest(data, source=source)
+    except RecursionError:
+        raise CheckpointCorruptError(
+            source,
+            "manifest is nested too deeply to parse (RecursionError); a statecraft manifest "
+            "is a few levels deep",
+            "The checkpoint is not usable; resume from another one or move it aside.",
+        ) from None
+
+
+def _decode_manifest(data: bytes, *, source: str) -> Manifest:
     fix = "The checkpoint is not usable; resume from another one or move it aside."
     try:
         raw: Any = json.loads(data)

@@ -159,6 +159,12 @@ def verify_checkpoint(
                 "is missing",
                 "The checkpoint is incomplete; resume from another one.",
             )
+        if stat.kind != "file":  # a symlink, FIFO, device or directory is never read
+            raise CheckpointCorruptError(
+                f"{store.describe()}/{path}",
+                f"is a {stat.kind}, not a regular file; it was not followed or read",
+                "Replace it with the real file or resume from another checkpoint.",
+            )
         if stat.size != entry.size:
             raise CheckpointCorruptError(
                 f"{store.describe()}/{path}",

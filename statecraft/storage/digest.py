@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import attrs
 import xxhash
 
-from statecraft.errors import StoreError
+from statecraft.errors import SpecialFileError, StoreError
+from statecraft.storage.filesystem import open_regular
 
 if TYPE_CHECKING:  # base.py imports Digest from here
     from statecraft.storage.base import Store
@@ -206,7 +207,9 @@ def _hash_mapping(local: str, stream: StreamDigest) -> bool:
     """Hash the file at ``local`` through a read-only mapping, with :class:`_ReadAhead`
     keeping the disk busy; False if it cannot be mapped (the caller reads through the store)."""
     try:
-        fd = os.open(local, os.O_RDONLY)
+        fd = open_regular(local)
+    except SpecialFileError:
+        raise
     except OSError:
         return False
     try:
@@ -261,6 +264,8 @@ def file_digests(store: Store, path: str, algorithms: Iterable[str]) -> dict[str
 
     Raises:
         StoreError: an unknown algorithm.
+        SpecialFileError: ``path`` is a symlink, FIFO, directory or device (never followed,
+            never read).
         OSError / FileNotFoundError: the file cannot be read (as the store raises it).
     """
     stream = StreamDigest(algorithms)

@@ -24,14 +24,34 @@ from typing import BinaryIO, Protocol, runtime_checkable
 import attrs
 
 from statecraft.engine.crash import Fault, FaultKind, IoGate
+from statecraft.errors import SpecialFileError
 
-__all__ = ["FileStat", "Filesystem", "OsFilesystem", "fault_error"]
+__all__ = [
+    "MAX_CONTROL_BYTES",
+    "FileStat",
+    "Filesystem",
+    "OsFilesystem",
+    "fault_error",
+    "open_regular",
+]
+
+MAX_CONTROL_BYTES = 16 << 20  # Filesystem.read refuses a control file (JSON, text) above this
+
+
+def _default_kind(stat: FileStat) -> str:
+    return "directory" if stat.is_dir else "file"
 
 
 @attrs.frozen
 class FileStat:
+    """What ``stat`` says of a name: its size, whether it is a directory, and its kind:
+    ``"file"`` (regular), ``"directory"``, or, where a real filesystem holds one,
+    ``"symlink"`` (a link to anything but a directory; ``size`` is the link's own),
+    ``"fifo"``, ``"device"``, ``"socket"``."""
+
     size: int
     is_dir: bool
+    kind: str = attrs.field(default=attrs.Factory(_default_kind, takes_self=True))
 
 
 def fault_error(fault: Fault, op: str, path: str) -> OSError:
@@ -91,12 +111,79 @@ class Filesystem(Protocol):
     def stat(self, path: str) -> FileStat | None:
         """Size and kind of ``path``, or ``None`` when it does not exist."""
 
-    def read(self, path: str) -> bytes: ...
+    def read(self, path: str) -> bytes:
+        """All bytes of the regular file ``path`` (a control file: a manifest, the latest
+        pointer, a marker), at most :data:`MAX_CONTROL_BYTES`.
 
-    def open_read(self, path: str) -> BinaryIO: ...
+        Raises:
+            SpecialFileError: ``path`` is a symlink, FIFO, directory or device, or too large.
+        """
+
+    def open_read(self, path: str) -> BinaryIO:
+        """A binary reader of the regular file ``path`` (never follows a symlink, never blocks
+        on a FIFO).
+
+        Raises:
+            SpecialFileError: ``path`` is not a regular file.
+        """
+
+    def free_bytes(self, path: str) -> int | None:
+        """Bytes an unprivileged writer can still write on the filesystem holding ``path``
+        (``None`` when unknown)."""
 
     def real_path(self, path: str) -> str | None:
         """An OS path usable for ``mmap`` (``None`` for simulated filesystems)."""
+
+
+def _kind(mode: int) -> str:
+    if stat_module.S_ISLNK(mode):
+        return "symlink"
+    if stat_module.S_ISFIFO(mode):
+        return "fifo"
+    if stat_module.S_ISDIR(mode):
+        return "directory"
+    if stat_module.S_ISSOCK(mode):
+        return "socket"
+    if stat_module.S_ISCHR(mode) or stat_module.S_ISBLK(mode):
+        return "device"
+    return "special file"
+
+
+def open_regular(path: str, *, limit: int | None = None) -> int:
+    """Open ``path`` read-only as a regular file and return the descriptor.
+
+    The final component is opened with ``O_NOFOLLOW`` (a symlink is refused, not followed)
+    and ``O_NONBLOCK`` (a FIFO cannot block the open), then ``fstat`` must say regular file
+    (and, with ``limit``, at most that many bytes). Directories above ``path`` may be links.
+
+    Raises:
+        SpecialFileError: a symlink (or a symlink loop), FIFO, directory, device or socket,
+            or a file over ``limit``.
+        FileNotFoundError / OSError: as ``open`` raises them otherwise.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW on a symlink
+            raise SpecialFileError(path, "symlink") from None
+        if exc.errno == errno.ENXIO:  # a socket, or a FIFO/device that refuses
+            raise SpecialFileError(path, _kind(os.lstat(path).st_mode)) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat_module.S_ISREG(st.st_mode):
+            raise SpecialFileError(path, _kind(st.st_mode))
+        if limit is not None and st.st_size > limit:
+            raise SpecialFileError(
+                path,
+                "too large",
+                f"it holds {st.st_size:,} bytes, more than the {limit:,} a control file may",
+            )
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 @functools.cache
@@ -198,18 +285,46 @@ class OsFilesystem:
         return sorted(os.listdir(path))
 
     def stat(self, path: str) -> FileStat | None:
+        """Size and kind of ``path`` itself. A symlink to a directory is followed (an output
+        root may be a link); any other symlink (to a file, a device, dangling, a loop) is
+        reported as ``kind="symlink"`` with the link's own size, never followed and never a
+        raw ``ELOOP``; FIFOs, devices and sockets are reported by kind."""
         try:
-            st = os.stat(path)
+            st = os.lstat(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        return FileStat(size=st.st_size, is_dir=stat_module.S_ISDIR(st.st_mode))
+        if stat_module.S_ISLNK(st.st_mode):
+            try:
+                target = os.stat(path)
+            except OSError:  # dangling or a loop
+                target = None
+            if target is not None and stat_module.S_ISDIR(target.st_mode):
+                return FileStat(size=target.st_size, is_dir=True)
+            return FileStat(size=st.st_size, is_dir=False, kind="symlink")
+        if stat_module.S_ISDIR(st.st_mode):
+            return FileStat(size=st.st_size, is_dir=True)
+        kind = "file" if stat_module.S_ISREG(st.st_mode) else _kind(st.st_mode)
+        return FileStat(size=st.st_size, is_dir=False, kind=kind)
 
     def read(self, path: str) -> bytes:
-        with open(path, "rb") as f:
-            return f.read()
+        fd = open_regular(path, limit=MAX_CONTROL_BYTES)
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(MAX_CONTROL_BYTES + 1)
+        if len(data) > MAX_CONTROL_BYTES:  # it grew after the size check
+            raise SpecialFileError(
+                path, "too large", f"it holds more than the {MAX_CONTROL_BYTES:,} bytes allowed"
+            )
+        return data
 
     def open_read(self, path: str) -> BinaryIO:
-        return open(path, "rb")
+        return os.fdopen(open_regular(path), "rb")
+
+    def free_bytes(self, path: str) -> int | None:
+        try:
+            st = os.statvfs(path)
+        except OSError:
+            return None
+        return st.f_bavail * st.f_frsize
 
     def real_path(self, path: str) -> str | None:
         return path

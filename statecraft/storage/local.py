@@ -20,12 +20,13 @@ removes leftovers of a crashed writer.
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 import re
 from typing import BinaryIO
 
-from statecraft.errors import StoreConflictError, StoreError
+from statecraft.errors import DiskFullError, StoreConflictError, StoreError
 from statecraft.storage.base import FileRecord, check_relative_path
 from statecraft.storage.digest import StreamDigest
 from statecraft.storage.filesystem import FileStat, Filesystem, OsFilesystem
@@ -60,6 +61,7 @@ class LocalAtomicWriter:
         self._size = 0
         self._flushed = 0  # bytes handed to the OS so far
         self._writeback_from = 0  # start of the range not yet scheduled for writeback
+        self._failed: StoreError | None = None  # the write/fsync failure, raised again on write
         while True:  # a crashed writer's leftover may hold the name: take the next one
             self._temp = posixpath.join(
                 directory, f".{name}.tmp-{os.getpid()}-{store.next_token()}"
@@ -76,6 +78,8 @@ class LocalAtomicWriter:
     def write(self, data: bytes | bytearray | memoryview) -> int:
         """Append ``data``; returns its length."""
         if self._handle is None:
+            if self._failed is not None:  # a serializer writing on after the failure
+                raise self._failed
             raise StoreError(f"{self.path}: write after commit or abort")
         view = memoryview(data).cast("B")
         size = len(view)
@@ -95,16 +99,27 @@ class LocalAtomicWriter:
                     self._flush_buffer()
         except OSError as exc:
             self.abort()
-            raise self._failure(exc) from exc
+            raise self._failure(exc, pending=size) from exc
         self._size += size
         return size
 
-    def _failure(self, exc: OSError) -> StoreError:
-        return StoreError(
-            f"{self._store.describe()}: writing {self.path!r} failed ({exc}); nothing was "
-            "published and the previous content is untouched. Free space or fix the disk, "
-            "then retry the save"
-        )
+    def _failure(self, exc: OSError, *, pending: int) -> StoreError:
+        """The error for a failed write or fsync (after :meth:`abort`): a
+        :class:`~statecraft.errors.DiskFullError` for ``ENOSPC``, with the bytes this file
+        needed so far (written plus ``pending``) and what is free now."""
+        if exc.errno == errno.ENOSPC:
+            self._failed = DiskFullError(
+                self._final,
+                bytes_needed=self._size + pending,
+                bytes_free=self._fs.free_bytes(self._dir),
+            )
+        else:
+            self._failed = StoreError(
+                f"{self._store.describe()}: writing {self.path!r} failed ({exc}); nothing was "
+                "published and the previous content is untouched. Fix the disk, then retry "
+                "the save"
+            )
+        return self._failed
 
     def flush(self) -> None:
         """No-op: bytes reach the OS in large chunks and become durable at commit."""
@@ -141,7 +156,7 @@ class LocalAtomicWriter:
             self._fs.fsync(self._handle)
         except OSError as exc:
             self.abort()
-            raise self._failure(exc) from exc
+            raise self._failure(exc, pending=0) from exc
         self._fs.close(self._handle)
         self._handle = None
         try:
@@ -318,7 +333,8 @@ class LocalStore:
         target = self.abspath(path)
         for name in self.fs.listdir(target):
             child = posixpath.join(target, name)
-            if not self.fs.stat(child).is_dir:  # type: ignore[union-attr]
+            stat = self.fs.stat(child)
+            if stat is not None and stat.kind == "file":  # a FIFO would block the open
                 self.fs.sync_path(child)
         self.fs.fsync_dir(target)
         self.fs.fsync_dir(posixpath.dirname(target))

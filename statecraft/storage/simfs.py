@@ -25,7 +25,8 @@ import io
 from typing import BinaryIO
 
 from statecraft.engine.crash import FaultKind, IoGate
-from statecraft.storage.filesystem import FileStat, fault_error
+from statecraft.errors import SpecialFileError
+from statecraft.storage.filesystem import MAX_CONTROL_BYTES, FileStat, fault_error
 from statecraft.storage.simfs_crash import CrashStates
 from statecraft.storage.simfs_records import (
     ROOT,
@@ -276,16 +277,33 @@ class SimFilesystem(CrashStates):
             return None
         return FileStat(size=0 if node.is_dir else len(node.data), is_dir=node.is_dir)
 
-    def read(self, path: str) -> bytes:
+    def _file(self, path: str) -> Inode:
         node = self._lookup(path)
         if node is None:
             raise FileNotFoundError(errno.ENOENT, "no such file", path)
         if node.is_dir:
-            raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+            raise SpecialFileError(path, "directory")
+        return node
+
+    def read(self, path: str) -> bytes:
+        node = self._file(path)
+        if len(node.data) > MAX_CONTROL_BYTES:
+            raise SpecialFileError(
+                path,
+                "too large",
+                f"it holds {len(node.data):,} bytes, more than the {MAX_CONTROL_BYTES:,} "
+                "a control file may",
+            )
         return bytes(node.data)
 
     def open_read(self, path: str) -> BinaryIO:
-        return io.BytesIO(self.read(path))
+        return io.BytesIO(bytes(self._file(path).data))
+
+    def free_bytes(self, path: str) -> int | None:
+        """What ``capacity_bytes`` leaves (``None``: no capacity set)."""
+        if self.capacity_bytes is None:
+            return None
+        return max(0, self.capacity_bytes - self._used_bytes(extra=ROOT))
 
     def real_path(self, path: str) -> str | None:
         return None

@@ -13,16 +13,50 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 from collections.abc import Iterator
 from typing import IO, Any, cast
 
 import torch
 
-from statecraft.errors import CheckpointCorruptError
+from statecraft.errors import CheckpointCorruptError, DiskFullError, SpecialFileError
 from statecraft.storage.base import FileRecord, Store
+from statecraft.storage.filesystem import open_regular
 from statecraft.writers.base import Writer
 
 __all__ = ["ConsolidatedWriter"]
+
+
+def _tensor_bytes(payload: Any) -> int:
+    """The bytes of every tensor in ``payload`` (nested dicts, lists, tuples): what its
+    ``torch.save`` file needs at least."""
+    stack, total, seen = [payload], 0, set()
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            storage = item.untyped_storage()
+            key = (storage.data_ptr(), storage.nbytes())
+            if key not in seen:
+                seen.add(key)
+                total += storage.nbytes()
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return total
+
+
+def _disk_full_cause(exc: BaseException) -> DiskFullError | None:
+    """The :class:`DiskFullError` in ``exc``'s cause/context chain (torch.save reports a
+    failed write as its own ``RuntimeError`` with the store's error only chained)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, DiskFullError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
 
 
 @contextlib.contextmanager
@@ -54,19 +88,41 @@ class ConsolidatedWriter(Writer):
         """Serialize ``payload`` to ``path`` atomically; returns size and digest.
 
         Raises:
+            DiskFullError: the disk filled (``ENOSPC``); ``bytes_needed`` is at least the
+                payload's tensor bytes. Nothing was published.
             StoreError: the bytes could not be made durable (nothing was published).
         """
-        with _without_zip_crc(), store.open_atomic(path) as writer:
-            torch.save(payload, cast(IO[bytes], writer))  # write/flush is all torch.save uses
+        try:
+            with _without_zip_crc(), store.open_atomic(path) as writer:
+                torch.save(payload, cast(IO[bytes], writer))  # write/flush is all it uses
+        except Exception as exc:
+            full = _disk_full_cause(exc)
+            if full is None:
+                raise
+            raise DiskFullError(
+                full.path,
+                bytes_needed=max(full.bytes_needed, _tensor_bytes(payload)),
+                bytes_free=full.bytes_free,
+            ) from None
         return writer.record  # type: ignore[return-value]
 
     def read(self, store: Store, path: str, *, mmap: bool = True) -> Any:
         """Load the payload at ``path`` with ``weights_only=True``.
 
         Raises:
-            CheckpointCorruptError: the file is not a loadable ``torch.save`` archive.
+            CheckpointCorruptError: the file is not a loadable ``torch.save`` archive, or not
+                a regular file (a symlink, FIFO, directory or device is never opened).
         """
         local = store.local_path(path) if mmap else None
+        if local is not None:  # never map a symlink, a FIFO, a device (open_read refuses too)
+            try:
+                os.close(open_regular(local))
+            except SpecialFileError as exc:
+                raise CheckpointCorruptError(
+                    f"{store.describe()}/{path}",
+                    f"is a {exc.kind} where a torch.save file should be; it was not read",
+                    "Replace it with the real file or resume from another checkpoint.",
+                ) from None
         try:
             if local is not None:
                 return torch.load(local, weights_only=True, mmap=True, map_location="cpu")

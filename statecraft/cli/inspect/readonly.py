@@ -72,5 +72,8 @@ class ReadOnlyFilesystem:
     def open_read(self, path: str) -> BinaryIO:
         return self._os.open_read(path)
 
+    def free_bytes(self, path: str) -> int | None:
+        return self._os.free_bytes(path)
+
     def real_path(self, path: str) -> str | None:
         return path
