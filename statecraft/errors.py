@@ -20,6 +20,7 @@ __all__ = [
     "DemoError",
     "GuaranteeViolation",
     "InspectError",
+    "IterationCommittedError",
     "MachineDefinitionError",
     "MachineRuntimeError",
     "NotSupportedYetError",
@@ -33,6 +34,7 @@ __all__ = [
     "StoreError",
     "TrackingError",
     "TrainerStateError",
+    "WriterLeaseError",
 ]
 
 
@@ -272,3 +274,18 @@ class InspectError(StatecraftError, FileNotFoundError):
     """``statecraft inspect``: PATH does not exist or holds no checkpoints layout."""
 
     code = "no_checkpoints_layout"
+
+
+class WriterLeaseError(StatecraftError, RuntimeError):
+    """Another process owns (or took over) the writer lease of this attempt: two writers of
+    one run. Fields: ``path`` (the lease file), ``owner``, ``host``, ``pid``, ``generation``,
+    ``since`` (the other owner's record, when readable)."""
+
+    code = "writer_lease"
+
+
+class IterationCommittedError(StatecraftError, FileExistsError):
+    """A save was about to write into an iteration that already holds a manifest (another
+    writer committed it): a committed iteration is never rewritten. Fields: ``path``."""
+
+    code = "iteration_committed"

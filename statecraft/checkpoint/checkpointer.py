@@ -32,6 +32,7 @@ import attrs
 
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.layout import RunAttempt, RunIdentity, iter_dirname, resolve_run_attempt
+from statecraft.checkpoint.lease import WriterLease, acquire_lease
 from statecraft.checkpoint.machines import load_machine
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN
 from statecraft.checkpoint.state import (
@@ -91,6 +92,8 @@ class Checkpointer:
 
     Raises:
         NotSupportedYetError: a knob asks for a feature this release does not build.
+        WriterLeaseError: (at the first ``resume`` / ``save``) another live process writes
+            this attempt; and at a save whose lease was taken over since.
     """
 
     def __init__(
@@ -114,6 +117,7 @@ class Checkpointer:
         self.tracked = Tracked()
         self.attempt: RunAttempt | None = None
         self.store: Store | None = None
+        self.lease: WriterLease | None = None  # rank 0's writer lease on the attempt
         self.saves: list[SaveReport] = []
         self.last_saved_step: int | None = None
         self.last_resume_run: RunResult | None = None  # the resume machine's run and trace
@@ -169,7 +173,15 @@ class Checkpointer:
                 collective=self.collective,
                 filesystem=self.filesystem,
             )
-            self.store = LocalStore(str(self.attempt.checkpoints_dir), fs=self.filesystem)
+            store = LocalStore(str(self.attempt.checkpoints_dir), fs=self.filesystem)
+
+            def take_lease() -> None:
+                # One writer per attempt: taken before the attempt's first checkpoint write,
+                # refused (on every rank) when another live process owns it.
+                self.lease = acquire_lease(store)
+
+            on_rank_zero(self.collective, take_lease)
+            self.store = store
         return self.store
 
     @property
@@ -298,6 +310,7 @@ class Checkpointer:
             plan=plan,
             payloads=CHECKPOINT_PLAN.payloads(tracked, trainer),
             writer_info={"statecraft": __version__},
+            lease=self.lease,
         )
         started = time.perf_counter()
         result: RunResult = self._save_machine.recover(ctx)
