@@ -175,10 +175,12 @@ class Checkpointer:
             )
             store = LocalStore(str(self.attempt.checkpoints_dir), fs=self.filesystem)
 
+            run_store = LocalStore(str(self.attempt.run_dir), fs=self.filesystem)
+
             def take_lease() -> None:
-                # One writer per attempt: taken before the attempt's first checkpoint write,
-                # refused (on every rank) when another live process owns it.
-                self.lease = acquire_lease(store)
+                # One writer per attempt (<run>/.statecraft-writer.lease): taken at startup,
+                # refused (on every rank) when another live process owns the attempt.
+                self.lease = acquire_lease(run_store)
 
             on_rank_zero(self.collective, take_lease)
             self.store = store

@@ -2,13 +2,14 @@
 
 One process at a time writes an attempt's checkpoints. The lease has two parts:
 
-- **the record** ``<checkpoints>/.statecraft-writer.lease`` (JSON, schema
+- **the record** ``<run>/.statecraft-writer.lease`` (the attempt's directory, beside
+  ``checkpoints/``) (JSON, schema
   ``statecraft.writer-lease.v1``: owner id, host, PID, generation, created time). It is
   published by exclusive create through the :class:`~statecraft.storage.base.Store` (so the
   crash harness sees every byte), replaced atomically on a takeover with the generation
   bumped, and re-read by the save at every write and commit (:meth:`WriterLease.check`): a
   save whose lease was taken over refuses instead of writing.
-- **the lock** ``fcntl.flock`` on ``<checkpoints>/.statecraft-writer.lock``, held on an open
+- **the lock** ``fcntl.flock`` on ``<run>/.statecraft-writer.lock``, held on an open
   descriptor while the process lives (the kernel drops it when the process dies, however it
   dies). The lock file's content never matters, so it is opened with ``os`` directly, and only
   when the store has a real OS path (:meth:`Store.local_path`); one descriptor per lock path
@@ -38,20 +39,17 @@ import os
 import socket
 import uuid
 from collections.abc import Callable
-from typing import BinaryIO
 
 import attrs
 import cattrs
 
-from statecraft.errors import StoreConflictError, StoreError, WriterLeaseError
-from statecraft.storage.base import AtomicWriter, FileRecord, Store
-from statecraft.storage.filesystem import FileStat
+from statecraft.errors import StoreConflictError, WriterLeaseError
+from statecraft.storage.base import Store
 
 __all__ = [
     "LEASE_NAME",
     "LEASE_SCHEMA",
     "LOCK_NAME",
-    "FencedStore",
     "LeaseRecord",
     "WriterLease",
     "acquire_lease",
@@ -200,40 +198,80 @@ class WriterLease:
 
     Attributes:
         store: the attempt's checkpoints store.
-        record: what this process published (its owner id and generation).
+        record: what this process publishes (its owner id and generation).
+        previous: the record it takes over (``None`` when the attempt had none).
+        published: the record is in the store (done at the first save, by :meth:`check`).
     """
 
     store: Store
     record: LeaseRecord
+    previous: LeaseRecord | None = None
+    published: bool = False
+    reason: str = ""
 
     @property
     def where(self) -> str:
         return f"{self.store.describe()}/{LEASE_NAME}"
 
-    def check(self) -> None:
-        """Confirm the lease is still ours (re-read from the store).
+    def publish(self) -> None:
+        """Write the record (exclusive create, or the takeover's atomic replace); once.
 
         Raises:
-            WriterLeaseError: the lease file is gone, does not parse, or names another
-                owner or generation (another process took the attempt over).
+            WriterLeaseError: someone else published a lease meanwhile (named).
+            StoreError: the record could not be written durably.
         """
+        if self.published:
+            return
         current = _read(self.store)
         if current is None:
-            raise WriterLeaseError(
+            try:
+                self.store.create_exclusive(LEASE_NAME, self.record.encode())
+            except StoreConflictError:
+                current = _read(self.store)
+                raise self._stolen(current) from None
+        elif self.previous is None or current != self.previous:
+            raise self._stolen(current)
+        else:
+            log.warning(
+                "taking over the writer lease of %s: %s (now generation %d)",
+                self.previous.describe(),
+                self.reason,
+                self.record.generation,
+            )
+            self.store.write_atomic(LEASE_NAME, self.record.encode())
+        self.published = True
+
+    def _stolen(self, current: LeaseRecord | None) -> WriterLeaseError:
+        if current is None:
+            return WriterLeaseError(
                 f"{self.where}: the writer lease of {self.record.describe()} is gone; another "
                 "process may be writing this attempt. This save is refused and nothing "
                 "committed was touched: restart the job (it takes the lease again)",
                 path=self.where,
             )
-        if current.owner != self.record.owner or current.generation != self.record.generation:
-            raise WriterLeaseError(
-                f"{self.where}: the writer lease was taken over by {current.describe()} "
-                f"(this process held generation {self.record.generation} as "
-                f"{self.record.owner}). This save is refused and nothing committed was "
-                "touched: stop one of the two processes of this run",
-                path=self.where,
-                **current.fields(),
-            )
+        return WriterLeaseError(
+            f"{self.where}: the writer lease was taken over by {current.describe()} "
+            f"(this process holds generation {self.record.generation} as "
+            f"{self.record.owner}). This save is refused and nothing committed was "
+            "touched: stop one of the two processes of this run",
+            path=self.where,
+            **current.fields(),
+        )
+
+    def check(self) -> None:
+        """Confirm the lease is ours, re-read from the store (publishing it at the first call:
+        the attempt's first write).
+
+        Raises:
+            WriterLeaseError: the lease file is gone, does not parse, or names another
+                owner or generation (another process took the attempt over).
+        """
+        if not self.published:
+            self.publish()
+            return
+        current = _read(self.store)
+        if current != self.record:
+            raise self._stolen(current)
 
     def release(self) -> None:
         """Give the lease up: remove the record if it is still ours, drop the lock."""
@@ -241,7 +279,7 @@ class WriterLease:
             current = _read(self.store)
         except WriterLeaseError:
             current = None
-        if current is not None and current.owner == self.record.owner:
+        if self.published and current == self.record:
             self.store.delete(LEASE_NAME)
         _unlock(self.store)
 
@@ -251,170 +289,62 @@ def _now() -> str:
 
 
 def acquire_lease(
-    store: Store,
+    store: Store,  # rooted at the attempt's run directory
     *,
     alive: Callable[[LeaseRecord], bool] = pid_alive,
     now: Callable[[], str] = _now,
     pid: int | None = None,
     host: str | None = None,
 ) -> WriterLease:
-    """Take the writer lease of the attempt in ``store`` before its first write.
+    """Take the writer lease of the attempt in ``store`` at startup (before its first write).
+
+    The lock is taken now; the record is written at the first save (:meth:`WriterLease.check`),
+    so a resume that then fails, or a read-only start, changes no bytes.
 
     Args:
         alive: whether a recorded owner still runs (used when there is no OS lock).
         now, pid, host: the record's clock and identity (defaults: this process).
 
     Returns:
-        the held lease; call :meth:`WriterLease.check` before each publication.
+        the lease; the save calls :meth:`WriterLease.check` before each publication.
 
     Raises:
         WriterLeaseError: another live process owns the attempt (named, with the fix).
-        StoreError: the lease file could not be written durably.
     """
     pid = os.getpid() if pid is None else pid
     host = socket.gethostname() if host is None else host
     where = f"{store.describe()}/{LEASE_NAME}"
+    real = store.local_path(LOCK_NAME)
+    held_before = real is not None and real in _PROCESS_LOCKS
     locked = _lock(store)
     try:
         existing = _read(store)
     except WriterLeaseError:
         if locked is False:
             raise _refuse_live(where, None, "lock is held") from None
-        existing = None
-        log.warning("%s does not parse; the lock is free, so it is replaced", where)
+        raise
     if locked is False:
         raise _refuse_live(where, existing, "lock is held")
-
-    def record(generation: int) -> LeaseRecord:
-        owner = f"{host}:{pid}:{uuid.uuid4().hex[:12]}"
-        return LeaseRecord(LEASE_SCHEMA, owner, host, pid, generation, now())
-
-    if existing is None and store.stat(LEASE_NAME) is None:
-        mine = record(1)
-        try:
-            store.create_exclusive(LEASE_NAME, mine.encode())
-            return WriterLease(store, mine)
-        except StoreConflictError:  # raced another starter (no OS lock): look again
-            existing = _read(store)
-    if existing is not None and locked is None:
-        same_process = existing.host == host and existing.pid == pid
-        if not same_process and alive(existing):
-            raise _refuse_live(where, existing, "process is alive")
+    same_process = existing is not None and existing.host == host and existing.pid == pid
+    if existing is not None and same_process and (held_before or locked is None):
+        # Another Checkpointer of this very process holds it: one process, one writer (the
+        # lock cannot tell two objects of one process apart), so the record is shared.
+        log.debug("%s: sharing this process's writer lease %s", where, existing.describe())
+        return WriterLease(store, existing, existing, published=True)
+    if existing is not None and locked is None and alive(existing):
+        raise _refuse_live(where, existing, "process is alive")
     generation = existing.generation + 1 if existing is not None else 1
-    mine = record(generation)
+    owner = f"{host}:{pid}:{uuid.uuid4().hex[:12]}"
+    mine = LeaseRecord(LEASE_SCHEMA, owner, host, pid, generation, now())
+    if existing is None:
+        return WriterLease(store, mine)
     reason = "its lock is free" if locked else "its process is gone"
-    if existing is not None and existing.host == host and existing.pid == pid:
-        reason = "an earlier Checkpointer of this process"
     log.warning(
-        "taking over the writer lease of %s: %s (now generation %d)",
-        existing.describe() if existing is not None else "an unreadable record",
+        "%s: the writer lease of %s is stale (%s); this process takes it over at its first "
+        "save (generation %d)",
+        where,
+        existing.describe(),
         reason,
         generation,
     )
-    store.write_atomic(LEASE_NAME, mine.encode())
-    return WriterLease(store, mine)
-
-
-class _FencedWriter:
-    """An atomic writer whose commit first passes the fence (else it aborts)."""
-
-    def __init__(self, inner: AtomicWriter, fence: Callable[[str], None]) -> None:
-        self._inner = inner
-        self._fence = fence
-        self.path = inner.path
-        self.record: FileRecord | None = None
-
-    def write(self, data: bytes | bytearray | memoryview) -> int:
-        return self._inner.write(data)
-
-    def flush(self) -> None:
-        self._inner.flush()
-
-    def commit(self) -> FileRecord:
-        try:
-            self._fence(self.path)
-        except BaseException:
-            self._inner.abort()
-            raise
-        self.record = self._inner.commit()
-        return self.record
-
-    def abort(self) -> None:
-        self._inner.abort()
-
-    def __enter__(self) -> _FencedWriter:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.commit()
-        else:
-            self.abort()
-
-
-class FencedStore:
-    """A :class:`Store` whose every publication (and removal) first calls ``fence(path)``,
-    which raises to refuse it; reads and everything else pass through unchanged. The save
-    bindings wrap their store in one (the lease check and the no-manifest check), so the
-    check runs as late as possible: after the bytes are written, before the rename."""
-
-    def __init__(self, inner: Store, fence: Callable[[str], None]) -> None:
-        self.inner = inner
-        self.fence = fence
-
-    def __repr__(self) -> str:
-        return f"FencedStore({self.inner!r})"
-
-    def __getattr__(self, name: str) -> object:  # store extras (sweep_temporaries...)
-        return getattr(self.inner, name)
-
-    def describe(self) -> str:
-        return self.inner.describe()
-
-    def open_atomic(self, path: str, *, exclusive: bool = False) -> AtomicWriter:
-        return _FencedWriter(self.inner.open_atomic(path, exclusive=exclusive), self.fence)
-
-    def write_atomic(self, path: str, data: bytes) -> FileRecord:
-        with self.open_atomic(path) as writer:
-            writer.write(data)
-        return _committed(writer)
-
-    def create_exclusive(self, path: str, data: bytes) -> FileRecord:
-        with self.open_atomic(path, exclusive=True) as writer:
-            writer.write(data)
-        return _committed(writer)
-
-    def read_bytes(self, path: str) -> bytes:
-        return self.inner.read_bytes(path)
-
-    def open_read(self, path: str) -> BinaryIO:
-        return self.inner.open_read(path)
-
-    def local_path(self, path: str) -> str | None:
-        return self.inner.local_path(path)
-
-    def stat(self, path: str) -> FileStat | None:
-        return self.inner.stat(path)
-
-    def list(self, path: str = "") -> list[str]:
-        return self.inner.list(path)
-
-    def make_dirs(self, path: str) -> None:
-        self.inner.make_dirs(path)
-
-    def make_durable(self, path: str) -> None:
-        self.inner.make_durable(path)
-
-    def delete(self, path: str) -> None:
-        self.fence(path)
-        self.inner.delete(path)
-
-    def delete_tree(self, path: str) -> None:
-        self.fence(path)
-        self.inner.delete_tree(path)
-
-
-def _committed(writer: AtomicWriter) -> FileRecord:
-    if writer.record is None:  # pragma: no cover - commit always sets it
-        raise StoreError(f"{writer.path}: the writer committed without a record")
-    return writer.record
+    return WriterLease(store, mine, existing, reason=reason)

@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 
 from statecraft.checkpoint.catalog import CheckpointState, classify
+from statecraft.checkpoint.fence import FencedStore
 from statecraft.checkpoint.layout import (
     LATEST_POINTER,
     MANIFEST_NAME,
@@ -25,7 +26,7 @@ from statecraft.checkpoint.layout import (
     iter_dirname,
     parse_latest,
 )
-from statecraft.checkpoint.lease import FencedStore, WriterLease
+from statecraft.checkpoint.lease import WriterLease
 from statecraft.checkpoint.manifest import MANIFEST_SCHEMA, FileEntry, Manifest, SavePlan
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN, FULL_COMPONENTS, Phase, full_save_plan
 from statecraft.checkpoint.verify import read_manifest
