@@ -181,6 +181,7 @@ class Checkpointer:
                 # One writer per attempt (<run>/.statecraft-writer.lease): taken at startup,
                 # refused (on every rank) when another live process owns the attempt.
                 self.lease = acquire_lease(run_store)
+                self.lease.publish()  # so a second launch can name this owner
 
             on_rank_zero(self.collective, take_lease)
             self.store = store

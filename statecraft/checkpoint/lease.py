@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable
 
@@ -62,6 +63,7 @@ LEASE_NAME = ".statecraft-writer.lease"
 LOCK_NAME = ".statecraft-writer.lock"
 LEASE_SCHEMA = "statecraft.writer-lease.v1"
 _MAX_LEASE_BYTES = 64 << 10
+_RECORD_WAIT_S = 3.0  # how long a refused starter waits for the owner's record, to name it
 
 _converter = cattrs.Converter(forbid_extra_keys=True)
 _PROCESS_LOCKS: dict[str, int] = {}  # real lock path -> the descriptor holding the flock
@@ -182,7 +184,7 @@ def _read(store: Store) -> LeaseRecord | None:
 
 
 def _refuse_live(where: str, other: LeaseRecord | None, how: str) -> WriterLeaseError:
-    who = other.describe() if other is not None else "another process (lease record unreadable)"
+    who = other.describe() if other is not None else "another process (its lease record is missing or unreadable)"
     return WriterLeaseError(
         f"{where}: this attempt is being written by {who}, whose {how}. Two processes of one "
         "run must not write one attempt: stop the other process (or wait for it to finish), "
@@ -298,8 +300,9 @@ def acquire_lease(
 ) -> WriterLease:
     """Take the writer lease of the attempt in ``store`` at startup (before its first write).
 
-    The lock is taken now; the record is written at the first save (:meth:`WriterLease.check`),
-    so a resume that then fails, or a read-only start, changes no bytes.
+    The lock is taken now; the record is written by :meth:`WriterLease.publish` (the facade
+    calls it at once, so a second launch can name this owner; otherwise the first
+    :meth:`WriterLease.check` of a save does).
 
     Args:
         alive: whether a recorded owner still runs (used when there is no OS lock).
@@ -324,6 +327,11 @@ def acquire_lease(
             raise _refuse_live(where, None, "lock is held") from None
         raise
     if locked is False:
+        # The owner may have taken the lock a moment ago and not yet written its record.
+        deadline = time.monotonic() + _RECORD_WAIT_S
+        while existing is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            existing = _read(store)
         raise _refuse_live(where, existing, "lock is held")
     same_process = existing is not None and existing.host == host and existing.pid == pid
     if existing is not None and same_process and (held_before or locked is None):
