@@ -184,7 +184,8 @@ def _read(store: Store) -> LeaseRecord | None:
 
 
 def _refuse_live(where: str, other: LeaseRecord | None, how: str) -> WriterLeaseError:
-    who = other.describe() if other is not None else "another process (its lease record is missing or unreadable)"
+    unknown = "another process (its lease record is missing or unreadable)"
+    who = other.describe() if other is not None else unknown
     return WriterLeaseError(
         f"{where}: this attempt is being written by {who}, whose {how}. Two processes of one "
         "run must not write one attempt: stop the other process (or wait for it to finish), "
