@@ -162,7 +162,20 @@ class Checkpointer:
                 f"cannot {action}: call Checkpointer.track(model=..., optimizer=...) first"
             )
 
+    def close(self) -> None:
+        """Release the writer lease (remove its record, drop the lock) so another process may
+        write this attempt; the checkpointer must not save or resume afterwards. Safe to call
+        twice; a process that exits releases the lock anyway."""
+        lease, self.lease = self.lease, None
+        self._closed = True
+        if lease is not None:
+            lease.release()
+
     def _ensure_attempt(self) -> Store:
+        if getattr(self, "_closed", False):
+            raise TrackingError(
+                "this Checkpointer was closed (its writer lease released); create a new one"
+            )
         if self.store is None:
             mode = self.config.resume
             self.attempt = resolve_run_attempt(
