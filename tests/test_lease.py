@@ -42,6 +42,22 @@ time.sleep(60)
 """
 
 
+TRY_LOCK = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+try:
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    print("locked")
+except BlockingIOError:
+    print("busy")
+"""
+
+
+def try_lock(path: Path) -> str:
+    proc = subprocess.run([sys.executable, "-c", TRY_LOCK, str(path)], capture_output=True)
+    return proc.stdout.decode().strip()
+
+
 def tree_sha256(root: Path) -> dict[str, str]:
     """Every file under ``root``: relative path -> SHA-256 of its bytes."""
     return {
@@ -160,6 +176,15 @@ class TestAcquire:
         other = write_record(run, pid=os.getppid())
         with pytest.raises(WriterLeaseError, match=f"PID {other.pid}.*whose process is alive"):
             acquire_lease(_NoLock(LocalStore(str(run))))
+
+    def test_release_frees_the_attempt_for_another_process(self, run: Path) -> None:
+        """The lock is held until release; then the record is gone and another process locks."""
+        lease = acquire_lease(LocalStore(str(run)))
+        lease.publish()
+        assert try_lock(run / LOCK_NAME) == "busy"
+        lease.release()
+        assert not (run / LEASE_NAME).exists()
+        assert try_lock(run / LOCK_NAME) == "locked"
 
 
 class _NoLock:
