@@ -80,14 +80,20 @@ class FencedStore:
         return _FencedWriter(self.inner.open_atomic(path, exclusive=exclusive), self.fence)
 
     def write_atomic(self, path: str, data: bytes) -> FileRecord:
+        """A replace through :meth:`open_atomic` (the protocol's equivalent), so the fence
+        runs after the bytes are written and just before the rename: a writer that lost its
+        lease while writing the pointer cannot move it back over the new owner's."""
         with self.open_atomic(path) as writer:
             writer.write(data)
-        return _committed(writer)
+        if writer.record is None:  # pragma: no cover - a commit always sets it
+            raise StoreError(f"{path}: the writer committed without a record")
+        return writer.record
 
     def create_exclusive(self, path: str, data: bytes) -> FileRecord:
-        with self.open_atomic(path, exclusive=True) as writer:
-            writer.write(data)
-        return _committed(writer)
+        """The fence, then the inner store's own exclusive create (a link on a POSIX store,
+        ``If-None-Match`` on an object store), which can never replace another commit."""
+        self.fence(path)
+        return self.inner.create_exclusive(path, data)
 
     def read_bytes(self, path: str) -> bytes:
         return self.inner.read_bytes(path)
@@ -117,9 +123,3 @@ class FencedStore:
     def delete_tree(self, path: str) -> None:
         self.fence(path)
         self.inner.delete_tree(path)
-
-
-def _committed(writer: AtomicWriter) -> FileRecord:
-    if writer.record is None:  # pragma: no cover - commit always sets it
-        raise StoreError(f"{writer.path}: the writer committed without a record")
-    return writer.record
