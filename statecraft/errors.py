@@ -21,6 +21,7 @@ __all__ = [
     "DiskFullError",
     "GuaranteeViolation",
     "InspectError",
+    "IterationCommittedError",
     "MachineDefinitionError",
     "MachineRuntimeError",
     "NotSupportedYetError",
@@ -35,6 +36,7 @@ __all__ = [
     "StoreError",
     "TrackingError",
     "TrainerStateError",
+    "WriterLeaseError",
 ]
 
 
@@ -333,3 +335,18 @@ class SpecialFileError(StoreError, ValueError):
             path=path,
             kind=kind,
         )
+
+
+class WriterLeaseError(StatecraftError, RuntimeError):
+    """Another process owns (or took over) the writer lease of this attempt: two writers of
+    one run. Fields: ``path`` (the lease file), ``owner``, ``host``, ``pid``, ``generation``,
+    ``since`` (the other owner's record, when readable)."""
+
+    code = "writer_lease"
+
+
+class IterationCommittedError(StatecraftError, FileExistsError):
+    """A save was about to write into an iteration that already holds a manifest (another
+    writer committed it): a committed iteration is never rewritten. Fields: ``path``."""
+
+    code = "iteration_committed"

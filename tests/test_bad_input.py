@@ -65,11 +65,12 @@ def latest(out: Path) -> bytes | None:
 
 
 def tree_sha256(root: Path) -> dict[str, str]:
-    """Every file under ``root``: relative path -> SHA-256 of its bytes."""
+    """Every file under ``root`` but the writer lease (rewritten at a takeover, never part of
+    a checkpoint): relative path -> SHA-256 of its bytes."""
     return {
         str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(root.rglob("*"))
-        if p.is_file()
+        if p.is_file() and not p.name.startswith(".statecraft-writer.")
     }
 
 

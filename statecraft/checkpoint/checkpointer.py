@@ -32,6 +32,7 @@ import attrs
 
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.layout import RunAttempt, RunIdentity, iter_dirname, resolve_run_attempt
+from statecraft.checkpoint.lease import WriterLease, acquire_lease
 from statecraft.checkpoint.machines import load_machine
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN
 from statecraft.checkpoint.state import (
@@ -94,6 +95,8 @@ class Checkpointer:
         TrackingError: ``config`` is not a ``CheckpointConfig``.
         ConfigError: ``output_root`` is not a ``str`` / ``os.PathLike`` path (``bytes``
             included), or is empty or holds a NUL byte.
+        WriterLeaseError: (at the first ``resume`` / ``save``) another live process writes
+            this attempt; and at a save whose lease was taken over since.
     """
 
     def __init__(
@@ -128,6 +131,7 @@ class Checkpointer:
         self.tracked = Tracked()
         self.attempt: RunAttempt | None = None
         self.store: Store | None = None
+        self.lease: WriterLease | None = None  # rank 0's writer lease on the attempt
         self.saves: list[SaveReport] = []
         self.last_saved_step: int | None = None
         self.last_resume_run: RunResult | None = None  # the resume machine's run and trace
@@ -172,7 +176,20 @@ class Checkpointer:
                 f"cannot {action}: call Checkpointer.track(model=..., optimizer=...) first"
             )
 
+    def close(self) -> None:
+        """Release the writer lease (remove its record, drop the lock) so another process may
+        write this attempt; the checkpointer must not save or resume afterwards. Safe to call
+        twice; a process that exits releases the lock anyway."""
+        lease, self.lease = self.lease, None
+        self._closed = True
+        if lease is not None:
+            lease.release()
+
     def _ensure_attempt(self) -> Store:
+        if getattr(self, "_closed", False):
+            raise TrackingError(
+                "this Checkpointer was closed (its writer lease released); create a new one"
+            )
         if self.store is None:
             mode = self.config.resume
             self.attempt = resolve_run_attempt(
@@ -183,7 +200,18 @@ class Checkpointer:
                 collective=self.collective,
                 filesystem=self.filesystem,
             )
-            self.store = LocalStore(str(self.attempt.checkpoints_dir), fs=self.filesystem)
+            store = LocalStore(str(self.attempt.checkpoints_dir), fs=self.filesystem)
+
+            run_store = LocalStore(str(self.attempt.run_dir), fs=self.filesystem)
+
+            def take_lease() -> None:
+                # One writer per attempt (<run>/.statecraft-writer.lease): taken at startup,
+                # refused (on every rank) when another live process owns the attempt.
+                self.lease = acquire_lease(run_store)
+                self.lease.publish()  # so a second launch can name this owner
+
+            on_rank_zero(self.collective, take_lease)
+            self.store = store
         return self.store
 
     @property
@@ -312,6 +340,7 @@ class Checkpointer:
             plan=plan,
             payloads=CHECKPOINT_PLAN.payloads(tracked, trainer),
             writer_info={"statecraft": __version__},
+            lease=self.lease,
         )
         started = time.perf_counter()
         result: RunResult = self._save_machine.recover(ctx)

@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 
 from statecraft.checkpoint.catalog import CheckpointState, classify
+from statecraft.checkpoint.fence import FencedStore
 from statecraft.checkpoint.layout import (
     LATEST_POINTER,
     MANIFEST_NAME,
@@ -25,6 +26,7 @@ from statecraft.checkpoint.layout import (
     iter_dirname,
     parse_latest,
 )
+from statecraft.checkpoint.lease import WriterLease
 from statecraft.checkpoint.manifest import MANIFEST_SCHEMA, FileEntry, Manifest, SavePlan
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN, FULL_COMPONENTS, Phase, full_save_plan
 from statecraft.checkpoint.verify import read_manifest
@@ -33,8 +35,10 @@ from statecraft.engine.tagging import Role, collect_bindings, effect, observer
 from statecraft.errors import (
     CheckpointCorruptError,
     CheckpointError,
+    IterationCommittedError,
     PlanDriftError,
     StoreConflictError,
+    WriterLeaseError,
 )
 from statecraft.storage.base import FileRecord, Store
 from statecraft.writers.base import Writer
@@ -66,7 +70,11 @@ class SaveContext:
             For a synchronous save they are references (``state_dict()`` shares the live
             tensors); an asynchronous save copies them here before training continues.
         records: size and digest of each file written, filled in as files land.
-        commit_conflict: the manifest's exclusive create found another commit in place.
+        commit_conflict: the manifest's exclusive create found another commit in place, or
+            the fence refused a write (another writer owns the attempt or the iteration).
+        lease: this process's writer lease (:mod:`statecraft.checkpoint.lease`), checked
+            before every publication and removal; ``None`` (the crash harness's single
+            writer, tools) skips only the lease check, never the no-manifest check.
     """
 
     store: Store
@@ -77,6 +85,7 @@ class SaveContext:
     staged: dict[str, Any] = attrs.field(factory=dict)
     records: dict[str, FileRecord] = attrs.field(factory=dict)
     commit_conflict: bool = False
+    lease: WriterLease | None = None
 
     def __attrs_post_init__(self) -> None:
         missing = sorted(set(self.plan.files) - set(self.payloads))
@@ -103,6 +112,39 @@ class SaveContext:
 
     def path(self, name: str) -> str:
         return f"{self.iter_dir}/{name}"
+
+    @property
+    def fenced(self) -> FencedStore:
+        """The store every write effect acts through: each publication or removal first
+        passes :func:`fence`."""
+        return FencedStore(self.store, lambda path: fence(self, path))
+
+
+def fence(ctx: SaveContext, path: str) -> None:
+    """Refuse a publication or removal of ``path`` that would touch another writer's work:
+    the lease must still be ours, and nothing but the manifest itself is written into (or
+    removed from) an iteration that holds a manifest.
+
+    Raises:
+        WriterLeaseError: the lease was taken over (or is gone).
+        IterationCommittedError: the iteration holds a manifest (someone committed it).
+    """
+    try:
+        if ctx.lease is not None:
+            ctx.lease.check()
+        manifest = ctx.path(MANIFEST_NAME)
+        inside = path == ctx.iter_dir or path.startswith(ctx.iter_dir + "/")
+        if inside and path != manifest and ctx.store.stat(manifest) is not None:
+            where = f"{ctx.store.describe()}/{ctx.iter_dir}"
+            raise IterationCommittedError(
+                f"{where} holds a manifest (another writer committed it) while this save was "
+                f"about to write {path}: a committed iteration is never rewritten. Nothing was "
+                "changed; make sure only one process writes this attempt",
+                path=where,
+            )
+    except (WriterLeaseError, IterationCommittedError):
+        ctx.commit_conflict = True
+        raise
 
 
 def _latest_iteration(store: Store) -> int | None:
@@ -144,11 +186,14 @@ def prepare_iteration(ctx: SaveContext) -> None:
     sweep = getattr(ctx.store, "sweep_temporaries", None)
     if sweep is not None:
         sweep("")
+    store = ctx.fenced
     if ctx.store.stat(ctx.iter_dir) is not None:
         log.info("clearing uncommitted leftovers of %s before writing it", ctx.iter_dir)
-        ctx.store.delete_tree(ctx.iter_dir)
-    ctx.store.make_dirs(ctx.iter_dir)
-    ctx.writer.prepare(ctx.plan, ctx.store)
+        store.delete_tree(ctx.iter_dir)
+    elif ctx.lease is not None:
+        ctx.lease.check()
+    store.make_dirs(ctx.iter_dir)
+    ctx.writer.prepare(ctx.plan, store)
 
 
 def _write_phase(ctx: SaveContext, phase: Phase) -> None:
@@ -157,11 +202,12 @@ def _write_phase(ctx: SaveContext, phase: Phase) -> None:
             f"{ctx.iter_dir}: a write ran before stage_payloads captured the payloads; the save "
             "table must stage before writing"
         )
+    store = ctx.fenced
     for entry in CHECKPOINT_PLAN.in_phase(phase):
         if entry.name in ctx.plan.files:
             ctx.writer.begin_write(entry.name)
             ctx.records[entry.name] = ctx.writer.write(
-                ctx.store, ctx.path(entry.name), ctx.staged[entry.name]
+                store, ctx.path(entry.name), ctx.staged[entry.name]
             )
 
 
@@ -179,7 +225,9 @@ def write_control(ctx: SaveContext) -> None:
 
 @effect(role=Role.COORDINATOR)
 def commit_manifest(ctx: SaveContext) -> None:
-    """Publish the manifest by exclusive create: the iteration is now an immutable commit."""
+    """Publish the manifest by exclusive create: the iteration is now an immutable commit.
+    The lease is re-read first (after the bytes are written, before the link): a save whose
+    lease was taken over refuses with ``WriterLeaseError`` and publishes nothing."""
     missing = sorted(set(ctx.plan.files) - set(ctx.records))
     if missing:
         raise CheckpointCorruptError(
@@ -194,7 +242,7 @@ def commit_manifest(ctx: SaveContext) -> None:
         writer={**ctx.writer.finish(), **ctx.writer_info},
     )
     try:
-        ctx.store.create_exclusive(ctx.path(MANIFEST_NAME), manifest.encode())
+        ctx.fenced.create_exclusive(ctx.path(MANIFEST_NAME), manifest.encode())
     except StoreConflictError:
         ctx.commit_conflict = True
         raise
@@ -202,8 +250,9 @@ def commit_manifest(ctx: SaveContext) -> None:
 
 @effect(role=Role.COORDINATOR)
 def advance_latest(ctx: SaveContext) -> None:
-    """Point ``latest_checkpoint.txt`` at this iteration (atomic replace)."""
-    ctx.store.write_atomic(LATEST_POINTER, format_latest(ctx.plan.iteration))
+    """Point ``latest_checkpoint.txt`` at this iteration (atomic replace), once the lease is
+    confirmed ours (another writer's newer pointer is never replaced by an older one)."""
+    ctx.fenced.write_atomic(LATEST_POINTER, format_latest(ctx.plan.iteration))
 
 
 @effect(role=Role.COORDINATOR)
@@ -263,8 +312,14 @@ def discard_partial(ctx: SaveContext) -> None:
     the manifest's exclusive create met another writer's commit is the directory kept.
     """
     if ctx.commit_conflict:
-        log.warning("%s was committed by another writer; it is kept", ctx.iter_dir)
+        log.warning("%s belongs to another writer; it is kept", ctx.iter_dir)
         return
+    if ctx.lease is not None:
+        try:
+            ctx.lease.check()
+        except WriterLeaseError:
+            log.warning("the writer lease was taken over; %s is left to its owner", ctx.iter_dir)
+            return
     ctx.store.delete_tree(ctx.iter_dir)
 
 

@@ -25,6 +25,7 @@ def statecraft_save(model: Any, output_root: str) -> tuple[float, Any]:
     started = time.perf_counter()
     report = ckpt.save()
     seconds = time.perf_counter() - started
+    ckpt.close()  # release the writer lease: the resume measurements run in other processes
     if report is None:  # pragma: no cover - single process is rank 0
         raise StatecraftError("bench: Checkpointer.save returned no report on rank 0")
     return seconds, report
@@ -43,6 +44,7 @@ def statecraft_resume(output_root: str, size_mib: int) -> tuple[float, list[tupl
     started = time.perf_counter()
     result, effects = _traced_resume(ckpt)
     seconds = time.perf_counter() - started
+    ckpt.close()
     if not result.resumed:
         raise StatecraftError(f"bench: resume did not load the saved checkpoint ({result.reason})")
     return seconds, effects

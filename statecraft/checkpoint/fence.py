@@ -1,0 +1,125 @@
+"""The fenced store: every publication or removal of a save passes a check first.
+
+The save bindings (:mod:`statecraft.checkpoint.transactions.save`) wrap their store in a
+:class:`FencedStore` whose fence re-reads the writer lease (:mod:`statecraft.checkpoint.lease`)
+and refuses to write into an iteration that holds a manifest. The check runs in the writer's
+commit, after the bytes are written and before the rename, so the window in which another
+writer could slip in is as small as the store allows (a rename cannot be conditional on a
+POSIX filesystem; the ``flock`` of the lease is what keeps a second live writer out).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import BinaryIO
+
+from statecraft.errors import StoreError
+from statecraft.storage.base import AtomicWriter, FileRecord, Store
+from statecraft.storage.filesystem import FileStat
+
+__all__ = ["FencedStore"]
+
+
+class _FencedWriter:
+    """An atomic writer whose commit first passes the fence (else it aborts)."""
+
+    def __init__(self, inner: AtomicWriter, fence: Callable[[str], None]) -> None:
+        self._inner = inner
+        self._fence = fence
+        self.path = inner.path
+        self.record: FileRecord | None = None
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        return self._inner.write(data)
+
+    def flush(self) -> None:
+        self._inner.flush()
+
+    def commit(self) -> FileRecord:
+        try:
+            self._fence(self.path)
+        except BaseException:
+            self._inner.abort()
+            raise
+        self.record = self._inner.commit()
+        return self.record
+
+    def abort(self) -> None:
+        self._inner.abort()
+
+    def __enter__(self) -> _FencedWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
+
+
+class FencedStore:
+    """A :class:`Store` whose every publication (and removal) first calls ``fence(path)``,
+    which raises to refuse it; reads and everything else pass through unchanged. The save
+    bindings wrap their store in one (the lease check and the no-manifest check), so the
+    check runs as late as possible: after the bytes are written, before the rename."""
+
+    def __init__(self, inner: Store, fence: Callable[[str], None]) -> None:
+        self.inner = inner
+        self.fence = fence
+
+    def __repr__(self) -> str:
+        return f"FencedStore({self.inner!r})"
+
+    def __getattr__(self, name: str) -> object:  # store extras (sweep_temporaries...)
+        return getattr(self.inner, name)
+
+    def describe(self) -> str:
+        return self.inner.describe()
+
+    def open_atomic(self, path: str, *, exclusive: bool = False) -> AtomicWriter:
+        return _FencedWriter(self.inner.open_atomic(path, exclusive=exclusive), self.fence)
+
+    def write_atomic(self, path: str, data: bytes) -> FileRecord:
+        """A replace through :meth:`open_atomic` (the protocol's equivalent), so the fence
+        runs after the bytes are written and just before the rename: a writer that lost its
+        lease while writing the pointer cannot move it back over the new owner's."""
+        with self.open_atomic(path) as writer:
+            writer.write(data)
+        if writer.record is None:  # pragma: no cover - a commit always sets it
+            raise StoreError(f"{path}: the writer committed without a record")
+        return writer.record
+
+    def create_exclusive(self, path: str, data: bytes) -> FileRecord:
+        """The fence, then the inner store's own exclusive create (a link on a POSIX store,
+        ``If-None-Match`` on an object store), which can never replace another commit."""
+        self.fence(path)
+        return self.inner.create_exclusive(path, data)
+
+    def read_bytes(self, path: str) -> bytes:
+        return self.inner.read_bytes(path)
+
+    def open_read(self, path: str) -> BinaryIO:
+        return self.inner.open_read(path)
+
+    def local_path(self, path: str) -> str | None:
+        return self.inner.local_path(path)
+
+    def stat(self, path: str) -> FileStat | None:
+        return self.inner.stat(path)
+
+    def list(self, path: str = "") -> list[str]:
+        return self.inner.list(path)
+
+    def make_dirs(self, path: str) -> None:
+        self.inner.make_dirs(path)
+
+    def make_durable(self, path: str) -> None:
+        self.inner.make_durable(path)
+
+    def delete(self, path: str) -> None:
+        self.fence(path)
+        self.inner.delete(path)
+
+    def delete_tree(self, path: str) -> None:
+        self.fence(path)
+        self.inner.delete_tree(path)
