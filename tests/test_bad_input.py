@@ -70,7 +70,7 @@ def tree_sha256(root: Path) -> dict[str, str]:
     return {
         str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
         for p in sorted(root.rglob("*"))
-        if p.is_file() and not p.name.startswith(".statecraft-writer.")
+        if p.is_file() and not p.name.startswith((".statecraft-writer.", ".statecraft-launch."))
     }
 
 

@@ -69,6 +69,9 @@ def iter_path(out: Path, iteration: int) -> Path:
     return checkpoints(out) / iter_dirname(iteration)
 
 
+_COORDINATION_FILES = (".statecraft-writer.", ".statecraft-launch.")
+
+
 def snapshot(root: Path) -> dict[str, tuple[str, bytes]]:
     """Every entry under ``root`` without following links or opening special files: its kind
     and its bytes (regular files) or target (links)."""
@@ -76,6 +79,8 @@ def snapshot(root: Path) -> dict[str, tuple[str, bytes]]:
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             path = Path(dirpath) / name
+            if name.startswith(_COORDINATION_FILES):
+                continue  # the writer lease and locks are rewritten on takeover by design
             st = path.lstat()
             rel = str(path.relative_to(root))
             if path.is_symlink():

@@ -47,7 +47,12 @@ def iter_path(out: Path, iteration: int) -> Path:
 
 def all_bytes(out: Path) -> dict[str, bytes]:
     """Every file under the output root, by relative path."""
-    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(out)): p.read_bytes()
+        for p in sorted(out.rglob("*"))
+        # the writer lease and locks are rewritten on takeover by design; the rest never is
+        if p.is_file() and not p.name.startswith((".statecraft-writer.", ".statecraft-launch."))
+    }
 
 
 def doctor(out: Path, iteration: int, edit: Any) -> None:
