@@ -315,3 +315,44 @@ def test_twin_launch_one_trains_then_kill_and_takeover_resume_bit_exactly(tmp_pa
     assert ref_dir is not None
     assert run_dir is not None
     assert compare_checkpoints(ref_dir / iter_dirname(40), run_dir / iter_dirname(40)) == []
+
+
+def test_simultaneous_launches_on_a_fresh_root_share_one_attempt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two launches that both find no attempt must not each mint one: the job's launch lock
+    makes the second resolve after the first, so it adopts the first's new attempt (where
+    its lease then fences it). The first launch is held between listing the attempts and
+    minting; without the lock the second mints a sibling attempt in that window."""
+    import threading
+
+    import statecraft as sc
+    from statecraft.checkpoint import layout
+
+    real_mint = layout._mint
+    first_listed = threading.Event()
+    calls: list[str] = []
+
+    def slow_first_mint(*args, **kwargs):
+        if not calls:
+            calls.append("first")
+            first_listed.set()
+            time.sleep(0.5)  # the window between listing the attempts and minting one
+        return real_mint(*args, **kwargs)
+
+    monkeypatch.setattr(layout, "_mint", slow_first_mint)
+    out = tmp_path / "out"
+
+    def launch() -> None:
+        ckpt = sc.Checkpointer(sc.CheckpointConfig(), run=DEMO_RUN, output_root=out)
+        ckpt._ensure_attempt()
+
+    first = threading.Thread(target=launch)
+    first.start()
+    assert first_listed.wait(10)
+    second = threading.Thread(target=launch)
+    second.start()
+    first.join(30)
+    second.join(30)
+    attempts = sorted(p.name for p in DEMO_RUN.job_dir(out).iterdir() if p.is_dir())
+    assert len(attempts) == 1, f"two launches minted {attempts}"

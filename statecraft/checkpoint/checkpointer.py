@@ -23,16 +23,18 @@ every rank contributes its RNG streams; on resume the coordinator effects run on
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import attrs
 
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.layout import RunAttempt, RunIdentity, iter_dirname, resolve_run_attempt
-from statecraft.checkpoint.lease import WriterLease, acquire_lease
+from statecraft.checkpoint.lease import WriterLease, acquire_lease, launch_lock
 from statecraft.checkpoint.machines import load_machine
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN
 from statecraft.checkpoint.state import (
@@ -49,7 +51,7 @@ from statecraft.parallel.collectives import Collective, default_collective
 from statecraft.parallel.coordinated import rank_zero_effects
 from statecraft.parallel.rank0 import on_rank_zero
 from statecraft.storage.base import Store
-from statecraft.storage.filesystem import Filesystem
+from statecraft.storage.filesystem import Filesystem, OsFilesystem
 from statecraft.storage.local import LocalStore
 
 __all__ = ["Checkpointer", "SaveReport"]
@@ -191,28 +193,44 @@ class Checkpointer:
                 "this Checkpointer was closed (its writer lease released); create a new one"
             )
         if self.store is None:
-            mode = self.config.resume
-            self.attempt = resolve_run_attempt(
-                self.output_root,
-                self.run,
-                resume=mode,
-                run_ts=self.config.run_ts,
-                collective=self.collective,
-                filesystem=self.filesystem,
+            # Rank 0 of a launch on the real filesystem resolves its attempt and takes the
+            # lease under the job's launch lock, so two launches started at once
+            # cannot each mint an attempt and both train (statecraft.checkpoint.lease).
+            serialize = self.collective.rank == 0 and isinstance(
+                self.filesystem or OsFilesystem(), OsFilesystem
             )
-            store = LocalStore(str(self.attempt.checkpoints_dir), fs=self.filesystem)
-
-            run_store = LocalStore(str(self.attempt.run_dir), fs=self.filesystem)
-
-            def take_lease() -> None:
-                # One writer per attempt (<run>/.statecraft-writer.lease): taken at startup,
-                # refused (on every rank) when another live process owns the attempt.
-                self.lease = acquire_lease(run_store)
-                self.lease.publish()  # so a second launch can name this owner
-
-            on_rank_zero(self.collective, take_lease)
-            self.store = store
+            job_dir = str(self.run.job_dir(Path(self.output_root)))
+            if serialize:  # the lock file lives in the job directory: create it durably first
+                LocalStore("/", fs=self.filesystem).make_dirs(job_dir.lstrip("/"))
+            with launch_lock(job_dir) if serialize else contextlib.nullcontext():
+                self._resolve_attempt_and_lease()
+        if self.store is None:  # pragma: no cover - _resolve_attempt_and_lease sets it
+            raise CheckpointError("the attempt was not resolved")
         return self.store
+
+    def _resolve_attempt_and_lease(self) -> None:
+        """Resolve the attempt (rank 0 decides, every rank learns) and take its lease."""
+        mode = self.config.resume
+        self.attempt = resolve_run_attempt(
+            self.output_root,
+            self.run,
+            resume=mode,
+            run_ts=self.config.run_ts,
+            collective=self.collective,
+            filesystem=self.filesystem,
+        )
+        store = LocalStore(str(self.attempt.checkpoints_dir), fs=self.filesystem)
+
+        run_store = LocalStore(str(self.attempt.run_dir), fs=self.filesystem)
+
+        def take_lease() -> None:
+            # One writer per attempt (<run>/.statecraft-writer.lease): taken at startup,
+            # refused (on every rank) when another live process owns the attempt.
+            self.lease = acquire_lease(run_store)
+            self.lease.publish()  # so a second launch can name this owner
+
+        on_rank_zero(self.collective, take_lease)
+        self.store = store
 
     @property
     def clocks(self):

@@ -39,7 +39,8 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import attrs
 import cattrs
@@ -54,6 +55,7 @@ __all__ = [
     "LeaseRecord",
     "WriterLease",
     "acquire_lease",
+    "launch_lock",
     "pid_alive",
 ]
 
@@ -62,6 +64,8 @@ log = logging.getLogger("statecraft.lease")
 LEASE_NAME = ".statecraft-writer.lease"
 LOCK_NAME = ".statecraft-writer.lock"
 LEASE_SCHEMA = "statecraft.writer-lease.v1"
+LAUNCH_LOCK_NAME = ".statecraft-launch.lock"
+_LAUNCH_WAIT_S = 30.0  # how long a launch waits for another launch to finish resolving
 _MAX_LEASE_BYTES = 64 << 10
 _RECORD_WAIT_S = 3.0  # how long a refused starter waits for the owner's record, to name it
 
@@ -357,3 +361,43 @@ def acquire_lease(
         generation,
     )
     return WriterLease(store, mine, existing, reason=reason)
+
+
+@contextmanager
+def launch_lock(job_dir: str, *, wait_s: float = _LAUNCH_WAIT_S) -> Iterator[None]:
+    """Serialize the startup of launches of one job: attempt resolution and the lease are
+    taken while holding ``<job_dir>/.statecraft-launch.lock`` (``flock``; ``job_dir`` is
+    ``<output_root>/<project>/<group>/<name>``, the directory holding the attempts).
+
+    Without it, two launches of one job started at the same instant on a fresh output root
+    would each mint their own attempt (sibling RUN_TS) and both train. With it the second
+    launch resolves after the first has minted its attempt and taken its lease, so under
+    ``resume=auto`` it adopts that attempt and is refused by the lease, naming the owner.
+    The lock is held only for the resolution (milliseconds); the lock file's content never
+    matters. ``job_dir`` must exist (the facade creates it durably first).
+
+    Raises:
+        WriterLeaseError: another launch held the lock for longer than ``wait_s`` seconds.
+    """
+    path = os.path.join(job_dir, LAUNCH_LOCK_NAME)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise
+                if time.monotonic() > deadline:
+                    raise WriterLeaseError(
+                        f"{path}: another launch of this job has been resolving its attempt for "
+                        f"over {wait_s:.0f} s (its launch lock is held); it is stuck or very "
+                        "slow: stop it, or give this run another name or output_root",
+                        path=path,
+                    ) from None
+                time.sleep(0.02)
+        yield
+    finally:
+        os.close(fd)  # releases the flock
