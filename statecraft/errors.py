@@ -291,18 +291,33 @@ class DiskFullError(StoreError):
     path: str
     bytes_needed: int
     bytes_free: int | None
+    checkpoint_bytes: int | None
 
-    def __init__(self, path: str, *, bytes_needed: int, bytes_free: int | None) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        bytes_needed: int,
+        bytes_free: int | None,
+        checkpoint_bytes: int | None = None,
+    ) -> None:
         free = "unknown" if bytes_free is None else f"{bytes_free:,}"
+        whole = (
+            f" (the whole checkpoint needs at least {checkpoint_bytes:,} bytes)"
+            if checkpoint_bytes is not None
+            else ""
+        )
         super().__init__(
-            f"disk full: writing {path} needed at least {bytes_needed:,} bytes but only {free} "
-            "bytes are free on its filesystem; nothing was published and older checkpoints are "
-            "intact. Free space on that disk, keep fewer checkpoints (the retention knobs "
-            "keep_optim_last / keep_model_last), or point output_root at a larger disk, then "
+            f"disk full: writing {path} needed at least {bytes_needed:,} bytes{whole} but only "
+            f"{free} bytes are free on its filesystem; nothing was published and older "
+            "checkpoints are intact. Free space on that disk, keep fewer checkpoints (the "
+            "retention knobs keep_optim_last / keep_model_last), or point output_root at a "
+            "larger disk, then "
             "save again",
             path=path,
             bytes_needed=bytes_needed,
             bytes_free=bytes_free,
+            checkpoint_bytes=checkpoint_bytes,
         )
 
 

@@ -101,7 +101,7 @@ def assert_message(error: DiskFullError, name: str) -> None:
 
 
 def checkpoints_dir(out: Path) -> Path:
-    (attempt,) = (out / "proj" / "group" / "name").iterdir()
+    (attempt,) = (p for p in (out / "proj" / "group" / "name").iterdir() if p.is_dir())
     return attempt / "checkpoints"
 
 
@@ -213,6 +213,12 @@ class TestFaultInjection:
         assert_message(info.value, culprit)
         tensor_bytes = 128 * 128 * 4 + 128 * 4
         assert info.value.bytes_needed >= tensor_bytes * (2 if culprit == "optim.pt" else 1)
+        # model.pt + optim.pt (weights plus AdamW's two moments) at the least
+        assert info.value.checkpoint_bytes is not None
+        assert info.value.checkpoint_bytes >= 3 * tensor_bytes
+        assert f"the whole checkpoint needs at least {info.value.checkpoint_bytes:,} bytes" in str(
+            info.value
+        )
         assert snapshot(out) == before
         assert not [p for p in out.rglob("*") if is_temporary_name(p.name)]
         train(ckpt, objects, 2)

@@ -303,7 +303,7 @@ class TestPathKinds:
         newer = job_dir(out) / "29991231235959"
         newer.mkdir()
         report = inspect_path(job_dir(out))
-        old = sorted(p.name for p in job_dir(out).iterdir())[0]
+        old = sorted(p.name for p in job_dir(out).iterdir() if p.is_dir())[0]
         assert [a["run_ts"] for a in report["attempts"]] == [old, "29991231235959"]
         assert report["attempts"][-1]["checkpoints"] is None
         assert report["adopted_attempt"] == str(newer.resolve())

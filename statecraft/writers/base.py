@@ -33,10 +33,12 @@ from __future__ import annotations
 import abc
 from typing import Any, ClassVar, Protocol
 
+import torch
+
 from statecraft.errors import CheckpointError
 from statecraft.storage.base import FileRecord, Store
 
-__all__ = ["PlanLike", "Writer"]
+__all__ = ["PlanLike", "Writer", "tensor_bytes"]
 
 
 class PlanLike(Protocol):
@@ -138,3 +140,22 @@ class Writer(abc.ABC):
         Raises:
             CheckpointCorruptError: the entry is not loadable.
         """
+
+
+def tensor_bytes(payload: Any) -> int:
+    """The bytes of every tensor in ``payload`` (nested dicts, lists, tuples): what its
+    ``torch.save`` file needs at least."""
+    stack, total, seen = [payload], 0, set()
+    while stack:
+        item = stack.pop()
+        if isinstance(item, torch.Tensor):
+            storage = item.untyped_storage()
+            key = (storage.data_ptr(), storage.nbytes())
+            if key not in seen:
+                seen.add(key)
+                total += storage.nbytes()
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple):
+            stack.extend(item)
+    return total

@@ -22,28 +22,9 @@ import torch
 from statecraft.errors import CheckpointCorruptError, DiskFullError, SpecialFileError
 from statecraft.storage.base import FileRecord, Store
 from statecraft.storage.filesystem import open_regular
-from statecraft.writers.base import Writer
+from statecraft.writers.base import Writer, tensor_bytes
 
 __all__ = ["ConsolidatedWriter"]
-
-
-def _tensor_bytes(payload: Any) -> int:
-    """The bytes of every tensor in ``payload`` (nested dicts, lists, tuples): what its
-    ``torch.save`` file needs at least."""
-    stack, total, seen = [payload], 0, set()
-    while stack:
-        item = stack.pop()
-        if isinstance(item, torch.Tensor):
-            storage = item.untyped_storage()
-            key = (storage.data_ptr(), storage.nbytes())
-            if key not in seen:
-                seen.add(key)
-                total += storage.nbytes()
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, list | tuple):
-            stack.extend(item)
-    return total
 
 
 def _disk_full_cause(exc: BaseException) -> DiskFullError | None:
@@ -101,7 +82,7 @@ class ConsolidatedWriter(Writer):
                 raise
             raise DiskFullError(
                 full.path,
-                bytes_needed=max(full.bytes_needed, _tensor_bytes(payload)),
+                bytes_needed=max(full.bytes_needed, tensor_bytes(payload)),
                 bytes_free=full.bytes_free,
             ) from None
         return writer.record  # type: ignore[return-value]

@@ -35,13 +35,14 @@ from statecraft.engine.tagging import Role, collect_bindings, effect, observer
 from statecraft.errors import (
     CheckpointCorruptError,
     CheckpointError,
+    DiskFullError,
     IterationCommittedError,
     PlanDriftError,
     StoreConflictError,
     WriterLeaseError,
 )
 from statecraft.storage.base import FileRecord, Store
-from statecraft.writers.base import Writer
+from statecraft.writers.base import Writer, tensor_bytes
 from statecraft.writers.consolidated import ConsolidatedWriter
 
 __all__ = [
@@ -206,9 +207,27 @@ def _write_phase(ctx: SaveContext, phase: Phase) -> None:
     for entry in CHECKPOINT_PLAN.in_phase(phase):
         if entry.name in ctx.plan.files:
             ctx.writer.begin_write(entry.name)
-            ctx.records[entry.name] = ctx.writer.write(
-                store, ctx.path(entry.name), ctx.staged[entry.name]
-            )
+            try:
+                ctx.records[entry.name] = ctx.writer.write(
+                    store, ctx.path(entry.name), ctx.staged[entry.name]
+                )
+            except DiskFullError as full:
+                raise _with_checkpoint_bytes(ctx, full) from None
+
+
+def _with_checkpoint_bytes(ctx: SaveContext, full: DiskFullError) -> DiskFullError:
+    """The same disk-full error, also saying what the whole checkpoint needs: the files
+    already written plus at least the tensor bytes of every file not yet written."""
+    written = sum(r.size for r in ctx.records.values())
+    remaining = sum(
+        tensor_bytes(payload) for name, payload in ctx.staged.items() if name not in ctx.records
+    )
+    return DiskFullError(
+        full.path,
+        bytes_needed=full.bytes_needed,
+        bytes_free=full.bytes_free,
+        checkpoint_bytes=max(written + remaining, written + full.bytes_needed),
+    )
 
 
 @effect(role=Role.COORDINATOR)
