@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from checkpoint_runs import RUN, Cursor
 
 import statecraft as sc
 from statecraft.engine.crash import FaultKind, IoGate
@@ -23,21 +24,7 @@ from statecraft.storage.local import is_temporary_name
 from statecraft.storage.simfs import SimFilesystem
 
 CONFIG = ["save_every=2", "save_async=false", "keep_optim_last=0"]
-RUN = sc.RunIdentity("proj", "group", "name")
 TMPFS_BYTES = 4 << 20
-
-
-class Cursor:
-    """A data source with a resumable position."""
-
-    def __init__(self) -> None:
-        self.position = 0
-
-    def state_dict(self) -> dict[str, int]:
-        return {"position": self.position}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.position = state["position"]
 
 
 class Objects:
