@@ -7,6 +7,7 @@ from statecraft.checkpoint.checkpointer import Checkpointer, SaveReport
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.layout import RunIdentity
 from statecraft.checkpoint.state import Outcome, SchedulerIdentity, UpdateClocks
+from statecraft.checkpoint.step import StepEnd
 from statecraft.checkpoint.transactions.resume import ResumeResult
 
 __version__ = "0.1.0"
@@ -19,6 +20,7 @@ __all__ = [
     "RunIdentity",
     "SaveReport",
     "SchedulerIdentity",
+    "StepEnd",
     "UpdateClocks",
     "__version__",
 ]

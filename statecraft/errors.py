@@ -29,6 +29,7 @@ __all__ = [
     "PlanDriftError",
     "PreconditionFailed",
     "ResumeError",
+    "ResumeRequiredError",
     "SpecError",
     "SpecialFileError",
     "StatecraftError",
@@ -365,3 +366,13 @@ class IterationCommittedError(StatecraftError, FileExistsError):
     writer committed it): a committed iteration is never rewritten. Fields: ``path``."""
 
     code = "iteration_committed"
+
+
+class ResumeRequiredError(CheckpointError):
+    """A save was asked for in an attempt that already holds committed checkpoints, by a
+    process that never called ``Checkpointer.resume()``: its state is not the continuation of
+    those checkpoints, so saving would mix two trajectories in one checkpoint series. Nothing
+    was written. Fields: ``attempt`` (the attempt directory), ``iteration`` (its newest
+    committed iteration)."""
+
+    code = "resume_required"

@@ -37,6 +37,7 @@ class TestPublicApi:
             "RunIdentity",
             "SaveReport",
             "SchedulerIdentity",
+            "StepEnd",
             "UpdateClocks",
             "__version__",
         ]

@@ -9,9 +9,16 @@
     for step in range(start.step, max_steps):
         train_step()
         ckpt.record(sc.Outcome.APPLIED)    # or SKIPPED / ACCUMULATING: advances the clocks
-        if ckpt.step_end():                # saves when due; True means stop now
+        if ckpt.step_end():                # StepEnd: saves when due; true means stop now
             break
     ckpt.finalize()                        # the normal-final save
+
+``run`` may also be one name (``run="mlp"`` is ``RunIdentity.named("mlp")``, i.e.
+``default/default/mlp``).
+
+``resume()`` is called once, before the first save; a save by a process that did not resume
+into an attempt holding checkpoints is refused, and a resume completes a lagging latest pointer
+(:mod:`statecraft.checkpoint.lifecycle`).
 
 Every save and resume runs the transaction tables in ``machines/`` (``save``, ``resume``);
 the loop never sees them. Under ``torch.distributed`` every rank calls every method in the
@@ -33,8 +40,15 @@ from typing import Any
 import attrs
 
 from statecraft.checkpoint.config import CheckpointConfig
-from statecraft.checkpoint.layout import RunAttempt, RunIdentity, iter_dirname, resolve_run_attempt
+from statecraft.checkpoint.layout import (
+    RunAttempt,
+    RunIdentity,
+    as_run_identity,
+    iter_dirname,
+    resolve_run_attempt,
+)
 from statecraft.checkpoint.lease import WriterLease, acquire_lease, launch_lock
+from statecraft.checkpoint.lifecycle import Lifecycle, complete_adopted_attempt
 from statecraft.checkpoint.machines import load_machine
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN
 from statecraft.checkpoint.state import (
@@ -43,6 +57,7 @@ from statecraft.checkpoint.state import (
     TrainerState,
     gather_rng_inventory,
 )
+from statecraft.checkpoint.step import StepEnd
 from statecraft.checkpoint.transactions.resume import ResumeContext, ResumeResult, Tracked
 from statecraft.checkpoint.transactions.save import SaveContext
 from statecraft.engine import RunResult
@@ -86,7 +101,8 @@ class Checkpointer:
 
     Args:
         config: the checkpoint knobs (``CheckpointConfig``).
-        run: the job's identity (``<project>/<group>/<name>``).
+        run: the job's identity (``<project>/<group>/<name>``): a :class:`RunIdentity`, or one
+            run name as a ``str`` (``RunIdentity.named``: project and group ``"default"``).
         output_root: the directory all runs live under.
         collective: rank coordination (default: ``torch.distributed`` if initialised).
         filesystem: what the local store acts through (default: the real OS). Tests pass an
@@ -96,7 +112,8 @@ class Checkpointer:
         NotSupportedYetError: a knob asks for a feature this release does not build.
         TrackingError: ``config`` is not a ``CheckpointConfig``.
         ConfigError: ``output_root`` is not a ``str`` / ``os.PathLike`` path (``bytes``
-            included), or is empty or holds a NUL byte.
+            included), or is empty or holds a NUL byte; ``run`` is neither a
+            ``RunIdentity`` nor a plain run name.
         WriterLeaseError: (at the first ``resume`` / ``save``) another live process writes
             this attempt; and at a save whose lease was taken over since.
     """
@@ -105,7 +122,7 @@ class Checkpointer:
         self,
         config: CheckpointConfig,
         *,
-        run: RunIdentity,
+        run: RunIdentity | str,
         output_root: str | os.PathLike[str],
         collective: Collective | None = None,
         filesystem: Filesystem | None = None,
@@ -125,8 +142,9 @@ class Checkpointer:
                 [ConfigIssue("output_root", root, "a non-empty directory path without NUL bytes")],
                 source="Checkpointer(output_root=...)",
             )
+        identity = as_run_identity(run)
         self.config = config
-        self.run = run
+        self.run = identity
         self.output_root = os.path.abspath(root)
         self.collective = collective or default_collective()
         self.filesystem = filesystem
@@ -137,6 +155,7 @@ class Checkpointer:
         self.saves: list[SaveReport] = []
         self.last_saved_step: int | None = None
         self.last_resume_run: RunResult | None = None  # the resume machine's run and trace
+        self._lifecycle = Lifecycle()  # resume once, before saving (lifecycle.py)
         self._resume_machine = load_machine("resume")
         self._save_machine = load_machine("save")
 
@@ -245,14 +264,27 @@ class Checkpointer:
     def resume(self) -> ResumeResult:
         """Decide where training starts and load it (see ``machines/resume.toml``).
 
+        Call it once, before the training loop and before any save. When ``resume=auto``
+        adopts a committed iteration newer than ``latest_checkpoint.txt`` names (a kill
+        between a save's commit and its pointer update), the pointer is completed through the
+        save machine's reconcile path before this returns, and temporaries of dead writers in
+        the attempt are removed (this process holds the writer lease).
+
         Returns:
             the :class:`ResumeResult`; ``step`` is where the loop continues.
 
         Raises:
-            ResumeError / CheckpointCorruptError / TrainerStateError: an explicit checkpoint
-                is missing or does not verify, or a chosen one cannot be loaded exactly.
+            ResumeError: ``resume()`` was already called, or this process already saved (its
+                state would be replaced mid-run); or (with CheckpointCorruptError /
+                TrainerStateError) an explicit checkpoint is missing or does not verify, or a
+                chosen one cannot be loaded exactly.
+            WriterLeaseError / StoreError: completing the latest pointer failed (the tracked
+                objects hold the checkpoint's state; ``latest`` is as it was).
         """
         self._require_tracked("resume")
+        self._lifecycle.before_resume(
+            self.attempt.run_dir if self.attempt else self.run.job_dir(Path(self.output_root))
+        )
         mode = self.config.resume
         kind = mode if mode in ("auto", "off") else "explicit"
         # An explicit source is verified and loaded before a new attempt is minted for the
@@ -279,7 +311,12 @@ class Checkpointer:
         result = ctx.result
         if result is None:  # pragma: no cover - every terminal path sets it
             raise CheckpointError("resume machine ended without a result")
+        if ctx.store is not None:  # an adopted attempt: complete its pointer, sweep leftovers
+            complete_adopted_attempt(
+                self.collective, ctx.store, result, machine=self._save_machine, lease=self.lease
+            )
         self.last_saved_step = result.step if result.resumed else None
+        self._lifecycle.resumed = True
         return result
 
     # ------------------------------------------------------------------ steps
@@ -287,12 +324,23 @@ class Checkpointer:
         """Advance the update clocks by one microbatch outcome."""
         self.tracked.clocks.record(outcome)
 
-    def step_end(self) -> bool:
+    def step_end(self) -> StepEnd:
         """Call at every step boundary. Saves when ``save_every`` is due at a quiescent
-        boundary. Returns True when the loop must stop now (termination handling arrives with
-        emergency saves; this release always returns False)."""
+        boundary.
+
+        Returns:
+            a :class:`StepEnd`: ``saved`` is the save's report (rank 0) or ``None``; ``stop``
+            (also its truth value) says the loop must stop now, with ``reason`` (termination
+            handling arrives with emergency saves; this release never stops).
+
+        Raises:
+            ResumeRequiredError: a save was due in an attempt holding committed checkpoints
+                and this process did not call ``resume()``; nothing was written.
+            (and what :meth:`save` raises)
+        """
         every = self.config.save_every
         clocks = self.tracked.clocks
+        saved = None
         if (
             every > 0
             and clocks.quiescent
@@ -300,14 +348,22 @@ class Checkpointer:
             and clocks.optimizer_step % every == 0
             and clocks.optimizer_step != self.last_saved_step
         ):
-            self.save()
-        return False
+            saved = self.save()
+        return StepEnd(saved=saved, stop=False, reason=None)
 
-    def finalize(self) -> None:
+    def finalize(self) -> SaveReport | None:
         """Normal completion: save the final step even off cadence (unless ``save_every=0``
-        or it is already saved)."""
+        or it is already saved).
+
+        Returns:
+            the final save's report (rank 0), or ``None`` when nothing was saved.
+
+        Raises:
+            ResumeRequiredError: as :meth:`save`.
+        """
         if self.config.save_every > 0 and self.step != self.last_saved_step and self.step > 0:
-            self.save()
+            return self.save()
+        return None
 
     # ------------------------------------------------------------------- save
     def save(self) -> SaveReport | None:
@@ -317,12 +373,16 @@ class Checkpointer:
             the report on rank 0; ``None`` on other ranks.
 
         Raises:
+            ResumeRequiredError: the attempt already holds committed checkpoints and this
+                process did not call ``resume()`` (nothing is written; call ``resume()`` before
+                the loop, or set ``resume=off`` for a new attempt).
             TrainerStateError: the accumulation window is open.
             StoreError / PlanDriftError / CheckpointCorruptError: the save failed; the previous
                 checkpoint is intact and ``latest`` still names it.
         """
         self._require_tracked("save")
         store = self._ensure_attempt()
+        self._lifecycle.before_save(self.collective, self.attempt, store)
         clocks = self.tracked.clocks
         clocks.require_quiescent("save a checkpoint")
         rng = gather_rng_inventory(
@@ -338,7 +398,7 @@ class Checkpointer:
             report.append(self._save_on_rank_zero(store, rng))
 
         on_rank_zero(self.collective, save_here)
-        self.last_saved_step = self.step
+        self.last_saved_step = self._lifecycle.saved = self.step
         return report[0] if report else None
 
     def _save_on_rank_zero(self, store: Store, rng: Any) -> SaveReport:
@@ -374,7 +434,13 @@ class Checkpointer:
             effects=tuple((e.effect, e.duration_s) for e in result.trace),
         )
         self.saves.append(report)
-        log.info("saved %s (%d bytes in %.3fs)", report.location, report.bytes_written, seconds)
+        log.info(
+            "saved iter %d: %.1f MiB in %.2f s -> %s",
+            report.iteration,
+            report.bytes_written / 2**20,
+            seconds,
+            report.location,
+        )
         return report
 
 

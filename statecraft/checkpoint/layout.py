@@ -39,6 +39,7 @@ __all__ = [
     "MANIFEST_NAME",
     "RunAttempt",
     "RunIdentity",
+    "as_run_identity",
     "format_latest",
     "iter_dirname",
     "list_attempts",
@@ -121,8 +122,47 @@ class RunIdentity:
         if issues:
             raise ConfigError(issues, source="RunIdentity")
 
+    @classmethod
+    def named(cls, name: str, *, project: str = "default", group: str = "default") -> RunIdentity:
+        """The identity of a run known by one name: ``default/default/<name>`` unless
+        ``project`` / ``group`` are given (for scripts that only have an output directory).
+
+        Raises:
+            ConfigError: a part is empty or not a plain path segment.
+
+        Example:
+            >>> RunIdentity.named("mlp")
+            RunIdentity(project='default', group='default', name='mlp')
+        """
+        return cls(project, group, name)
+
     def job_dir(self, output_root: Path) -> Path:
         return Path(output_root) / self.project / self.group / self.name
+
+
+def as_run_identity(run: object, *, source: str = "Checkpointer(run=...)") -> RunIdentity:
+    """``run`` as a :class:`RunIdentity`: an identity is returned as it is, a plain string is
+    one run name (:meth:`RunIdentity.named`).
+
+    Raises:
+        ConfigError: ``run`` is neither (naming ``run`` and what it accepts), or the name is
+            not a plain path segment.
+    """
+    if isinstance(run, RunIdentity):
+        return run
+    if isinstance(run, str):
+        return RunIdentity.named(run)
+    raise ConfigError(
+        [
+            ConfigIssue(
+                "run",
+                run,
+                "a RunIdentity(project, group, name) or one run name as a str "
+                "(RunIdentity.named: project and group default to 'default')",
+            )
+        ],
+        source=source,
+    )
 
 
 @attrs.frozen

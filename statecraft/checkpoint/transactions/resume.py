@@ -398,7 +398,7 @@ def start_fresh(ctx: ResumeContext) -> None:
     """No checkpoint is adopted: training starts at step 0."""
     reason = ctx.fresh_reason or "resume=off: starting fresh in a new attempt"
     ctx.result = ResumeResult(0, None, reason, tuple(ctx.passed_over), notes=tuple(ctx.notes))
-    log.info(reason)
+    log.info("fresh start: %s", reason)
 
 
 def resume_bindings() -> Bindings:
