@@ -282,7 +282,9 @@ class TestPointerRollForward:
         committed = committed_files(out)
         objects = Objects()
         ckpt = sc.Checkpointer(
-            sc.CheckpointConfig.load(None, ["save_every=10", "save_async=false", "keep_optim_last=0"]),
+            sc.CheckpointConfig.load(
+                None, ["save_every=10", "save_async=false", "keep_optim_last=0"]
+            ),
             run=RUN,
             output_root=out,
         )

@@ -434,10 +434,11 @@ class Checkpointer:
             effects=tuple((e.effect, e.duration_s) for e in result.trace),
         )
         self.saves.append(report)
+        mib = report.bytes_written / 2**20
         log.info(
-            "saved iter %d: %.1f MiB in %.2f s -> %s",
+            "saved iter %d: %s MiB in %.3f s -> %s",
             report.iteration,
-            report.bytes_written / 2**20,
+            f"{mib:.1f}" if mib >= 1 else f"{mib:.3f}",
             seconds,
             report.location,
         )
