@@ -357,3 +357,71 @@ class TestPointerRollForward:
         assert partial.is_dir()
         assert committed_files(out) == committed
         assert latest(out) == "iter_000000008\n"
+
+
+# ------------------------------------------------------------ trap 1 under two ranks
+def _save_without_resume(rank: int, world_size: int, tmp: str) -> None:
+    """One rank of a two-rank gloo group that trains and saves without resume(); it records
+    the error class, message and fields it raised."""
+    import json
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp}/store", rank=rank, world_size=world_size
+    )
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        ckpt = sc.Checkpointer(
+            sc.CheckpointConfig.load(None, ["save_every=2", "save_async=false"]),
+            run=sc.RunIdentity("p", "g", "dist"),
+            output_root=f"{tmp}/out",
+        )
+        ckpt.track(model=model, optimizer=optimizer)
+        for _ in range(2):
+            ckpt.record(sc.Outcome.APPLIED)
+        try:
+            ckpt.step_end()
+            outcome: dict[str, object] = {"raised": None}
+        except Exception as exc:  # the test compares what each rank raised
+            outcome = {"raised": type(exc).__name__, "message": str(exc), **exc.fields}
+        Path(f"{tmp}/rank{rank}.json").write_text(json.dumps(outcome))
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+class TestSaveWithoutResumeUnderTwoRanks:
+    def test_every_rank_refuses_with_rank_zeros_decision(self, tmp_path: Path) -> None:
+        """Under two gloo ranks a save without resume() into an attempt with commits raises
+        the same ResumeRequiredError on both ranks; nothing is written."""
+        import json
+
+        import torch
+
+        ckpt = sc.Checkpointer(
+            sc.CheckpointConfig.load(None, ["save_every=2", "save_async=false"]),
+            run=sc.RunIdentity("p", "g", "dist"),
+            output_root=tmp_path / "out",
+        )
+        model = torch.nn.Linear(4, 2)
+        ckpt.track(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+        ckpt.resume()
+        for _ in range(2):
+            ckpt.record(sc.Outcome.APPLIED)
+        assert ckpt.step_end().saved is not None
+        ckpt.close()
+        before = tree_bytes(tmp_path / "out")
+        torch.multiprocessing.spawn(
+            _save_without_resume, args=(2, str(tmp_path)), nprocs=2, join=True
+        )
+        outcomes = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+        assert outcomes[0] == outcomes[1]
+        assert outcomes[0]["raised"] == "ResumeRequiredError"
+        assert "(newest iter_000000002)" in outcomes[0]["message"]
+        assert outcomes[0]["iteration"] == 2
+        assert tree_bytes(tmp_path / "out") == before
