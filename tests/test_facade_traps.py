@@ -25,8 +25,9 @@ from checkpoint_runs import RUN, Objects, committed_run, open_checkpointer, trai
 
 import statecraft as sc
 from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME
-from statecraft.errors import ResumeError, ResumeRequiredError
-from statecraft.storage import is_temporary_name
+from statecraft.engine.crash import Fault, FaultKind
+from statecraft.errors import ResumeError, ResumeRequiredError, StoreError
+from statecraft.storage import OsFilesystem, is_temporary_name
 
 # ----------------------------------------------------------------------------- helpers
 
@@ -425,3 +426,68 @@ class TestSaveWithoutResumeUnderTwoRanks:
         assert "(newest iter_000000002)" in outcomes[0]["message"]
         assert outcomes[0]["iteration"] == 2
         assert tree_bytes(tmp_path / "out") == before
+
+
+class PointerWriteFails:
+    """An I/O gate that fails the rename onto ``latest_checkpoint.txt`` with EIO."""
+
+    def before_io(self, op: str, target: str) -> Fault | None:
+        if op == "rename" and target.endswith(f"/checkpoints/{LATEST_POINTER}"):
+            return Fault(FaultKind.IO_ERROR, 0)
+        return None
+
+
+class TestPointerRollForwardFailures:
+    def test_a_failed_pointer_write_fails_the_resume_and_changes_nothing(self, out: Path) -> None:
+        """When the roll-forward's pointer write fails, resume raises the store's error, the
+        pointer still names iter 6, no committed byte changed, and a later resume completes it
+        (sweeping the failed write's temporary)."""
+        (checkpoints(out) / LATEST_POINTER).write_bytes(b"iter_000000006\n")
+        committed = committed_files(out)
+        ckpt, _ = open_checkpointer(out, filesystem=OsFilesystem(gate=PointerWriteFails()))
+        with pytest.raises(StoreError) as caught:
+            ckpt.resume()
+        assert LATEST_POINTER in str(caught.value)
+        assert latest(out) == "iter_000000006\n"
+        assert committed_files(out) == committed
+        ckpt.close()
+        again, _ = open_checkpointer(out)
+        assert again.resume().step == 8
+        assert latest(out) == "iter_000000008\n"
+        assert temporaries(out) == []  # the failed write's temporary is swept by the relaunch
+        assert committed_files(out) == committed
+
+    def test_a_special_file_pointer_is_left_alone(
+        self, out: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A FIFO where the pointer belongs is never replaced: resume adopts iter 8, warns that
+        the pointer is not rolled forward, and the tree is unchanged."""
+        pointer = checkpoints(out) / LATEST_POINTER
+        pointer.unlink()
+        os.mkfifo(pointer)
+        before = tree_bytes_no_fifo(out)
+        ckpt, _ = open_checkpointer(out)
+        with caplog.at_level(logging.WARNING, logger="statecraft"):
+            assert ckpt.resume().step == 8
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert any(
+            f"{LATEST_POINTER} is a fifo, not a regular file: it is not rolled forward to "
+            "iter_000000008; remove it (the next save writes the pointer)" in line
+            for line in warned
+        ), warned
+        assert tree_bytes_no_fifo(out) == before
+        assert pointer.is_fifo()
+
+
+def tree_bytes_no_fifo(root: Path) -> dict[str, str]:
+    """:func:`tree_bytes` with special files shown by kind (a FIFO is never read)."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        if path.name.startswith((".statecraft-writer.", ".statecraft-launch.")):
+            continue
+        key = str(path.relative_to(root))
+        if path.is_fifo():
+            found[key] = "fifo"
+        else:
+            found[key] = "dir" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
+    return found
