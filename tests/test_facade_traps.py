@@ -491,3 +491,38 @@ def tree_bytes_no_fifo(root: Path) -> dict[str, str]:
         else:
             found[key] = "dir" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
     return found
+
+
+class TestFreshStartInAnAttemptWithCommits:
+    def test_resume_off_with_a_pinned_run_ts_refuses_to_save(self, out: Path) -> None:
+        """resume=off pinned to the committed attempt's run_ts starts fresh there; its first
+        save (iter 2, committed by the other trajectory) refuses instead of being taken for a
+        retried commit, and nothing is written."""
+        run_ts = attempt_dir(out).name
+        before = tree_bytes(out)
+        ckpt, objects = open_checkpointer(out, "resume=off", f"run_ts={run_ts}")
+        assert not ckpt.resume().resumed
+        with pytest.raises(ResumeRequiredError) as caught:
+            train(ckpt, objects, 2)
+        message = str(caught.value)
+        assert (
+            f"{attempt_dir(out)} already holds committed checkpoints (newest iter_000000008)"
+            in message
+        )
+        assert "but this process started fresh in it (resume=off" in message
+        assert "Nothing was written" in message
+        assert "Set resume=off without a pinned run_ts to start a new attempt" in message
+        assert tree_bytes(out) == before
+
+    def test_auto_fresh_start_in_an_empty_adopted_attempt_saves(self, tmp_path: Path) -> None:
+        """resume=auto adopting an attempt with no commit starts fresh and saves normally."""
+        root = tmp_path / "out"
+        first, _ = open_checkpointer(root)
+        first.resume()  # mints the attempt, saves nothing
+        first.close()
+        ckpt, objects = open_checkpointer(root)
+        assert not ckpt.resume().resumed
+        assert ckpt.attempt is not None
+        assert not ckpt.attempt.minted
+        train(ckpt, objects, 2)
+        assert [r.iteration for r in ckpt.saves] == [2]

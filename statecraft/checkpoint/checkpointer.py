@@ -316,7 +316,7 @@ class Checkpointer:
                 self.collective, ctx.store, result, machine=self._save_machine, lease=self.lease
             )
         self.last_saved_step = result.step if result.resumed else None
-        self._lifecycle.resumed = True
+        self._lifecycle.after_resume(result, self.attempt)
         return result
 
     # ------------------------------------------------------------------ steps

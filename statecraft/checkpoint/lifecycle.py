@@ -68,13 +68,26 @@ class Lifecycle:
 
     Attributes:
         resumed: ``resume()`` returned (an explicit resume and ``resume=off`` count).
+        fresh_reason: why ``resume()`` started fresh in an attempt it did not mint
+            (``resume=off`` with a pinned ``run_ts``, or ``resume=auto`` finding no checkpoint
+            that verifies), else ``None``.
         saved: the iteration of this process's last completed save (``None``: none yet).
-        may_save: saves are allowed: resumed, or the attempt held no commit at the first save.
+        may_save: saves are allowed: resumed from a checkpoint, a minted attempt, or the
+            attempt held no commit at the first save.
     """
 
     resumed: bool = False
     saved: int | None = None
     may_save: bool = False
+    fresh_reason: str | None = None
+
+    def after_resume(self, result: Any, attempt: RunAttempt | None) -> None:
+        """Record a successful ``resume()``: saves continue a loaded checkpoint or a minted
+        attempt; a fresh start in an adopted attempt is checked at its first save."""
+        self.resumed = True
+        adopted = attempt is not None and not attempt.minted
+        self.may_save = bool(result.resumed) or not adopted
+        self.fresh_reason = None if self.may_save else str(result.reason)
 
     def before_resume(self, where: Path | str) -> None:
         """Refuse a second ``resume()`` and one after a save.
@@ -89,20 +102,22 @@ class Lifecycle:
             raise problem
 
     def before_save(self, collective: Collective, attempt: RunAttempt | None, store: Store) -> None:
-        """Refuse a save by a process that did not resume into an attempt that holds
-        committed checkpoints (rank 0 looks; every rank raises the same error). Once allowed,
-        later saves are not looked at again (they continue this process's own series).
+        """Refuse a save by a process that did not resume, or started fresh, into an attempt
+        that holds committed checkpoints (rank 0 looks; every rank raises the same error).
+        Once allowed, later saves are not looked at again (they continue this process's own
+        series).
 
         Raises:
-            ResumeRequiredError: the attempt holds a commit and ``resume()`` was not called.
+            ResumeRequiredError: the attempt holds a commit and ``resume()`` was not called,
+                or it started fresh there (``fresh_reason``).
         """
-        if self.resumed or self.may_save:
+        if self.may_save:
             return
         minted = attempt is not None and attempt.minted
         newest = None if minted else on_rank_zero(collective, lambda: newest_committed(store))
         if newest is not None:
             where = attempt.run_dir if attempt is not None else store.describe()
-            raise resume_required(str(where), newest)
+            raise resume_required(str(where), newest, fresh_reason=self.fresh_reason)
         self.may_save = True
 
 
@@ -142,9 +157,21 @@ def newest_committed(store: Store) -> int | None:
     return None
 
 
-def resume_required(attempt: str, iteration: int) -> ResumeRequiredError:
-    """The refusal of a save by a process that did not resume, into ``attempt`` whose newest
-    committed iteration is ``iteration``."""
+def resume_required(
+    attempt: str, iteration: int, *, fresh_reason: str | None = None
+) -> ResumeRequiredError:
+    """The refusal of a save by a process that did not resume (or that started fresh for
+    ``fresh_reason``) into ``attempt``, whose newest committed iteration is ``iteration``."""
+    if fresh_reason is not None:
+        return ResumeRequiredError(
+            f"refusing to save: {attempt} already holds committed checkpoints (newest "
+            f"{iter_dirname(iteration)}) but this process started fresh in it ({fresh_reason}),"
+            " so its saves would collide with those iterations and mix two trajectories in one "
+            "checkpoint series. Nothing was written. Set resume=off without a pinned run_ts to "
+            "start a new attempt, or move the attempt's checkpoints aside",
+            attempt=attempt,
+            iteration=iteration,
+        )
     return ResumeRequiredError(
         f"refusing to save: {attempt} already holds committed checkpoints (newest "
         f"{iter_dirname(iteration)}) and this process did not call Checkpointer.resume(), so "
