@@ -21,7 +21,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from checkpoint_runs import RUN, Objects, committed_run, open_checkpointer, train
+from checkpoint_runs import RUN, Objects, committed_run, flip_tensor_bit, open_checkpointer, train
 
 import statecraft as sc
 from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME
@@ -512,6 +512,26 @@ class TestFreshStartInAnAttemptWithCommits:
         assert "but this process started fresh in it (resume=off" in message
         assert "Nothing was written" in message
         assert "Set resume=off without a pinned run_ts to start a new attempt" in message
+        assert tree_bytes(out) == before
+
+    def test_auto_fresh_start_past_damaged_commits_refuses_to_save(self, out: Path) -> None:
+        """resume=auto passing over every commit (each model.pt damaged) starts fresh; its
+        first save at iter 2 (a damaged commit of the same size: main took it for a retried
+        commit and pointed latest at it) refuses, and nothing is written."""
+        for iteration in (2, 4, 6, 8):
+            flip_tensor_bit(checkpoints(out) / f"iter_{iteration:09d}" / "model.pt")
+        before = tree_bytes(out)
+        ckpt, objects = open_checkpointer(out)
+        start = ckpt.resume()
+        assert not start.resumed
+        assert len(start.passed_over) == 4
+        with pytest.raises(ResumeRequiredError) as caught:
+            train(ckpt, objects, 2)
+        message = str(caught.value)
+        assert "(newest iter_000000008) but this process started fresh in it (resume=auto " in (
+            message
+        )
+        assert "or move the attempt's checkpoints aside" in message
         assert tree_bytes(out) == before
 
     def test_auto_fresh_start_in_an_empty_adopted_attempt_saves(self, tmp_path: Path) -> None:
