@@ -374,8 +374,8 @@ class Checkpointer:
 
         Raises:
             ResumeRequiredError: the attempt already holds committed checkpoints and this
-                process did not call ``resume()`` (nothing is written; call ``resume()`` before
-                the loop, or set ``resume=off`` for a new attempt).
+                process did not call ``resume()``, or started fresh in it (nothing is written;
+                call ``resume()`` before the loop, or set ``resume=off`` for a new attempt).
             TrainerStateError: the accumulation window is open.
             StoreError / PlanDriftError / CheckpointCorruptError: the save failed; the previous
                 checkpoint is intact and ``latest`` still names it.
