@@ -62,10 +62,15 @@ class Components:
 
 
 def _read(chosen: Any, writer: Writer, entry: PlanEntry) -> Any:
+    """``entry``'s payload: the one verification parsed (taken, so the checkpoint's mapping
+    is not pinned after the load), else read through the writer."""
     if chosen.legacy_payload is not None:
         return chosen.legacy_payload.get(entry.tracked or entry.name)
     if entry.name not in (chosen.manifest.files if chosen.manifest else {}):
         return None
+    parsed = getattr(chosen, "payloads", None)
+    if parsed and entry.name in parsed:
+        return parsed.pop(entry.name)
     return writer.read(chosen.store, chosen.path(entry.name), mmap=entry.mmap)
 
 

@@ -154,7 +154,7 @@ def _auto_pick(catalog: Catalog, level: str) -> dict[str, Any]:
 
 def _checkpoints_report(path: Path, level: str, *, only: int | None = None) -> dict[str, Any]:
     store = LocalStore(str(path.resolve()), fs=_FS)
-    catalog = scan(store, level=level)
+    catalog = scan(store, level=level, keep_payloads=False)
     numbers = [n for n in catalog.iterations if only is None or n == only]
     iterations = [_iteration_report(store, catalog.entry(n)) for n in numbers]
     extras = sorted(
