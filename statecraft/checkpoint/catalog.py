@@ -263,6 +263,4 @@ def scan(
     if level not in LEVELS:
         raise CheckpointError(f"catalog level must be one of {list(LEVELS)}, got {level!r}")
     iterations = tuple(list_iterations(store))
-    return Catalog(
-        store, level, iterations, read_latest(store, iterations), writer, keep_payloads
-    )
+    return Catalog(store, level, iterations, read_latest(store, iterations), writer, keep_payloads)

@@ -94,7 +94,7 @@ def _numpy_scalar_type(archive: Any) -> str | None:
 
 
 def _conversion(type_name: str) -> str:
-    if type_name.startswith("numpy.int") or type_name.startswith("numpy.uint"):
+    if type_name.startswith(("numpy.int", "numpy.uint")):
         return "int(x) / torch.tensor(x)"
     if type_name == "numpy.bool":
         return "bool(x) / torch.tensor(x)"
