@@ -5,6 +5,7 @@ The public API a training loop needs; everything else lives in submodules.
 
 from statecraft.checkpoint.checkpointer import Checkpointer, SaveReport
 from statecraft.checkpoint.config import CheckpointConfig
+from statecraft.checkpoint.eval_load import LoadedCheckpoint, load_weights, read_loop_state
 from statecraft.checkpoint.layout import RunIdentity
 from statecraft.checkpoint.state import Outcome, SchedulerIdentity, UpdateClocks
 from statecraft.checkpoint.transactions.resume import ResumeResult
@@ -14,6 +15,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CheckpointConfig",
     "Checkpointer",
+    "LoadedCheckpoint",
     "Outcome",
     "ResumeResult",
     "RunIdentity",
@@ -21,4 +23,6 @@ __all__ = [
     "SchedulerIdentity",
     "UpdateClocks",
     "__version__",
+    "load_weights",
+    "read_loop_state",
 ]

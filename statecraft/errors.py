@@ -15,6 +15,7 @@ from typing import Any
 __all__ = [
     "CheckpointCorruptError",
     "CheckpointError",
+    "CheckpointSourceError",
     "ConfigError",
     "ConfigIssue",
     "DemoError",
@@ -365,3 +366,13 @@ class IterationCommittedError(StatecraftError, FileExistsError):
     writer committed it): a committed iteration is never rewritten. Fields: ``path``."""
 
     code = "iteration_committed"
+
+
+class CheckpointSourceError(CheckpointError, FileNotFoundError):
+    """``statecraft.load_weights`` / ``read_loop_state``: the source path does not lead to
+    exactly one run with a committed checkpoint that verifies (it does not exist, holds no
+    run, holds several, or none of its checkpoints verifies). Fields: ``source`` (the path
+    given), ``runs`` (the runs found, when several), ``passed_over`` (each checkpoint tried
+    and why it was not used)."""
+
+    code = "checkpoint_source"

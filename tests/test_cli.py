@@ -32,6 +32,7 @@ class TestPublicApi:
         assert statecraft.__all__ == [
             "CheckpointConfig",
             "Checkpointer",
+            "LoadedCheckpoint",
             "Outcome",
             "ResumeResult",
             "RunIdentity",
@@ -39,6 +40,8 @@ class TestPublicApi:
             "SchedulerIdentity",
             "UpdateClocks",
             "__version__",
+            "load_weights",
+            "read_loop_state",
         ]
         for name in statecraft.__all__:
             assert hasattr(statecraft, name)

@@ -26,6 +26,7 @@ again; they are not pickled, so another rank that receives the verdict reads its
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import attrs
@@ -148,6 +149,7 @@ def verify_checkpoint(
     level: str = "digest",
     writer: Writer | None = None,
     keep_payloads: bool = True,
+    only: Collection[str] | None = None,
 ) -> VerifiedCheckpoint:
     """Prove that ``iteration`` in ``store`` is a complete, intact, exact-resume checkpoint at
     ``level`` (see the module docstring).
@@ -156,6 +158,10 @@ def verify_checkpoint(
         keep_payloads: keep the parsed components on the result (resume loads them). A
             reader that only classifies (``statecraft inspect``) passes ``False``: every file
             is then parsed memory-mapped where the store allows it and dropped.
+        only: hash and parse only these entries (and ``trainer.pt``, always); every recorded
+            file is still required with its recorded size. A model-only reader
+            (:func:`statecraft.load_weights`) passes ``("model.pt",)`` so ``optim.pt`` is
+            never read. ``None``: every entry.
 
     Raises:
         CheckpointCorruptError: the first problem found, naming the file and what to do (a
@@ -206,7 +212,7 @@ def verify_checkpoint(
                 "(truncated or replaced)",
                 "Resume from another checkpoint.",
             )
-        if level == "digest":
+        if level == "digest" and (only is None or file_name in only or file_name == TRAINER_ENTRY):
             digest = file_digest(store, path, entry.digest.algorithm)
             if digest != entry.digest:
                 raise CheckpointCorruptError(
@@ -227,7 +233,7 @@ def verify_checkpoint(
         )
     payloads = ParsedPayloads()
     for file_name in sorted(manifest.files):
-        if file_name == TRAINER_ENTRY:
+        if file_name == TRAINER_ENTRY or (only is not None and file_name not in only):
             continue
         mmap = CHECKPOINT_PLAN.entry(file_name).mmap or not keep_payloads
         parsed = writer.read(store, f"{name}/{file_name}", mmap=mmap)
