@@ -47,7 +47,7 @@ from statecraft.checkpoint.loading import Components
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN
 from statecraft.checkpoint.verify import VerifiedCheckpoint, list_iterations, verify_checkpoint
 from statecraft.errors import CheckpointError, CheckpointSourceError
-from statecraft.storage.filesystem import OsFilesystem
+from statecraft.storage.filesystem import Filesystem, OsFilesystem
 from statecraft.storage.local import LocalStore
 
 __all__ = ["LoadedCheckpoint", "find_runs", "load_weights", "read_loop_state"]
@@ -95,18 +95,31 @@ def _is_job_dir(path: Path) -> bool:
     return _is_dir(path / CHECKPOINTS_DIR) or bool(list_attempts(path, filesystem=_FS))
 
 
-def find_runs(output_root: str | os.PathLike[str]) -> list[Path]:
+def find_runs(
+    output_root: str | os.PathLike[str], *, filesystem: Filesystem | None = None
+) -> list[Path]:
     """The job dirs ``<output_root>/<project>/<group>/<name>`` that hold an attempt or a legacy
-    ``checkpoints/`` dir, sorted."""
-    root = Path(output_root)
-    found = []
-    for project in sorted(_FS.listdir(str(root))) if _is_dir(root) else []:
-        for group in sorted(_FS.listdir(str(root / project))) if _is_dir(root / project) else []:
-            base = root / project / group
-            for name in sorted(_FS.listdir(str(base))) if _is_dir(base) else []:
-                if _is_job_dir(base / name):
-                    found.append(base / name)
-    return found
+    ``checkpoints/`` dir, sorted; read through ``filesystem`` (default: the OS)."""
+    fs = filesystem or _FS
+
+    def subdirs(path: Path) -> list[Path]:
+        stat = fs.stat(str(path))
+        if stat is None or not stat.is_dir:
+            return []
+        children = (path / n for n in sorted(fs.listdir(str(path))))
+        return [c for c in children if (s := fs.stat(str(c))) is not None and s.is_dir]
+
+    def is_job(path: Path) -> bool:
+        legacy = fs.stat(str(path / CHECKPOINTS_DIR))
+        return (legacy is not None and legacy.is_dir) or bool(list_attempts(path, filesystem=fs))
+
+    return [
+        job
+        for project in subdirs(Path(output_root))
+        for group in subdirs(project)
+        for job in subdirs(group)
+        if is_job(job)
+    ]
 
 
 def _checkpoint_dirs(source: Path, given: str) -> tuple[list[Path], int | None]:
