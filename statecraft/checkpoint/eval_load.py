@@ -130,10 +130,8 @@ def _checkpoint_dirs(source: Path, given: str) -> tuple[list[Path], int | None]:
         return [source.parent], iteration
     if _is_checkpoints_dir(source):
         return [source], None
-    if _is_dir(source / CHECKPOINTS_DIR) and source.name in list_attempts(
-        source.parent, filesystem=_FS
-    ):
-        return [source / CHECKPOINTS_DIR], None
+    if source.name in list_attempts(source.parent, filesystem=_FS):  # an attempt dir
+        return ([source / CHECKPOINTS_DIR] if _is_dir(source / CHECKPOINTS_DIR) else []), None
     if not _is_job_dir(source):
         runs = find_runs(source)
         if len(runs) != 1:
@@ -148,7 +146,7 @@ def _checkpoint_dirs(source: Path, given: str) -> tuple[list[Path], int | None]:
     dirs = [source / CHECKPOINTS_DIR] if _is_dir(source / CHECKPOINTS_DIR) else []
     attempts = reversed(list_attempts(source, filesystem=_FS))
     dirs += [
-        source / ts / CHECKPOINTS_DIR for ts in attempts if _is_dir(source / ts / "checkpoints")
+        source / ts / CHECKPOINTS_DIR for ts in attempts if _is_dir(source / ts / CHECKPOINTS_DIR)
     ]
     return dirs, None
 
