@@ -205,6 +205,15 @@ class TestSources:
         newer.mkdir(parents=True)
         assert sc.read_loop_state(RUN.job_dir(out))["iteration"] == 8
 
+    def test_an_attempt_without_checkpoints(self, out: Path) -> None:
+        """An attempt dir with no checkpoints/ yet: no checkpoint, said as such."""
+        empty = RUN.job_dir(out) / "29991231235959"
+        empty.mkdir()
+        with pytest.raises(
+            CheckpointSourceError, match=r"no committed checkpoint that verifies .*0 passed over"
+        ):
+            sc.load_weights(fresh_model(), empty)
+
     def test_nothing_verifies(self, out: Path) -> None:
         """Every checkpoint damaged: an error counting them and giving the newest's reason."""
         for iteration in (2, 4, 6, 8):
