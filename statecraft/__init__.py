@@ -5,6 +5,7 @@ The public API a training loop needs; everything else lives in submodules.
 
 from statecraft.checkpoint.checkpointer import Checkpointer, SaveReport
 from statecraft.checkpoint.config import CheckpointConfig
+from statecraft.checkpoint.eval_load import LoadedCheckpoint, load_weights, read_loop_state
 from statecraft.checkpoint.layout import RunIdentity
 from statecraft.checkpoint.state import Outcome, SchedulerIdentity, UpdateClocks
 from statecraft.checkpoint.step import StepEnd
@@ -15,6 +16,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CheckpointConfig",
     "Checkpointer",
+    "LoadedCheckpoint",
     "Outcome",
     "ResumeResult",
     "RunIdentity",
@@ -23,4 +25,6 @@ __all__ = [
     "StepEnd",
     "UpdateClocks",
     "__version__",
+    "load_weights",
+    "read_loop_state",
 ]

@@ -15,6 +15,7 @@ from typing import Any
 __all__ = [
     "CheckpointCorruptError",
     "CheckpointError",
+    "CheckpointSourceError",
     "ConfigError",
     "ConfigIssue",
     "DemoError",
@@ -376,3 +377,13 @@ class ResumeRequiredError(CheckpointError):
     committed iteration)."""
 
     code = "resume_required"
+
+
+class CheckpointSourceError(CheckpointError, FileNotFoundError):
+    """``statecraft.load_weights`` / ``read_loop_state``: the source path does not lead to
+    exactly one run with a committed checkpoint that verifies (it does not exist, holds no
+    run, holds several, or none of its checkpoints verifies). Fields: ``source`` (the path
+    given), ``runs`` (the runs found, when several), ``passed_over`` (each checkpoint tried
+    and why it was not used)."""
+
+    code = "checkpoint_source"

@@ -32,6 +32,7 @@ class TestPublicApi:
         assert statecraft.__all__ == [
             "CheckpointConfig",
             "Checkpointer",
+            "LoadedCheckpoint",
             "Outcome",
             "ResumeResult",
             "RunIdentity",
@@ -40,6 +41,8 @@ class TestPublicApi:
             "StepEnd",
             "UpdateClocks",
             "__version__",
+            "load_weights",
+            "read_loop_state",
         ]
         for name in statecraft.__all__:
             assert hasattr(statecraft, name)

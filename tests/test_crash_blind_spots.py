@@ -248,15 +248,20 @@ def _resume_once(world: SimWorld) -> Any:
 
 
 def test_hostile_model_payload_is_refused_and_never_runs() -> None:
-    """A model.pt whose manifest digests match but whose pickle would call code: resume
-    refuses it (model.pt is loaded after verification, so the resume fails, naming the file)
-    and the payload never runs."""
+    """A model.pt whose manifest digests match but whose pickle would call code: verification
+    parses it the way resume loads it, so resume=auto passes over iter 4 naming the file and
+    the refused global, adopts iter 2, and the payload never runs."""
     world = _world_with_hostile_model()
     assert DiskView.of(world).problem(4, ("data.pt", "model.pt", "optim.pt", "trainer.pt"))
-    result, _ = _resume_once(world)
-    assert result.final_state == "refused"
+    result, ctx = _resume_once(world)
+    assert result.final_state == "resumed"
+    assert ctx.result.source.endswith(iter_dirname(2))
     assert damage.PAYLOAD_RAN == []
-    assert "model.pt" in str(result.trace[-1].error)
+    (passed,) = ctx.passed_over
+    assert passed.name == iter_dirname(4)
+    assert "model.pt: holds an object built by statecraft.proofs.damaged_trees.payload_ran" in (
+        passed.reason
+    )
 
 
 def test_hostile_model_payload_runs_with_weights_only_false(

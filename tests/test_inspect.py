@@ -37,6 +37,7 @@ DATA_KEYS = {
     "adoption_reason",
     "resume_auto",
     "explicit_resume",
+    "runs",
 }
 
 
@@ -468,3 +469,67 @@ class TestReadOnly:
             store.delete_tree(iter_dirname(2))
         assert snapshot(out) == before
         assert os.path.isdir(iter_path(out, 2))
+
+
+class TestOutputRoot:
+    """``statecraft inspect <output root>`` lists the runs under it (issue 7, item 9); main
+    exited 1 with "holds no checkpoints layout"."""
+
+    def _two_runs(self, out: Path) -> Path:
+        """A second run (another group) whose pointer names iter 6 while iter 8 is committed."""
+        other = out / "proj" / "other" / "second"
+        shutil.copytree(job_dir(out), other)
+        (pointer,) = other.glob(f"*/checkpoints/{LATEST_POINTER}")
+        pointer.write_bytes(f"{iter_dirname(6)}\n".encode())
+        return other
+
+    def test_lists_every_run(self, out: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """Each run with its identity, attempts, newest committed iteration and pointer; the
+        text names them too, and nothing on disk changes (bytes and mtimes)."""
+        other = self._two_runs(out)
+        before = snapshot(out)
+        code, envelope = run_json(capsys, str(out))
+        assert code == 0
+        data = envelope["data"]
+        assert set(data) == DATA_KEYS
+        assert (data["kind"], data["attempts"], data["resume_auto"]) == ("root", [], None)
+        first, second = data["runs"]
+        assert first == {
+            "run": "proj/group/name",
+            "project": "proj",
+            "group": "group",
+            "name": "name",
+            "path": str(job_dir(out)),
+            "attempts": 1,
+            "adopted_attempt": str(attempt_dir(out)),
+            "newest_committed": iter_dirname(8),
+            "newest_committed_iteration": 8,
+            "latest": iter_dirname(8),
+            "latest_status": "ok",
+        }
+        assert (second["run"], second["path"]) == ("proj/other/second", str(other))
+        assert (second["newest_committed"], second["latest"]) == (iter_dirname(8), iter_dirname(6))
+        code, text, _ = run_cli(capsys, str(out))
+        assert code == 0
+        assert "runs (2):" in text
+        assert (
+            f"  proj/group/name  attempts: 1  newest committed: {iter_dirname(8)}  "
+            f"{LATEST_POINTER}: {iter_dirname(8)}\n"
+        ) in text
+        assert f"proj/other/second  attempts: 1  newest committed: {iter_dirname(8)}" in text
+        assert snapshot(out) == before
+
+    def test_a_run_without_checkpoints(self, out: Path) -> None:
+        """A run whose newest attempt has no checkpoints/ yet shows none committed."""
+        empty = out / "proj" / "group" / "fresh" / "20250101000000"
+        empty.mkdir(parents=True)
+        runs = {r["run"]: r for r in inspect_path(out)["runs"]}
+        assert runs["proj/group/fresh"]["newest_committed"] is None
+        assert runs["proj/group/fresh"]["latest_status"] == "missing"
+        assert runs["proj/group/name"]["newest_committed_iteration"] == 8
+
+    def test_a_damaged_newest_checkpoint_is_not_counted(self, out: Path) -> None:
+        """The newest committed iteration is the one resume=auto would adopt (verified)."""
+        truncate(out, 8)
+        (run,) = inspect_path(out)["runs"]
+        assert run["newest_committed"] == iter_dirname(6)

@@ -54,8 +54,9 @@ class CheckpointState(enum.Enum):
     - ``ABSENT``: no ``iter_N`` directory.
     - ``PARTIAL``: ``iter_N`` exists without a manifest (an interrupted save; never adopted).
     - ``CORRUPT``: a manifest exists but the checkpoint does not verify (manifest unreadable,
-      files missing / wrong size / wrong digest, ``trainer.pt`` malformed, clocks disagree,
-      not the full plan); :attr:`CatalogEntry.reason` says which.
+      files missing / wrong size / wrong digest, a file that does not deserialize with
+      ``torch.load(weights_only=True)``, ``trainer.pt`` malformed, clocks disagree, not the
+      full plan); :attr:`CatalogEntry.reason` says which.
     - ``COMMITTED``: the manifest is the commit and the checkpoint verifies at the scan level.
 
     Later issues add members here without reshaping the catalog (each with its reason):
@@ -141,6 +142,8 @@ class Catalog:
         level: the verification level a ``COMMITTED`` entry has passed.
         iterations: every ``iter_*`` directory's iteration, newest first.
         latest: what ``latest_checkpoint.txt`` says.
+        keep_payloads: committed entries keep the components verification parsed (resume
+            loads them); ``False`` for a reader that only classifies.
     """
 
     store: Store
@@ -148,6 +151,7 @@ class Catalog:
     iterations: tuple[int, ...]
     latest: LatestPointer
     writer: Writer | None = None
+    keep_payloads: bool = True
     _entries: dict[int, CatalogEntry] = attrs.field(factory=dict, repr=False)
 
     def entry(self, iteration: int) -> CatalogEntry:
@@ -155,7 +159,11 @@ class Catalog:
         checkpoint: the problem is the entry's ``reason``."""
         if iteration not in self._entries:
             self._entries[iteration] = classify(
-                self.store, iteration, level=self.level, writer=self.writer
+                self.store,
+                iteration,
+                level=self.level,
+                writer=self.writer,
+                keep_payloads=self.keep_payloads,
             )
         return self._entries[iteration]
 
@@ -175,13 +183,20 @@ class Catalog:
 
 
 def classify(
-    store: Store, iteration: int, *, level: str = "digest", writer: Writer | None = None
+    store: Store,
+    iteration: int,
+    *,
+    level: str = "digest",
+    writer: Writer | None = None,
+    keep_payloads: bool = True,
 ) -> CatalogEntry:
     """The state of one iteration of ``store``, verified at ``level``.
 
     The store operations are, in order: ``stat(iter_N)``, ``stat(iter_N/<manifest>)``, reading
-    the manifest, then (levels ``size`` / ``digest``) the files' stats, digests and
-    ``trainer.pt``. An unreadable manifest is ``CORRUPT`` at every level.
+    the manifest, then (levels ``size`` / ``digest``) the files' stats, digests, ``trainer.pt``
+    and every other file parsed (``keep_payloads``: see
+    :func:`~statecraft.checkpoint.verify.verify_checkpoint`). An unreadable manifest is
+    ``CORRUPT`` at every level.
     """
     name = iter_dirname(iteration)
     if store.stat(name) is None:
@@ -194,7 +209,9 @@ def classify(
         )
         return CatalogEntry(iteration, CheckpointState.PARTIAL, str(problem), error=problem)
     try:
-        verified = verify_checkpoint(store, iteration, level=level, writer=writer)
+        verified = verify_checkpoint(
+            store, iteration, level=level, writer=writer, keep_payloads=keep_payloads
+        )
     except Exception as exc:  # anything that fails verification is corrupt, with why
         return CatalogEntry(iteration, CheckpointState.CORRUPT, _reason(exc), error=exc)
     return CatalogEntry(iteration, CheckpointState.COMMITTED, "", verified)
@@ -226,9 +243,19 @@ def read_latest(store: Store, iterations: tuple[int, ...] | list[int]) -> Latest
     return LatestPointer(LatestState.OK, latest)
 
 
-def scan(store: Store, *, level: str = "digest", writer: Writer | None = None) -> Catalog:
+def scan(
+    store: Store,
+    *,
+    level: str = "digest",
+    writer: Writer | None = None,
+    keep_payloads: bool = True,
+) -> Catalog:
     """List the attempt in ``store`` and read its latest pointer; iterations are verified at
     ``level`` (``"manifest"``, ``"size"``, ``"digest"``) when first asked for.
+
+    Args:
+        keep_payloads: committed entries keep their parsed components (resume); pass
+            ``False`` to classify only (``statecraft inspect``: nothing stays mapped).
 
     Raises:
         CheckpointError: ``level`` is not a verification level.
@@ -236,4 +263,4 @@ def scan(store: Store, *, level: str = "digest", writer: Writer | None = None) -
     if level not in LEVELS:
         raise CheckpointError(f"catalog level must be one of {list(LEVELS)}, got {level!r}")
     iterations = tuple(list_iterations(store))
-    return Catalog(store, level, iterations, read_latest(store, iterations), writer)
+    return Catalog(store, level, iterations, read_latest(store, iterations), writer, keep_payloads)

@@ -6,11 +6,12 @@ state, or none changed.
 
 1. **Read and check everything first.** Every component the plan model
    (:data:`~statecraft.checkpoint.plan.CHECKPOINT_PLAN`) loads is read (``weights_only=True``,
-   through the writer) and checked against the live object where that is cheap: the model's
-   keys and tensor shapes (what ``load_state_dict(strict=True)`` would refuse, refused before it
-   copies anything), the optimizer's parameter-group count and per-group parameter counts, a
-   tracked optimizer / data source without saved state. Any problem raises
-   :class:`~statecraft.errors.ResumeError` naming every problem at once; no object was touched.
+   through the writer; verification already parsed them, and those payloads are used) and
+   checked against the live objects by the compatibility check
+   (:func:`~statecraft.checkpoint.compatibility.check_fit`): the model's keys, tensor shapes
+   and dtypes, the optimizer's class, parameter-group count and per-group sizes, a tracked
+   optimizer without saved state. Any problem raises :class:`~statecraft.errors.ResumeError`
+   naming the checkpoint, the first differences and the fix; no object was touched.
 2. **Apply, with a rollback.** The cheap-to-snapshot objects are loaded first — data source,
    scheduler, optimizer (its ``state_dict()`` holds references to tensors its
    ``load_state_dict`` replaces but never mutates), RNG streams — and the model last, because
@@ -25,12 +26,16 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import attrs
-import torch
 
+from statecraft.checkpoint.compatibility import (
+    check_fit,
+    model_state_problems,
+    optimizer_state_problems,
+)
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN, PlanEntry
 from statecraft.checkpoint.state import (
     TrainerState,
@@ -49,8 +54,6 @@ __all__ = [
     "read_components",
 ]
 
-_NOTHING_CHANGED = "nothing was loaded: every tracked object is unchanged"
-
 
 @attrs.frozen
 class Components:
@@ -62,10 +65,15 @@ class Components:
 
 
 def _read(chosen: Any, writer: Writer, entry: PlanEntry) -> Any:
+    """``entry``'s payload: the one verification parsed (taken, so the checkpoint's mapping
+    is not pinned after the load), else read through the writer."""
     if chosen.legacy_payload is not None:
         return chosen.legacy_payload.get(entry.tracked or entry.name)
     if entry.name not in (chosen.manifest.files if chosen.manifest else {}):
         return None
+    parsed = getattr(chosen, "payloads", None)
+    if parsed and entry.name in parsed:
+        return parsed.pop(entry.name)
     return writer.read(chosen.store, chosen.path(entry.name), mmap=entry.mmap)
 
 
@@ -80,81 +88,6 @@ def read_components(chosen: Any, writer: Writer, *, read_data: bool) -> Componen
         _read(chosen, writer, CHECKPOINT_PLAN.for_tracked("optimizer")),
         _read(chosen, writer, CHECKPOINT_PLAN.for_tracked("data")) if read_data else None,
     )
-
-
-def _shape(value: Any) -> tuple[int, ...] | None:
-    return tuple(value.shape) if isinstance(value, torch.Tensor) else None
-
-
-def model_state_problems(model: Any, state: Any) -> list[str]:
-    """What ``model.load_state_dict(state, strict=True)`` would refuse, found without
-    copying anything: not a mapping, missing or unexpected keys, tensor shape mismatches."""
-    if not isinstance(state, Mapping):
-        return [f"model.pt holds {type(state).__name__}, not a model state_dict"]
-    live = model.state_dict()
-    problems = []
-    missing = sorted(set(live) - set(state))
-    unexpected = sorted(set(state) - set(live))
-    if missing:
-        problems.append(f"model.pt lacks keys {missing[:8]} the live model has")
-    if unexpected:
-        problems.append(f"model.pt has keys {unexpected[:8]} the live model lacks")
-    for key in sorted(set(live) & set(state)):
-        mine, saved = _shape(live[key]), _shape(state[key])
-        if mine is not None and saved != mine:
-            problems.append(f"model.pt {key!r} has shape {saved}, the live model {mine}")
-    return problems
-
-
-def optimizer_state_problems(optimizer: Any, state: Any) -> list[str]:
-    """What makes ``state`` unloadable into ``optimizer``: not an optimizer state_dict, a
-    different number of parameter groups or of parameters in a group, state for a parameter
-    index no group holds."""
-    if not isinstance(state, Mapping) or not {"state", "param_groups"} <= set(state):
-        return ["optim.pt is not an optimizer state_dict (expected 'state' and 'param_groups')"]
-    saved_groups, live_groups = state["param_groups"], optimizer.param_groups
-    if not isinstance(saved_groups, list) or not all(
-        isinstance(g, Mapping) and isinstance(g.get("params"), list) for g in saved_groups
-    ):
-        return ["optim.pt param_groups is not a list of groups with 'params' lists"]
-    if len(saved_groups) != len(live_groups):
-        return [
-            f"optim.pt has {len(saved_groups)} parameter groups, the live optimizer "
-            f"{len(live_groups)}"
-        ]
-    problems = [
-        f"optim.pt parameter group {i} has {len(s['params'])} parameters, the live optimizer's "
-        f"{len(g['params'])}"
-        for i, (s, g) in enumerate(zip(saved_groups, live_groups, strict=True))
-        if len(s["params"]) != len(g["params"])
-    ]
-    ids = {p for g in saved_groups for p in g["params"]}
-    stray = sorted(str(k) for k in (state["state"] or {}) if k not in ids)
-    if stray:
-        problems.append(f"optim.pt holds state for parameters {stray[:8]} no group lists")
-    return problems
-
-
-def _check(tracked: Any, parts: Components, location: str) -> None:
-    problems = []
-    if tracked.model is not None:
-        if parts.model is None:
-            problems.append("the checkpoint has no model state for the tracked model")
-        else:
-            problems += model_state_problems(tracked.model, parts.model)
-    if tracked.optimizer is not None:
-        if parts.optimizer is None:
-            problems.append("the checkpoint has no optimizer state for the tracked optimizer")
-        else:
-            problems += optimizer_state_problems(tracked.optimizer, parts.optimizer)
-    if problems:
-        raise ResumeError(
-            f"{location}: cannot be loaded into the tracked objects: {'; '.join(problems)}. "
-            f"{_NOTHING_CHANGED}. Track the same model and optimizer as the saving run, or "
-            "resume from another checkpoint",
-            path=location,
-            problems=problems,
-        )
 
 
 def load_all_or_nothing(
@@ -182,7 +115,7 @@ def load_all_or_nothing(
             step failed (every object already loaded was restored).
         TrainerStateError: the RNG inventory is malformed (every object restored).
     """
-    _check(tracked, parts, location)
+    check_fit(tracked, trainer, parts, location=location)
     undo: list[Callable[[], None]] = []
     steps: list[tuple[str, Callable[[], Any]]] = []
     if tracked.data is not None and parts.data is not None:

@@ -9,14 +9,24 @@ Levels, each including the previous:
 - ``"size"``: the manifest records exactly the full plan (:func:`plan_problems`: the writer's
   format, every component, every required entry of
   :data:`~statecraft.checkpoint.plan.CHECKPOINT_PLAN` and no file outside it), every recorded
-  file exists with its size, and ``trainer.pt`` is well-formed and its ``optimizer_step``
-  equals the iteration;
+  file exists with its size, **every recorded file deserializes the way resume loads it**
+  (through the writer, ``torch.load(weights_only=True)``, the model memory-mapped), and
+  ``trainer.pt`` is well-formed and its ``optimizer_step`` equals the iteration;
 - ``"digest"``: every file's digest, computed with the algorithm the manifest records
   (``xxh3_128`` for v2 manifests, ``sha256`` for v1), equals the recorded one too.
+
+Parsing is part of verification because a file whose digest matches can still be one that
+resume cannot load (a ``numpy.float64`` in ``data.pt`` is refused by the weights-only
+unpickler): such a checkpoint is ``corrupt`` with a one-line reason naming the file, what it
+holds and the conversion the saving code needs, so ``resume=auto`` passes over it and
+``statecraft inspect`` reports it. The parsed payloads are kept on the
+:class:`VerifiedCheckpoint` (``payloads``) and resume loads them instead of reading the files
+again; they are not pickled, so another rank that receives the verdict reads its own.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import attrs
@@ -33,6 +43,7 @@ from statecraft.writers.consolidated import ConsolidatedWriter
 
 __all__ = [
     "LEVELS",
+    "ParsedPayloads",
     "VerifiedCheckpoint",
     "list_iterations",
     "plan_problems",
@@ -43,10 +54,22 @@ __all__ = [
 LEVELS = ("manifest", "size", "digest")
 
 
+class ParsedPayloads(dict[str, Any]):
+    """Entry name -> the payload verification deserialized (``model.pt`` memory-mapped).
+
+    Pickles as an empty mapping: the verdict of rank 0 crosses to the other ranks without the
+    tensors (each rank then reads its own through the writer).
+    """
+
+    def __reduce__(self) -> tuple[type[ParsedPayloads], tuple[()]]:
+        return (ParsedPayloads, ())
+
+
 @attrs.frozen
 class VerifiedCheckpoint:
     """A checkpoint whose integrity was proven; ``trainer`` is its parsed control state
-    (``None`` only at level ``"manifest"``)."""
+    (``None`` only at level ``"manifest"``); ``payloads`` the components verification parsed
+    (empty when they were not kept, or after pickling)."""
 
     store: Store
     iteration: int
@@ -54,6 +77,7 @@ class VerifiedCheckpoint:
     trainer: TrainerState | None
     manifest: Manifest | None = None
     legacy_payload: dict[str, Any] | None = None
+    payloads: ParsedPayloads = attrs.field(factory=ParsedPayloads, eq=False, repr=False)
 
     def path(self, name: str) -> str:
         return f"{iter_dirname(self.iteration)}/{name}"
@@ -119,13 +143,29 @@ def plan_problems(manifest: Manifest, writer: Writer) -> list[str]:
 
 
 def verify_checkpoint(
-    store: Store, iteration: int, *, level: str = "digest", writer: Writer | None = None
+    store: Store,
+    iteration: int,
+    *,
+    level: str = "digest",
+    writer: Writer | None = None,
+    keep_payloads: bool = True,
+    only: Collection[str] | None = None,
 ) -> VerifiedCheckpoint:
     """Prove that ``iteration`` in ``store`` is a complete, intact, exact-resume checkpoint at
     ``level`` (see the module docstring).
 
+    Args:
+        keep_payloads: keep the parsed components on the result (resume loads them). A
+            reader that only classifies (``statecraft inspect``) passes ``False``: every file
+            is then parsed memory-mapped where the store allows it and dropped.
+        only: hash and parse only these entries (and ``trainer.pt``, always); every recorded
+            file is still required with its recorded size. A model-only reader
+            (:func:`statecraft.load_weights`) passes ``("model.pt",)`` so ``optim.pt`` is
+            never read. ``None``: every entry.
+
     Raises:
-        CheckpointCorruptError: the first problem found, naming the file and what to do.
+        CheckpointCorruptError: the first problem found, naming the file and what to do (a
+            file that does not deserialize says what it holds and what to convert it to).
         TrainerStateError: ``trainer.pt`` is malformed or its clocks conflict.
         CheckpointError: ``level`` is not one of :data:`LEVELS`.
     """
@@ -172,7 +212,7 @@ def verify_checkpoint(
                 "(truncated or replaced)",
                 "Resume from another checkpoint.",
             )
-        if level == "digest":
+        if level == "digest" and (only is None or file_name in only or file_name == TRAINER_ENTRY):
             digest = file_digest(store, path, entry.digest.algorithm)
             if digest != entry.digest:
                 raise CheckpointCorruptError(
@@ -191,4 +231,12 @@ def verify_checkpoint(
             "(conflicting clocks)",
             "Resume from another checkpoint.",
         )
-    return VerifiedCheckpoint(store, iteration, where, trainer, manifest)
+    payloads = ParsedPayloads()
+    for file_name in sorted(manifest.files):
+        if file_name == TRAINER_ENTRY or (only is not None and file_name not in only):
+            continue
+        mmap = CHECKPOINT_PLAN.entry(file_name).mmap or not keep_payloads
+        parsed = writer.read(store, f"{name}/{file_name}", mmap=mmap)
+        if keep_payloads:
+            payloads[file_name] = parsed
+    return VerifiedCheckpoint(store, iteration, where, trainer, manifest, payloads=payloads)

@@ -23,6 +23,7 @@ from statecraft.errors import CheckpointCorruptError, DiskFullError, SpecialFile
 from statecraft.storage.base import FileRecord, Store
 from statecraft.storage.filesystem import open_regular
 from statecraft.writers.base import Writer, tensor_bytes
+from statecraft.writers.load_errors import explain_load_failure
 
 __all__ = ["ConsolidatedWriter"]
 
@@ -91,8 +92,11 @@ class ConsolidatedWriter(Writer):
         """Load the payload at ``path`` with ``weights_only=True``.
 
         Raises:
-            CheckpointCorruptError: the file is not a loadable ``torch.save`` archive, or not
-                a regular file (a symlink, FIFO, directory or device is never opened).
+            CheckpointCorruptError: the file is not a loadable ``torch.save`` archive, or
+                holds a value the weights-only unpickler refuses (the message names it and
+                the conversion, :func:`~statecraft.writers.load_errors.explain_load_failure`),
+                or is not a regular file (a symlink, FIFO, directory or device is never
+                opened).
         """
         local = store.local_path(path) if mmap else None
         if local is not None:  # never map a symlink, a FIFO, a device (open_read refuses too)
@@ -104,16 +108,16 @@ class ConsolidatedWriter(Writer):
                     f"is a {exc.kind} where a torch.save file should be; it was not read",
                     "Replace it with the real file or resume from another checkpoint.",
                 ) from None
+        archive: Any = local
         try:
             if local is not None:
                 return torch.load(local, weights_only=True, mmap=True, map_location="cpu")
             with store.open_read(path) as handle:
-                return torch.load(io.BytesIO(handle.read()), weights_only=True, map_location="cpu")
-        except (
-            Exception
-        ) as exc:  # torch.load raises many types on bad bytes (UnpicklingError, IndexError...)
+                archive = handle.read()
+            return torch.load(io.BytesIO(archive), weights_only=True, map_location="cpu")
+        except Exception as exc:  # torch.load raises many types on bad bytes
             raise CheckpointCorruptError(
                 f"{store.describe()}/{path}",
-                f"not a loadable torch.save file ({type(exc).__name__}: {str(exc)[:200]})",
+                explain_load_failure(exc, archive),
                 "Resume from another checkpoint or move this one aside.",
             ) from None

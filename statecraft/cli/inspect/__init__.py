@@ -1,15 +1,18 @@
 """``statecraft inspect PATH``: what is on disk, what state each checkpoint is in, and what
 ``resume=auto`` would pick. Read-only: it never writes, renames or deletes anything.
 
-PATH may be a job dir (``<root>/<project>/<group>/<name>``), one attempt dir (``.../<RUN_TS>``),
-a ``checkpoints/`` dir, or one ``iter_*`` dir. For every checkpoints dir it reports each
-``iter_*`` as
+PATH may be an output root (it lists the runs ``<project>/<group>/<name>`` under it, each with
+its attempts, the newest committed iteration and the latest pointer of the attempt
+``resume=auto`` adopts), a job dir (``<root>/<project>/<group>/<name>``), one attempt dir
+(``.../<RUN_TS>``), a ``checkpoints/`` dir, or one ``iter_*`` dir. For every checkpoints dir it
+reports each ``iter_*`` as
 
 - ``committed``: the manifest is valid and the checkpoint verifies (files present with their
   recorded sizes, ``trainer.pt`` well-formed; with ``--verify`` also every content digest);
 - ``partial``: no manifest — an interrupted save, never adopted;
 - ``corrupt``: anything else that fails verification (malformed manifest, missing or resized
-  file, malformed ``trainer.pt``; with ``--verify`` also a digest mismatch),
+  file, a file that does not deserialize with ``torch.load(weights_only=True)`` the way resume
+  loads it, malformed ``trainer.pt``; with ``--verify`` also a digest mismatch),
 
 with its files and sizes, what ``latest_checkpoint.txt`` names (or that it is missing, garbage
 or dangling), and which iteration ``resume=auto`` would adopt, listing every newer one it passes

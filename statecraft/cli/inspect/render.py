@@ -62,6 +62,24 @@ def _checkpoints_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _runs_lines(runs: list[dict[str, Any]]) -> list[str]:
+    """The runs under an output root, one block each."""
+    lines = [f"runs ({len(runs)}):"]
+    for run in runs:
+        newest = run["newest_committed"] or "none"
+        latest = run["latest"] or "-"
+        if run["latest_status"] != "ok":
+            latest = f"{latest} ({run['latest_status']})" if run["latest"] else run["latest_status"]
+        lines.append(
+            f"  {run['run']}  attempts: {run['attempts']}  newest committed: {newest}  "
+            f"{LATEST_POINTER}: {latest}"
+        )
+        lines.append(f"    {run['adopted_attempt']}")
+    lines.append("")
+    lines.append("inspect one run for its checkpoints: statecraft inspect <run path>")
+    return lines
+
+
 def render_text(data: dict[str, Any]) -> str:
     """The human-readable report of :func:`inspect_path`'s data."""
     level = data["verify_level"]
@@ -71,6 +89,8 @@ def render_text(data: dict[str, Any]) -> str:
         else "sizes only; --verify also checks content digests, as resume's default does"
     )
     lines = [f"{data['path']} ({data['kind']}; verification: {how})"]
+    if data["kind"] == "root":
+        return "\n".join(lines + _runs_lines(data["runs"])) + "\n"
     if data["kind"] == "job":
         lines.append(f"attempts ({len(data['attempts'])}, oldest first):")
         for a in data["attempts"]:

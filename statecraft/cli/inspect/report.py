@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from statecraft.checkpoint.catalog import Catalog, CatalogEntry, CheckpointState, LatestState, scan
+from statecraft.checkpoint.eval_load import find_runs
 from statecraft.checkpoint.layout import (
     ARTIFACTS_DIR,
     CHECKPOINTS_DIR,
@@ -154,7 +155,7 @@ def _auto_pick(catalog: Catalog, level: str) -> dict[str, Any]:
 
 def _checkpoints_report(path: Path, level: str, *, only: int | None = None) -> dict[str, Any]:
     store = LocalStore(str(path.resolve()), fs=_FS)
-    catalog = scan(store, level=level)
+    catalog = scan(store, level=level, keep_payloads=False)
     numbers = [n for n in catalog.iterations if only is None or n == only]
     iterations = [_iteration_report(store, catalog.entry(n)) for n in numbers]
     extras = sorted(
@@ -212,6 +213,44 @@ def _looks_like_checkpoints(path: Path) -> bool:
     )
 
 
+def _run_report(root: Path, job: Path, level: str) -> dict[str, Any]:
+    """One run under an output root: its identity, attempts, and the newest committed
+    iteration and latest pointer of the attempt ``resume=auto`` adopts."""
+    project, group, name = job.relative_to(root).parts
+    attempts = list_attempts(job, filesystem=_FS)
+    legacy = _is_dir(job / CHECKPOINTS_DIR)
+    adopted = job if legacy else job / str(newest_attempt(job, filesystem=_FS))
+    record: dict[str, Any] = {
+        "run": f"{project}/{group}/{name}",
+        "project": project,
+        "group": group,
+        "name": name,
+        "path": str(job),
+        "attempts": len(attempts) + int(legacy),
+        "adopted_attempt": str(adopted),
+        "newest_committed": None,
+        "newest_committed_iteration": None,
+        "latest": None,
+        "latest_status": "missing",
+    }
+    if not _is_dir(adopted / CHECKPOINTS_DIR):
+        return record
+    catalog = scan(
+        LocalStore(str((adopted / CHECKPOINTS_DIR).resolve()), fs=_FS),
+        level=level,
+        keep_payloads=False,
+    )
+    chosen = catalog.pick().chosen
+    if chosen is not None:
+        record["newest_committed"] = chosen.name
+        record["newest_committed_iteration"] = chosen.iteration
+    latest = catalog.latest
+    record["latest_status"] = latest.state.value
+    if latest.iteration is not None:
+        record["latest"] = iter_dirname(latest.iteration)
+    return record
+
+
 def _valid_run_ts(path: Path) -> bool:
     """``path`` is named like an attempt (the layout's own RUN_TS rule)."""
     return path.name in list_attempts(path.parent, filesystem=_FS)
@@ -222,15 +261,19 @@ def inspect_path(path: str | os.PathLike[str], *, verify: bool = False) -> dict[
 
     Returns:
         ``{"path", "kind", "verify_level", "attempts", "adopted_attempt", "adoption_reason",
-        "resume_auto", "explicit_resume"}``. ``kind`` is ``job``, ``attempt``, ``checkpoints``
-        or ``iteration``. Each attempt (``run_ts``, ``legacy``, ``path``, ``has_artifacts``)
-        holds its ``checkpoints`` report — ``iterations`` newest first, each with ``state``,
-        ``reason``, ``files`` (``size`` on disk, ``recorded_size`` in the manifest) and
-        ``total_bytes``; ``latest`` (``status``: ok / missing / garbage / dangling);
-        ``total_bytes``; ``auto`` (``pick``, ``reason``, ``passed_over``) — or ``None`` when
-        the attempt has no ``checkpoints/`` yet. ``resume_auto`` is the adopted attempt's pick;
-        for an ``iteration`` PATH it is ``None`` and ``explicit_resume`` says whether
-        ``resume=PATH`` would load it.
+        "resume_auto", "explicit_resume", "runs"}``. ``kind`` is ``root``, ``job``, ``attempt``,
+        ``checkpoints`` or ``iteration``. For an output root (``root``: a directory holding
+        ``<project>/<group>/<name>`` runs) ``runs`` lists each run (``run``, ``project``, ``group``,
+        ``name``, ``path``, ``attempts``, ``adopted_attempt``, ``newest_committed`` /
+        ``newest_committed_iteration`` in the attempt ``resume=auto`` adopts, ``latest`` /
+        ``latest_status`` of its pointer) and ``attempts`` is empty; for every other kind ``runs``
+        is empty. Each attempt (``run_ts``, ``legacy``, ``path``, ``has_artifacts``) holds its
+        ``checkpoints`` report — ``iterations`` newest first, each with ``state``, ``reason``,
+        ``files`` (``size`` on disk, ``recorded_size`` in the manifest) and ``total_bytes``;
+        ``latest`` (``status``: ok / missing / garbage / dangling); ``total_bytes``; ``auto``
+        (``pick``, ``reason``, ``passed_over``) — or ``None`` when the attempt has no
+        ``checkpoints/`` yet. ``resume_auto`` is the adopted attempt's pick; for an ``iteration``
+        PATH it is ``None`` and ``explicit_resume`` says whether ``resume=PATH`` would load it.
 
     Example:
         >>> inspect_path("out/proj/group/name")["resume_auto"]["pick"]  # doctest: +SKIP
@@ -264,6 +307,7 @@ def inspect_path(path: str | os.PathLike[str], *, verify: bool = False) -> dict[
         "adoption_reason": None,
         "resume_auto": None,
         "explicit_resume": None,
+        "runs": [],
     }
     iteration = parse_iter_dirname(target.name)
     if iteration is not None:
@@ -296,10 +340,16 @@ def inspect_path(path: str | os.PathLike[str], *, verify: bool = False) -> dict[
     else:
         attempts = list_attempts(target, filesystem=_FS)
         legacy = _is_dir(target / CHECKPOINTS_DIR)
+        runs = [] if attempts or legacy else find_runs(target, filesystem=_FS)
+        if runs:
+            data["kind"] = "root"
+            data["runs"] = [_run_report(target, job, level) for job in runs]
+            return data
         if not attempts and not legacy:
             raise InspectError(
-                f"{target}: holds no checkpoints layout (no <RUN_TS>/ attempt, no checkpoints/, "
-                "no iter_* dir); point inspect at <root>/<project>/<group>/<name> or below"
+                f"{target}: holds no checkpoints layout (no run <project>/<group>/<name>, no "
+                "<RUN_TS>/ attempt, no checkpoints/, no iter_* dir); point inspect at an output "
+                "root or at <root>/<project>/<group>/<name> or below"
             )
         data["kind"] = "job"
         entries = [_attempt_entry(target / ts, ts, level, legacy=False) for ts in attempts]
