@@ -109,9 +109,11 @@ if "quiet" in missing:
     from statecraft.logs import configure_default_output
     init = cm.Checkpointer.__init__
     def shim_init(self, config, *, quiet=None, **kw):
+        # first of all: the config's own warnings are logged by __init__
+        from statecraft.parallel.collectives import default_collective
+        rank = (kw.get("collective") or default_collective()).rank
+        configure_default_output(rank=rank, quiet=config.quiet if quiet is None else quiet)
         init(self, config, **kw)
-        configure_default_output(
-            rank=self.collective.rank, quiet=config.quiet if quiet is None else quiet)
     cm.Checkpointer.__init__ = shim_init
 if "load_weights" in missing:
     from pathlib import Path
