@@ -4,8 +4,9 @@ The library reports through the ``"statecraft"`` logger and its children (``stat
 ``statecraft.save``, ...) and never with bare ``print``. A training script that configures no
 logging would see none of it (Python drops INFO records, and prints WARNING ones without a
 prefix), so :func:`configure_default_output` -- called by ``Checkpointer(...)`` as
-``configure_default_output(rank=collective.rank, quiet=...)`` -- installs one stderr handler on
-the ``"statecraft"`` logger:
+``configure_default_output(rank=collective.rank, quiet=...)`` before anything else it does, so
+that the config's own warnings are shown too -- installs one stderr handler on the
+``"statecraft"`` logger:
 
 =========================  ==============================================================
 situation                  what reaches stderr
