@@ -1,9 +1,10 @@
 """The checkpoint configuration: schema, loading, validation, and the not-built-yet gate.
 
 :class:`CheckpointConfig` holds the ``rl.*`` checkpoint knobs of the reference table under the
-same names and defaults, plus one statecraft knob, ``verify``. Every instance is valid: the
-classes are frozen and check themselves when built, so a bad value can only surface as a
-:class:`~statecraft.errors.ConfigError` at the point it comes in.
+same names and defaults, plus two statecraft knobs, ``verify`` and ``quiet``. Every instance is
+valid: the classes are frozen and check themselves when built, so a bad value can only surface as
+a :class:`~statecraft.errors.ConfigError` at the point it comes in. :func:`knob_rows` lists every
+knob with its default (the user guide's knob table is checked against it).
 
 Loading protocol (who calls what):
     1. the entry point calls :meth:`CheckpointConfig.load` with a YAML file (or ``None``) and the
@@ -30,6 +31,7 @@ from statecraft.checkpoint.config.knobs import (
     StoreBackend,
     VerifyMode,
 )
+from statecraft.checkpoint.config.rows import KnobRow, knob_rows
 from statecraft.checkpoint.config.schema import (
     CheckpointConfig,
     CheckpointStoreConfig,
@@ -52,9 +54,11 @@ __all__ = [
     "Feature",
     "KnobNote",
     "KnobRequest",
+    "KnobRow",
     "StoreBackend",
     "UploadConfig",
     "ValidationConfig",
     "VerifyMode",
     "declared_features",
+    "knob_rows",
 ]

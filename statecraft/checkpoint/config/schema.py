@@ -145,7 +145,9 @@ class CheckpointConfig:
     ``validation.save_checkpoint=true`` requires the validation plan to cover
     ``checkpoint_components`` plus ``model``. The statecraft knob ``verify`` says how resume
     checks checkpoint files: ``"digest"`` (full content digests, with the algorithm each
-    manifest records) or ``"size"`` (sizes only).
+    manifest records) or ``"size"`` (sizes only). The statecraft knob ``quiet`` silences the
+    ``statecraft: ...`` lines printed on stderr when the script configures no logging
+    (:func:`statecraft.logs.configure_default_output`; ``Checkpointer(quiet=...)`` overrides it).
 
     Raises:
         ConfigError: every bad knob and every broken cross-option rule, together (cross-option
@@ -178,6 +180,7 @@ class CheckpointConfig:
     validation: ValidationConfig = attrs.field(factory=ValidationConfig)
     data: DataConfig = attrs.field(factory=DataConfig)
     verify: VerifyMode = attrs.field(default="digest", metadata={_CHECK: _VERIFY_MODES})
+    quiet: bool = attrs.field(default=False, metadata={_CHECK: _flag})
 
     def __attrs_post_init__(self) -> None:
         issues = _check_fields(self)
