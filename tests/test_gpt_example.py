@@ -295,7 +295,10 @@ class TestGptKilledAndRelaunched:
         ref_lines = ref.stdout.splitlines()
         expected = keyed(ref_lines)
         assert len(expected) == len(step_lines(ref_lines)) == MAX_ITERS + MAX_ITERS // 10
-        saves = [float(s) for s in re.findall(r"statecraft: saved .* in ([0-9.]+)s", ref.stderr)]
+        saves = [
+            float(s)
+            for s in re.findall(r"statecraft: saved iter \d+: .* in ([0-9.]+) s -> ", ref.stderr)
+        ]
         save_s = max(saves) if saves else 0.05
 
         rng = random.Random(7)

@@ -27,27 +27,14 @@ from statecraft.logs import LOGGER_NAME, configure_default_output, default_outpu
 
 REPO = Path(__file__).resolve().parents[1]
 
-# A tiny loop that saves every 2 steps up to --steps and resumes on relaunch. The block marked
-# PRE-MERGE SHIM wires configure_default_output into Checkpointer while the facade's quiet=
-# argument is not merged yet (issue 7, H1); it is skipped once Checkpointer takes quiet=.
+# A tiny loop that saves every 2 steps up to --steps and resumes on relaunch.
 SCRIPT = textwrap.dedent(
     """
-    import inspect, logging, sys
+    import logging, sys
     import torch
     import statecraft as sc
-    from statecraft.checkpoint import checkpointer as cm
 
     out, steps, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    if "quiet" not in inspect.signature(cm.Checkpointer.__init__).parameters:  # PRE-MERGE SHIM
-        from statecraft.logs import configure_default_output
-        init = cm.Checkpointer.__init__
-        def shim_init(self, config, *, quiet=None, **kw):
-            # first of all: the config's own warnings are logged by __init__
-            from statecraft.parallel.collectives import default_collective
-            rank = (kw.get("collective") or default_collective()).rank
-            configure_default_output(rank=rank, quiet=config.quiet if quiet is None else quiet)
-            init(self, config, **kw)
-        cm.Checkpointer.__init__ = shim_init
     if mode == "basic-before":
         logging.basicConfig(level=logging.INFO, format="USER %(name)s %(message)s")
     knobs = ["save_every=2"]
@@ -233,13 +220,16 @@ class TestRealProcesses:
         """A script with no logging setup sees the fresh start and each save on stderr, and
         after a relaunch the resume decision, each line prefixed 'statecraft:'."""
         first = _run(tmp_path, 4, "plain").stderr.splitlines()
-        assert "statecraft: resume=auto: new attempt, starting fresh" in first
+        assert "statecraft: fresh start: resume=auto: new attempt, starting fresh" in first
         saved = [line for line in first if line.startswith("statecraft: saved ")]
         assert [line.split("/checkpoints/")[1].split()[0] for line in saved] == [
             "iter_000000002",
             "iter_000000004",
         ]
-        assert all(re.search(r"\(\d+ bytes in [0-9.]+s\)$", line) for line in saved)
+        assert all(
+            re.match(r"statecraft: saved iter \d+: [0-9.]+ MiB in [0-9.]+ s -> /", line)
+            for line in saved
+        )
         second = _run(tmp_path, 6, "plain").stderr.splitlines()
         resumed = [line for line in second if line.startswith("statecraft: resumed from ")]
         assert len(resumed) == 1

@@ -62,6 +62,7 @@ from statecraft.checkpoint.transactions.resume import ResumeContext, ResumeResul
 from statecraft.checkpoint.transactions.save import SaveContext
 from statecraft.engine import RunResult
 from statecraft.errors import CheckpointError, ConfigError, ConfigIssue, TrackingError
+from statecraft.logs import configure_default_output
 from statecraft.parallel.collectives import Collective, default_collective
 from statecraft.parallel.coordinated import rank_zero_effects
 from statecraft.parallel.rank0 import on_rank_zero
@@ -107,6 +108,9 @@ class Checkpointer:
         collective: rank coordination (default: ``torch.distributed`` if initialised).
         filesystem: what the local store acts through (default: the real OS). Tests pass an
             ``OsFilesystem(gate=...)`` to inject faults (a full disk) into the real code path.
+        quiet: ``True`` silences the default ``statecraft:`` lines on stderr, ``False`` shows
+            them, ``None`` (default) follows the ``quiet`` knob. Only applies when the script
+            configured no logging itself (:mod:`statecraft.logs`).
 
     Raises:
         NotSupportedYetError: a knob asks for a feature this release does not build.
@@ -126,9 +130,20 @@ class Checkpointer:
         output_root: str | os.PathLike[str],
         collective: Collective | None = None,
         filesystem: Filesystem | None = None,
+        quiet: bool | None = None,
     ) -> None:
         if not isinstance(config, CheckpointConfig):
             raise TrackingError(f"config must be a CheckpointConfig, got {type(config).__name__}")
+        if quiet is not None and not isinstance(quiet, bool):
+            raise ConfigError(
+                [ConfigIssue("quiet", quiet, "True, False or None (None: the quiet knob)")],
+                source="Checkpointer(quiet=...)",
+            )
+        collective = collective or default_collective()
+        # First, so the config's own warnings below reach the user too (statecraft.logs).
+        configure_default_output(
+            rank=collective.rank, quiet=config.quiet if quiet is None else quiet
+        )
         for warning in config.require_supported():
             log.warning(warning)
         if isinstance(output_root, bytes) or not isinstance(output_root, str | os.PathLike):
@@ -146,7 +161,7 @@ class Checkpointer:
         self.config = config
         self.run = identity
         self.output_root = os.path.abspath(root)
-        self.collective = collective or default_collective()
+        self.collective = collective
         self.filesystem = filesystem
         self.tracked = Tracked()
         self.attempt: RunAttempt | None = None
