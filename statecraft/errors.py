@@ -36,6 +36,7 @@ __all__ = [
     "StoreError",
     "TrackingError",
     "TrainerStateError",
+    "UnsafeStateError",
     "WriterLeaseError",
 ]
 
@@ -365,3 +366,13 @@ class IterationCommittedError(StatecraftError, FileExistsError):
     writer committed it): a committed iteration is never rewritten. Fields: ``path``."""
 
     code = "iteration_committed"
+
+
+class UnsafeStateError(TrainerStateError):
+    """A save was refused before anything was written: the state to save holds values that
+    ``torch.load(weights_only=True)`` cannot read back (a NumPy scalar, a custom class), so
+    every resume from the checkpoint would fail. Fields: ``source`` (what was refused),
+    ``problems`` (one line per value: key path, type, what to convert it to), ``paths`` (the
+    key paths alone)."""
+
+    code = "unsafe_state"
