@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 import statecraft as sc
-from statecraft.errors import ResumeError
+from statecraft.errors import ResumeError, UnsafeStateError
 
 pytestmark = pytest.mark.slow
 
@@ -78,6 +78,35 @@ def _first(rank: int, world_size: int, tmp: str) -> None:
 
 def _resumed(rank: int, world_size: int, tmp: str) -> None:
     _phase(rank, world_size, tmp, "resumed", 6)
+
+
+def _unsafe_on_rank_one(rank: int, world_size: int, tmp: str) -> None:
+    """Rank 1's cursor position becomes a NumPy scalar before the save of step 2."""
+    import numpy as np
+
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp}/store-unsafe", rank=rank, world_size=world_size
+    )
+    try:
+        model, optimizer, cursor = _objects(rank)
+        ckpt = sc.Checkpointer(
+            sc.CheckpointConfig.load(None, CONFIG), run=RUN, output_root=f"{tmp}/out"
+        )
+        ckpt.track(model=model, optimizer=optimizer, data=cursor)
+        ckpt.resume()
+        if rank == 1:
+            cursor.position = np.int64(7)  # type: ignore[assignment]
+        outcome = "saved"
+        for _ in range(2):
+            ckpt.record(sc.Outcome.APPLIED)
+            try:
+                ckpt.step_end()
+            except UnsafeStateError as exc:
+                outcome = str(exc)
+        torch.save({"outcome": outcome}, f"{tmp}/unsafe-rank{rank}.pt")
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
 
 
 def _checkpoints(tmp: Path) -> Path:
@@ -177,3 +206,18 @@ class TestWorldSizeChange:
         ckpt.close()
         after = snapshot(tmp_path / "out")
         assert {k: v for k, v in after.items() if k in before} == before
+
+
+class TestUnsafeStateOnOneRank:
+    def test_every_rank_refuses_and_nothing_is_written(self, tmp_path: Path) -> None:
+        """A NumPy scalar in rank 1's data state refuses the save on both ranks (no hang),
+        naming rank 1's key path; no iteration is written."""
+        torch.multiprocessing.spawn(_unsafe_on_rank_one, args=(2, str(tmp_path)), nprocs=2)
+        for rank in (0, 1):
+            outcome = torch.load(tmp_path / f"unsafe-rank{rank}.pt", weights_only=True)["outcome"]
+            assert outcome.startswith("cannot save the checkpoint of step 2: 1 value(s)"), rank
+            assert (
+                'data[rank 1]["position"]: numpy.int64 -- convert with int(x) (or x.item())'
+                in outcome
+            ), rank
+        assert sorted(p.name for p in _checkpoints(tmp_path).iterdir()) == []

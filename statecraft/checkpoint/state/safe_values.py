@@ -113,11 +113,6 @@ def _sequence_types() -> frozenset[type]:
     return frozenset(kinds)
 
 
-def _tensor_ok(value: torch.Tensor) -> bool:
-    kind = type(value)
-    return kind in (torch.Tensor, torch.nn.Parameter) or kind in _user_allowed()
-
-
 def _type_name(value: Any) -> str:
     kind = type(value)
     module = kind.__module__
@@ -168,16 +163,13 @@ def _hint(value: Any) -> str:
     )
 
 
-def _line(path: str, value: Any) -> str:
-    return f"{path}: {_type_name(value)} -- {_hint(value)}"
-
-
-def _key_path(path: str, key: Any) -> str:
+def _segment(key: Any) -> str:
+    """One step of a key path: ``["name"]`` for a str key, ``[3]`` for an int."""
     if type(key) is str:
-        return f"{path}[{json.dumps(key, ensure_ascii=False)}]"
-    if type(key) in (int, bool) or key is None:
-        return f"{path}[{key!r}]"
-    return f"{path}[{key!r}]" if type(key) in _leaf_types() else f"{path}[<key {key!r}>]"
+        return f"[{json.dumps(key, ensure_ascii=False)}]"
+    if type(key) in (int, bool) or key is None or type(key) in _leaf_types():
+        return f"[{key!r}]"
+    return f"[<key {key!r}>]"
 
 
 def unsafe_paths(value: Any, root: str) -> list[str]:
@@ -196,63 +188,98 @@ def unsafe_paths(value: Any, root: str) -> list[str]:
         >>> unsafe_paths({"steps": {1, 2}, "fn": len}, "loop_state")[-1]
         'loop_state["fn"]: builtin_function_or_method -- a function or class cannot be saved ...'
     """
-    found: list[str] = []
-    _walk(value, root, found, set())
-    return found
+    walker = _Walker(root)
+    walker.walk(value)
+    return walker.found
 
 
-def _walk(value: Any, path: str, found: list[str], seen: set[int]) -> None:
-    kind = type(value)
-    leaves = _leaf_types()
-    if kind in leaves:
-        return
-    if isinstance(value, torch.Tensor):
-        if not _tensor_ok(value):
-            found.append(_line(path, value))
-        attributes = getattr(value, "__dict__", None)
-        if attributes:
-            for name, item in attributes.items():
-                _walk(item, f"{path}.{name}", found, seen)
-        return
-    if kind in _mapping_types() or kind in _sequence_types():
-        if id(value) in seen:
+class _Step(str):
+    """A path step printed as is (an attribute, a set member), not as a ``[key]``."""
+
+    @property
+    def text(self) -> str:
+        return str(self)
+
+
+class _Walker:
+    """One walk: the allowed types read once, the key path kept as segments and formatted
+    only for a finding (a safe state costs one type check per leaf)."""
+
+    def __init__(self, root: str) -> None:
+        self.leaves = _leaf_types()
+        self.mappings = _mapping_types()
+        self.sequences = _sequence_types()
+        self.registered = frozenset(_user_allowed())
+        self.tensors = frozenset({torch.Tensor, torch.nn.Parameter}) | self.registered
+        self.path: list[Any] = [root]  # the root, then keys (formatted by _segment) or str steps
+        self.seen: set[int] = set()
+        self.found: list[str] = []
+
+    def report(self, value: Any, suffix: str = "") -> None:
+        root, *steps = self.path
+        where = root + "".join(s.text if isinstance(s, _Step) else _segment(s) for s in steps)
+        self.found.append(f"{where}{suffix}: {_type_name(value)} -- {_hint(value)}")
+
+    def child(self, segment: Any, value: Any) -> None:
+        self.path.append(segment)
+        self.walk(value)
+        self.path.pop()
+
+    def walk(self, value: Any) -> None:
+        kind = type(value)
+        if kind in self.leaves:
             return
-        seen.add(id(value))
-        if kind in _mapping_types():
-            _walk_mapping(value, path, found, seen)
-        else:
-            _walk_items(value, path, found, seen, ordered=kind is not set)
-        return
-    if kind in _user_allowed():
-        if id(value) not in seen:
-            seen.add(id(value))
-            for name, item in getattr(value, "__dict__", {}).items():
-                _walk(item, f"{path}.{name}", found, seen)
-        return
-    found.append(_line(path, value))
+        if isinstance(value, torch.Tensor):
+            if kind not in self.tensors:
+                self.report(value)
+            attributes = getattr(value, "__dict__", None)
+            for name, item in (attributes or {}).items():
+                self.child(_Step(f".{name}"), item)
+            return
+        if kind in self.mappings or kind in self.sequences or kind in self.registered:
+            if id(value) in self.seen:
+                return
+            self.seen.add(id(value))
+            if kind in self.mappings:
+                self.walk_mapping(value)
+            elif kind in self.sequences:
+                self.walk_items(value, ordered=kind is not set)
+            else:
+                for name, item in getattr(value, "__dict__", {}).items():
+                    self.child(_Step(f".{name}"), item)
+            return
+        self.report(value)
 
+    def walk_mapping(self, value: Mapping[Any, Any]) -> None:
+        leaves = self.leaves
+        plain = leaves | self.tensors
+        # a state_dict of plain tensors and scalars: only a tensor attribute could hide
+        # something, checked without building a path
+        if (
+            set(map(type, value)) <= leaves
+            and set(map(type, value.values())) <= plain
+            and not any(
+                getattr(v, "__dict__", None) for v in value.values() if type(v) not in leaves
+            )
+        ):
+            return
+        for key, item in value.items():
+            if type(key) not in leaves:
+                self.path.append(key)
+                if isinstance(key, tuple):
+                    self.child(_Step(" (a key)"), key)
+                else:
+                    self.report(key, " (a key)")
+                self.path.pop()
+            if type(item) not in leaves:
+                self.child(key, item)
 
-def _walk_mapping(value: Mapping[Any, Any], path: str, found: list[str], seen: set[int]) -> None:
-    leaves = _leaf_types()
-    for key, item in value.items():
-        key_path = _key_path(path, key)
-        if type(key) not in leaves and not isinstance(key, tuple):
-            found.append(_line(f"{key_path} (a key)", key))
-        elif isinstance(key, tuple):
-            _walk(key, f"{key_path} (a key)", found, seen)
-        if type(item) not in leaves:
-            _walk(item, key_path, found, seen)
-
-
-def _walk_items(
-    value: Iterable[Any], path: str, found: list[str], seen: set[int], *, ordered: bool
-) -> None:
-    leaves = _leaf_types()
-    items = list(value)
-    if set(map(type, items)) <= leaves:  # the common case, checked in one pass
-        return
-    for i, item in enumerate(items):
-        _walk(item, f"{path}[{i}]" if ordered else f"{path}{{{item!r:.40}}}", found, seen)
+    def walk_items(self, value: Iterable[Any], *, ordered: bool) -> None:
+        items = list(value)
+        if set(map(type, items)) <= self.leaves:  # the common case, checked in one pass
+            return
+        for i, item in enumerate(items):
+            self.child(i if ordered else _Step(f"{{{item!r:.40}}}"), item)
 
 
 def require_safe(sections: Mapping[str, Any], *, action: str, found: Iterable[str] = ()) -> None:
