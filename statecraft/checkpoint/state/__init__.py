@@ -3,8 +3,9 @@ per-rank RNG inventory and the payload record that holds them.
 
 One module per job: :mod:`.clocks`, :mod:`.scheduler_identity`, :mod:`.rng` (one process's
 streams), :mod:`.rng_inventory` (every rank's), :mod:`.trainer_payload` (the ``trainer.pt``
-record), :mod:`.optimizer_facts` (what it records of the optimizer), :mod:`.data_state` (the
-per-rank ``data.pt`` payload), :mod:`.safe_values` (the save-time weights_only check),
+record), :mod:`.trainer_fields` (reading its payload, every schema version),
+:mod:`.optimizer_facts` (what it records of the optimizer), :mod:`.data_state` (the per-rank
+``data.pt`` payload), :mod:`.safe_values` (the save-time weights_only check),
 :mod:`.problems` (the shared error builder).
 """
 
