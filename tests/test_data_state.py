@@ -110,6 +110,22 @@ class TestDataStatePayload:
             'data["position"]: numpy.int64 -- convert with int(x) (or x.item())',
         )
 
+    def test_gather_reports_a_state_dict_that_cannot_be_captured(self) -> None:
+        """A state_dict() that raises (or holds what cannot be copied) becomes a refusal line,
+        not an exception on one rank that would leave the others waiting in the collective."""
+
+        class Raising(Cursor):
+            def state_dict(self) -> dict[str, Any]:
+                raise RuntimeError("the file handle is closed")
+
+        state = gather_data_state(Raising(), collective=SingleProcess())
+        assert state.ranks == (None,)
+        assert state.problems == (
+            "data: Raising.state_dict() could not be captured (RuntimeError: the file handle "
+            "is closed) -- return plain values (numbers, strings, lists, dicts, tensors) from "
+            "state_dict()",
+        )
+
 
 def _open(out: Path, *overrides: str) -> tuple[sc.Checkpointer, torch.nn.Module, Cursor]:
     torch.manual_seed(0)

@@ -136,10 +136,20 @@ def gather_data_state(data: Any, *, collective: Collective) -> DataState:
         data: this rank's data source (has ``state_dict()``).
         collective: the ranks taking part.
     """
-    state = copy.deepcopy(data.state_dict())
     rank, world_size = collective.rank, collective.world_size
     root = "data" if world_size == 1 else f"data[rank {rank}]"
-    problems = unsafe_paths(state, root)
+    try:  # a failure on one rank must still reach the collective, or the others would hang
+        state = copy.deepcopy(data.state_dict())
+        problems = unsafe_paths(state, root)
+    except Exception as exc:
+        state, problems = (
+            None,
+            [
+                f"{root}: {type(data).__name__}.state_dict() could not be captured "
+                f"({type(exc).__name__}: {exc}) -- return plain values (numbers, strings, lists, "
+                "dicts, tensors) from state_dict()"
+            ],
+        )
     mine = (None if problems else state, problems)
     gathered = [mine] if world_size == 1 else collective.all_gather(mine)
     return DataState(
