@@ -92,7 +92,7 @@ class ResumeResult:
     rng: str = "fresh"
     data: str = "fresh"
     notes: tuple[str, ...] = ()
-    loop_state: dict[str, Any] = attrs.field(factory=dict)
+    loop_state: dict[str, Any] = attrs.field(factory=dict, hash=False)
 
     @property
     def resumed(self) -> bool:
