@@ -38,6 +38,7 @@ __all__ = [
     "StoreError",
     "TrackingError",
     "TrainerStateError",
+    "UnsafeStateError",
     "WriterLeaseError",
 ]
 
@@ -387,3 +388,13 @@ class CheckpointSourceError(CheckpointError, FileNotFoundError):
     and why it was not used)."""
 
     code = "checkpoint_source"
+
+
+class UnsafeStateError(TrainerStateError):
+    """A save was refused before anything was written: the state to save holds values that
+    ``torch.load(weights_only=True)`` cannot read back (a NumPy scalar, a custom class), so
+    every resume from the checkpoint would fail. Fields: ``source`` (what was refused),
+    ``problems`` (one line per value: key path, type, what to convert it to), ``paths`` (the
+    key paths alone)."""
+
+    code = "unsafe_state"

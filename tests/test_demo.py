@@ -168,7 +168,7 @@ def _clock(p: dict) -> None:
 
 
 def _cursor(p: dict) -> None:
-    p["position"] += 64
+    p["ranks"][0]["position"] += 64  # data.pt is per rank (statecraft.data-state.v1)
 
 
 class TestCompareCheckpoints:
@@ -183,7 +183,7 @@ class TestCompareCheckpoints:
             ("optim.pt", _moment, "optim.pt: state.0.exp_avg: 1 of"),
             ("trainer.pt", _rng, "trainer.pt: rng.ranks[0].torch: 1 of"),
             ("trainer.pt", _clock, "trainer.pt: attempt_id: 2 != 3"),
-            ("data.pt", _cursor, "data.pt: position:"),
+            ("data.pt", _cursor, "data.pt: ranks[0].position:"),
         ],
         ids=["weight-element", "optimizer-moment", "rng-state", "clock", "data-cursor"],
     )

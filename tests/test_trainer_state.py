@@ -306,6 +306,8 @@ class TestTrainerState:
             "scheduler": None,
             "scheduler_identity": None,
             "extra": {},
+            "stateful": {},
+            "optimizer_class": None,
         }
 
     def test_pristine_marker_only_when_true(self) -> None:
@@ -354,13 +356,15 @@ class TestTrainerState:
                 attempt_id=0,
                 rng=capture_rng_state(),  # type: ignore[arg-type]
                 scheduler_state={"fn": print},
-                extra={"t": torch.ones(1)},
+                extra={"t": frozenset({1})},
             )
         lines = problems_of(info)
         assert lines[0].startswith("attempt_id: expected >= optimizer_step (1)")
         assert lines[1].startswith("rng: expected an RngInventory or None")
-        assert lines[2].startswith("scheduler_state['fn']: expected dict, list, tuple")
-        assert lines[3].startswith("extra['t']: expected dict (str keys), list")
+        assert lines[2].startswith(
+            'scheduler_state["fn"]: builtin_function_or_method -- a function or class'
+        )
+        assert lines[3] == 'extra["t"]: frozenset -- convert with sorted(x) (or list(x))'
 
 
 class TestTrainerStateCapture:
@@ -383,6 +387,7 @@ class TestTrainerStateCapture:
         assert state.scheduler_state == sched.state_dict()
         assert state.rng is rng
         assert state.extra == {"epoch": 1}
+        assert state.optimizer_class == "torch.optim.sgd.SGD"
 
     def test_snapshot_is_independent(self) -> None:
         """Stepping the scheduler after capture does not change the captured state."""
@@ -494,12 +499,58 @@ class TestTrainerStateFromPayload:
         """A schema string this release does not know fails with expected vs got."""
         with pytest.raises(TrainerStateError) as info:
             TrainerState.from_payload(
-                valid_payload(schema="statecraft.trainer-state.v2"), source=SOURCE
+                valid_payload(schema="statecraft.trainer-state.v3"), source=SOURCE
             )
         assert problems_of(info)[0].startswith(
-            "schema: expected 'statecraft.trainer-state.v1' (or none, for a legacy file); "
-            "got 'statecraft.trainer-state.v2'"
+            "schema: expected one of ['statecraft.trainer-state.v1', "
+            "'statecraft.trainer-state.v2'] (or none, for a legacy file); "
+            "got 'statecraft.trainer-state.v3'"
         )
+
+    def test_reads_a_v1_payload(self) -> None:
+        """A v1 file (no stateful objects, no optimizer class) still reads."""
+        payload = valid_payload(schema="statecraft.trainer-state.v1", extra={"best": 0.5})
+        del payload["stateful"], payload["optimizer_class"]
+        state = TrainerState.from_payload(payload, source=SOURCE)
+        assert (state.stateful, state.optimizer_class, state.extra) == ({}, None, {"best": 0.5})
+
+    def test_a_v1_payload_with_v2_keys_is_refused(self) -> None:
+        """v1 does not define stateful: a v1 file that holds it is refused, naming the key."""
+        payload = valid_payload(schema="statecraft.trainer-state.v1")
+        with pytest.raises(TrainerStateError) as info:
+            TrainerState.from_payload(payload, source=SOURCE)
+        assert problems_of(info) == [
+            "unexpected key 'stateful' (not part of statecraft.trainer-state.v1)",
+            "unexpected key 'optimizer_class' (not part of statecraft.trainer-state.v1)",
+        ]
+
+    def test_v2_round_trip_with_tensors_stateful_and_optimizer_class(self) -> None:
+        """Loop state with a tensor, stateful objects and the optimizer class survive a
+        weights_only round trip."""
+        state = TrainerState(
+            optimizer_step=2,
+            attempt_id=2,
+            rng=None,
+            extra={"batch": torch.arange(6).view(2, 3), "model_args": {"n_layer": 2}},
+            stateful={"scaler": {"scale": 1024.0, "_growth_tracker": 3}},
+            optimizer_class="torch.optim.adamw.AdamW",
+        )
+        loaded = TrainerState.from_payload(
+            weights_only_roundtrip(state.to_payload()), source=SOURCE
+        )
+        assert loaded == state
+        assert loaded.to_payload()["schema"] == "statecraft.trainer-state.v2"
+
+    def test_rejects_malformed_v2_fields(self) -> None:
+        """A non-identifier stateful name and a non-str optimizer class are named."""
+        with pytest.raises(TrainerStateError) as info:
+            TrainerState.from_payload(
+                valid_payload(stateful={"a b": {}}, optimizer_class=3), source=SOURCE
+            )
+        assert problems_of(info) == [
+            "stateful: names must be plain identifiers; got 'a b'",
+            "optimizer_class: expected a str or None; got 3 (int)",
+        ]
 
     def test_rejects_unknown_key_in_current_schema(self) -> None:
         """A current-schema payload with a key the schema does not define fails."""

@@ -52,9 +52,11 @@ from statecraft.checkpoint.lifecycle import Lifecycle, complete_adopted_attempt
 from statecraft.checkpoint.machines import load_machine
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN
 from statecraft.checkpoint.state import (
+    DataState,
     Outcome,
     SchedulerIdentity,
     TrainerState,
+    gather_data_state,
     gather_rng_inventory,
 )
 from statecraft.checkpoint.step import StepEnd
@@ -95,6 +97,33 @@ def _require_stateful(name: str, obj: Any) -> None:
             "object with state_dict() and load_state_dict() (a module, optimizer, scheduler or "
             "your own data source class)"
         )
+
+
+_BUILT_IN_NAMES = frozenset({"model", "optimizer", "scheduler", "data", "loop_state", "rng"})
+
+
+def _stateful_objects(stateful: Any) -> dict[str, Any]:
+    """``track(stateful=...)`` checked: a dict of identifier names to stateful objects."""
+    if stateful is None:
+        return {}
+    if not isinstance(stateful, dict):
+        raise TrackingError(
+            f"track(stateful=...) expects a dict of name -> object; got {type(stateful).__name__}"
+        )
+    for name, obj in stateful.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise TrackingError(
+                f"track(stateful=...): the name {name!r} is not a plain identifier; name each "
+                "object like a variable (stateful={'scaler': scaler})"
+            )
+        if name in _BUILT_IN_NAMES:
+            raise TrackingError(
+                f"track(stateful=...): the name {name!r} clashes with a built-in part of the "
+                f"checkpoint ({', '.join(sorted(_BUILT_IN_NAMES))}); pass that object by its own "
+                "keyword or choose another name"
+            )
+        _require_stateful(f"stateful[{name!r}]", obj)
+    return dict(stateful)
 
 
 class Checkpointer:
@@ -187,11 +216,24 @@ class Checkpointer:
         scheduler: Any = None,
         data: Any = None,
         scheduler_identity: SchedulerIdentity | None = None,
+        stateful: dict[str, Any] | None = None,
     ) -> None:
         """Register the objects whose state makes an exact-resume checkpoint.
 
+        Args:
+            model, optimizer: required; saved in ``model.pt`` / ``optim.pt``.
+            scheduler: its state is saved in ``trainer.pt``.
+            data: this rank's data source; every rank's state is saved in ``data.pt`` and
+                each rank restores its own.
+            scheduler_identity: the schedule's construction identity (checked on resume).
+            stateful: further objects by name (``{"scaler": grad_scaler}``), each with
+                ``state_dict`` / ``load_state_dict``; rank 0's state is saved in ``trainer.pt``
+                and restored with the rest, all or nothing. A resume refuses a checkpoint that
+                saved another set of names.
+
         Raises:
-            TrackingError: an object lacks ``state_dict`` / ``load_state_dict``.
+            TrackingError: an object lacks ``state_dict`` / ``load_state_dict``, or a
+                stateful name is not a plain identifier or clashes with a built-in one.
         """
         for name, obj in (("model", model), ("optimizer", optimizer)):
             _require_stateful(name, obj)
@@ -200,11 +242,34 @@ class Checkpointer:
                 _require_stateful(name, obj)
         if scheduler_identity is not None and not isinstance(scheduler_identity, SchedulerIdentity):
             raise TrackingError("scheduler_identity must be a SchedulerIdentity")
+        named = _stateful_objects(stateful)
         self.tracked.model = model
         self.tracked.optimizer = optimizer
         self.tracked.scheduler = scheduler
         self.tracked.data = data
         self.tracked.scheduler_identity = scheduler_identity
+        self.tracked.stateful = named
+
+    @property
+    def loop_state(self) -> dict[str, Any]:
+        """The loop's own values, saved with every checkpoint and restored by ``resume()``.
+
+        A plain dict the loop reads and writes (``ckpt.loop_state["best_val_loss"] = loss``):
+        str keys, values that ``torch.load(weights_only=True)`` reads back (numbers, strings,
+        lists, dicts, tensors such as a prefetched batch; a save refuses anything else, naming
+        its key path). Saved from rank 0 (deep-copied at the save) in ``trainer.pt``;
+        ``resume()`` replaces its contents with the saved ones in place.
+        """
+        return self.tracked.loop_state
+
+    @loop_state.setter
+    def loop_state(self, value: dict[str, Any]) -> None:
+        if type(value) is not dict:
+            raise TrackingError(
+                f"Checkpointer.loop_state must be a dict; got {type(value).__name__}; assign a "
+                "plain dict, or set keys on the existing one"
+            )
+        self.tracked.loop_state = value
 
     def _require_tracked(self, action: str) -> None:
         if self.tracked.model is None or self.tracked.optimizer is None:
@@ -407,23 +472,31 @@ class Checkpointer:
             if self.collective.world_size == 1
             else _gather_into(self.collective),
         )
+        data = (
+            None
+            if self.tracked.data is None
+            else gather_data_state(self.tracked.data, collective=self.collective)
+        )
         report: list[SaveReport] = []  # filled on rank 0 only; only ok/error is broadcast
 
         def save_here() -> None:
-            report.append(self._save_on_rank_zero(store, rng))
+            report.append(self._save_on_rank_zero(store, rng, data))
 
         on_rank_zero(self.collective, save_here)
         self.last_saved_step = self._lifecycle.saved = self.step
         return report[0] if report else None
 
-    def _save_on_rank_zero(self, store: Store, rng: Any) -> SaveReport:
+    def _save_on_rank_zero(self, store: Store, rng: Any, data: DataState | None) -> SaveReport:
         tracked = self.tracked
-        trainer = TrainerState.capture(
+        trainer = TrainerState.capture(  # refuses unloadable values before anything is written
             tracked.clocks,
             rng=rng,
             scheduler=tracked.scheduler,
             scheduler_identity=tracked.scheduler_identity,
             optimizer=tracked.optimizer,
+            extra=tracked.loop_state,
+            stateful=tracked.stateful,
+            unsafe_elsewhere=() if data is None else data.problems,
         )
         plan = CHECKPOINT_PLAN.save_plan(self.step, with_data=tracked.data is not None)
         from statecraft import __version__
@@ -431,7 +504,7 @@ class Checkpointer:
         ctx = SaveContext(
             store=store,
             plan=plan,
-            payloads=CHECKPOINT_PLAN.payloads(tracked, trainer),
+            payloads=CHECKPOINT_PLAN.payloads(tracked, trainer, data=data),
             writer_info={"statecraft": __version__},
             lease=self.lease,
         )

@@ -10,16 +10,20 @@ state, or none changed.
    checked against the live objects by the compatibility check
    (:func:`~statecraft.checkpoint.compatibility.check_fit`): the model's keys, tensor shapes
    and dtypes, the optimizer's class, parameter-group count and per-group sizes, a tracked
-   optimizer without saved state. Any problem raises :class:`~statecraft.errors.ResumeError`
-   naming the checkpoint, the first differences and the fix; no object was touched.
-2. **Apply, with a rollback.** The cheap-to-snapshot objects are loaded first — data source,
-   scheduler, optimizer (its ``state_dict()`` holds references to tensors its
+   optimizer without saved state; and the named stateful objects (``track(stateful=...)``)
+   against the names the checkpoint saved: a name on one side only is refused. Any problem
+   raises :class:`~statecraft.errors.ResumeError` naming the checkpoint, the first differences
+   and the fix; no object was touched.
+2. **Apply, with a rollback.** The cheap-to-snapshot objects are loaded first — data source
+   (this rank's own entry of the per-rank ``data.pt``; none at another world size), the named
+   stateful objects, scheduler, optimizer (its ``state_dict()`` holds references to tensors its
    ``load_state_dict`` replaces but never mutates), RNG streams — and the model last, because
    its ``load_state_dict`` copies into the live parameters and a copy of a large model is not
    cheap. Should an apply step still fail (a data source's own ``load_state_dict`` raising),
    every object already loaded is restored from its snapshot and the error is re-raised. The
    model cannot fail after step 1's strict key/shape check short of a bug in ``torch``.
-3. The update clocks are set last (an assignment).
+3. The update clocks and the loop state (``Checkpointer.loop_state``, updated in place with a
+   copy of the saved one) are set last.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from statecraft.checkpoint.compatibility import (
 )
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN, PlanEntry
 from statecraft.checkpoint.state import (
+    DataState,
     TrainerState,
     capture_rng_state,
     restore_rank_rng,
@@ -52,16 +57,20 @@ __all__ = [
     "model_state_problems",
     "optimizer_state_problems",
     "read_components",
+    "stateful_problems",
 ]
+
+_NOTHING_CHANGED = "nothing was loaded: every tracked object is unchanged"
 
 
 @attrs.frozen
 class Components:
-    """The payloads of one checkpoint, read before anything is loaded (``None``: absent)."""
+    """The payloads of one checkpoint, read before anything is loaded (``None``: absent).
+    ``data`` is every rank's data state (a :class:`~statecraft.checkpoint.state.DataState`)."""
 
     model: Any
     optimizer: Any
-    data: Any
+    data: DataState | None
 
 
 def _read(chosen: Any, writer: Writer, entry: PlanEntry) -> Any:
@@ -82,12 +91,55 @@ def read_components(chosen: Any, writer: Writer, *, read_data: bool) -> Componen
 
     Raises:
         CheckpointCorruptError: a file is not a loadable ``torch.save`` archive.
+        TrainerStateError: ``data.pt`` is a per-rank payload that is malformed.
     """
+    data_entry = CHECKPOINT_PLAN.for_tracked("data")
+    raw_data = _read(chosen, writer, data_entry) if read_data else None
     return Components(
         _read(chosen, writer, CHECKPOINT_PLAN.for_tracked("model")),
         _read(chosen, writer, CHECKPOINT_PLAN.for_tracked("optimizer")),
-        _read(chosen, writer, CHECKPOINT_PLAN.for_tracked("data")) if read_data else None,
+        None
+        if raw_data is None
+        else DataState.from_payload(raw_data, source=f"{chosen.location}/{data_entry.name}"),
     )
+
+
+def _loader(obj: Any, state: Any) -> Callable[[], None]:
+    """Load a copy of ``state`` into ``obj`` when called."""
+
+    def load() -> None:
+        obj.load_state_dict(copy.deepcopy(state))
+
+    return load
+
+
+def stateful_problems(tracked: Any, trainer: TrainerState) -> list[str]:
+    """Named stateful objects on one side only: tracked but not saved, or saved but not
+    tracked (each line names the object and the fix)."""
+    live, saved = set(tracked.stateful), set(trainer.stateful)
+    problems = [
+        f"the stateful object {name!r} is tracked but the checkpoint saved no state for it "
+        f"(it saved {sorted(saved) or 'none'}); track the same stateful objects as the saving "
+        "run, or start fresh (resume=off) to begin it from its current state"
+        for name in sorted(live - saved)
+    ]
+    problems += [
+        f"the checkpoint saved the stateful object {name!r} but this process does not track "
+        f"it; pass track(stateful={{{name!r}: ...}}) so its state is restored"
+        for name in sorted(saved - live)
+    ]
+    return problems
+
+
+def _check_stateful(tracked: Any, trainer: TrainerState, location: str) -> None:
+    problems = stateful_problems(tracked, trainer)
+    if problems:
+        raise ResumeError(
+            f"{location}: the named stateful objects do not match the checkpoint: "
+            f"{'; '.join(problems)}. {_NOTHING_CHANGED}",
+            path=location,
+            problems=problems,
+        )
 
 
 def load_all_or_nothing(
@@ -102,8 +154,9 @@ def load_all_or_nothing(
     restore_rng: Callable[..., Any] = restore_rank_rng,
 ) -> str:
     """Load ``parts`` and ``trainer`` into ``tracked`` (a ``Tracked``) so that either all of it
-    lands or nothing changes (see the module docstring). ``parts.data`` is loaded when a data
-    source is tracked and the checkpoint holds its state. ``restore_rng`` restores this rank's
+    lands or nothing changes (see the module docstring). This rank's entry of ``parts.data``
+    is loaded when a data source is tracked and the checkpoint holds state saved at this world
+    size. ``restore_rng`` restores this rank's
     streams (:func:`~statecraft.checkpoint.state.restore_rank_rng`; resume passes its own
     binding so a harness can swap it).
 
@@ -116,12 +169,18 @@ def load_all_or_nothing(
         TrainerStateError: the RNG inventory is malformed (every object restored).
     """
     check_fit(tracked, trainer, parts, location=location)
+    _check_stateful(tracked, trainer, location)
     undo: list[Callable[[], None]] = []
     steps: list[tuple[str, Callable[[], Any]]] = []
-    if tracked.data is not None and parts.data is not None:
+    own = None if parts.data is None else parts.data.state_for(rank, world_size)
+    if tracked.data is not None and own is not None:
         before_data = copy.deepcopy(tracked.data.state_dict())
-        steps.append(("data source", lambda: tracked.data.load_state_dict(parts.data)))
+        steps.append(("data source", lambda: tracked.data.load_state_dict(copy.deepcopy(own))))
         undo.append(lambda: tracked.data.load_state_dict(before_data))
+    for name, obj in tracked.stateful.items():
+        before = copy.deepcopy(obj.state_dict())
+        steps.append((f"stateful object {name!r}", _loader(obj, trainer.stateful[name])))
+        undo.append(_loader(obj, before))
     if tracked.scheduler is not None:
         before_sched = copy.deepcopy(tracked.scheduler.state_dict())
         steps.append(
@@ -165,4 +224,6 @@ def load_all_or_nothing(
                 component=what,
             ) from exc
     tracked.clocks = trainer.to_clocks()
+    tracked.loop_state.clear()
+    tracked.loop_state.update(copy.deepcopy(trainer.extra))
     return rng_status[0] if rng_status else "fresh"

@@ -12,7 +12,7 @@ it: the save effects (by phase), the facade's payload capture, resume's loading,
     model            model.pt     bulk     yes       tracked.model           mmap
     optimizer        optim.pt     bulk     yes       tracked.optimizer       memory
     training_state   trainer.pt   control  yes       TrainerState (clocks)   memory
-    training_state   data.pt      control  no        tracked.data            memory
+    training_state   data.pt      control  no        tracked.data (per rank) memory
 
 Later formats add entries (DCP directories ``model/`` and ``optim/``; ``old.pt`` / ``ref.pt``
 under ``training_state``) by extending the table, not the code that iterates it.
@@ -31,6 +31,7 @@ from typing import Any
 import attrs
 
 from statecraft.checkpoint.manifest import SavePlan
+from statecraft.checkpoint.state.safe_values import require_safe
 from statecraft.errors import CheckpointError
 
 __all__ = [
@@ -147,12 +148,27 @@ class CheckpointPlan:
             iteration, format_name, FULL_COMPONENTS, tuple(sorted(e.name for e in chosen))
         )
 
-    def payloads(self, tracked: Any, trainer: Any) -> dict[str, Callable[[], Any]]:
+    def payloads(
+        self, tracked: Any, trainer: Any, *, data: Any = None
+    ) -> dict[str, Callable[[], Any]]:
         """Zero-argument producers of each entry's payload, for the save's ``stage`` step.
+
+        A tracked object's producer checks what its ``state_dict()`` returned with
+        :func:`~statecraft.checkpoint.state.safe_values.require_safe` (one type check per leaf),
+        so a value ``torch.load(weights_only=True)`` cannot read back (a custom object in a
+        module's extra state, a NumPy learning rate in a param group) refuses the save in its
+        ``stage`` step, before anything is written.
 
         Args:
             tracked: the tracked objects (``model``, ``optimizer``, ``data`` attributes).
             trainer: the captured ``TrainerState`` (its ``to_payload`` produces ``trainer.pt``).
+            data: every rank's data state (a
+                :class:`~statecraft.checkpoint.state.data_state.DataState`, its ``to_payload``
+                produces ``data.pt``); required when a data source is tracked.
+
+        Raises:
+            CheckpointError: a required object is not tracked, or a data source is tracked
+                without its gathered ``data`` state.
         """
         out: dict[str, Callable[[], Any]] = {}
         for e in self.entries:
@@ -167,8 +183,29 @@ class CheckpointPlan:
                         "Checkpointer.track(...) with it"
                     )
                 continue
-            out[e.name] = obj.state_dict
+            if e.tracked == "data":
+                if data is None:
+                    raise CheckpointError(
+                        f"checkpoint plan entry {e.name!r} holds every rank's data state: pass "
+                        "data=gather_data_state(tracked.data, collective=...)"
+                    )
+                out[e.name] = data.to_payload
+                continue
+            out[e.name] = _checked(
+                obj.state_dict, e.tracked, iteration=getattr(trainer, "optimizer_step", None)
+            )
         return out
+
+
+def _checked(produce: Callable[[], Any], root: str, *, iteration: int | None) -> Callable[[], Any]:
+    """``produce`` (a ``state_dict`` method) whose result must load back weights_only."""
+
+    def checked() -> Any:
+        state = produce()
+        require_safe({root: state}, action=f"save the checkpoint of step {iteration}")
+        return state
+
+    return checked
 
 
 CHECKPOINT_PLAN = CheckpointPlan(

@@ -1,8 +1,10 @@
 """Trainer control state: update clocks, scheduler identity, and the payload of ``trainer.pt``.
 
-``trainer.pt`` is the tiny control file of a checkpoint. It is written with ``torch.save`` and read
-with ``torch.load(..., weights_only=True)``, so :meth:`TrainerState.to_payload` produces only
-dicts, lists, tuples, strings, numbers, booleans, ``None`` and tensors, and
+``trainer.pt`` is the small control file of a checkpoint. It is written with ``torch.save`` and
+read with ``torch.load(..., weights_only=True)``, so a :class:`TrainerState` holds only what that
+load reads back (:func:`~statecraft.checkpoint.state.safe_values.unsafe_paths` is empty for its
+scheduler state, loop state and stateful objects; capture refuses anything else with
+:class:`~statecraft.errors.UnsafeStateError` before a save writes a byte), and
 :meth:`TrainerState.from_payload` accepts nothing it cannot prove consistent: conflicting clocks,
 malformed counters, an open accumulation window or a damaged RNG inventory fail with one error
 naming the file and every bad field, instead of being normalized into a plausible state.
@@ -12,12 +14,18 @@ The call order of a training loop, and who calls each step:
 1. every microbatch, the loop: ``clocks.record(outcome)`` with the trainer's
    :class:`Outcome` (``ACCUMULATING`` until the window closes as ``APPLIED`` or ``SKIPPED``);
 2. save, the checkpoint facade: ``TrainerState.capture(clocks, rng=..., scheduler=...,
-   scheduler_identity=..., optimizer=...)`` -- refuses an open window -- then
+   scheduler_identity=..., optimizer=..., extra=loop_state, stateful=objects)`` -- refuses an
+   open window and unloadable values -- then
    ``torch.save(state.to_payload(), "trainer.pt")`` on rank 0;
 3. resume, the checkpoint facade: ``TrainerState.from_payload(torch.load(...), source=path)``,
    then :func:`check_scheduler_identity` BEFORE loading model, optimizer or scheduler state,
    then ``state.to_clocks()`` for the loop and :func:`~statecraft.checkpoint.state.restore_rank_rng`
    on every rank.
+
+Schema versions: ``statecraft.trainer-state.v2`` (written) adds ``stateful`` (name ->
+``state_dict()`` of each named stateful object) and ``optimizer_class`` and lets ``extra`` (the
+loop state) hold any weights_only-safe value, tensors included; ``v1`` files and legacy
+(schema-less) files are still read (no stateful objects, no optimizer class).
 """
 
 from __future__ import annotations
@@ -35,90 +43,33 @@ from statecraft.checkpoint.state.clocks import (
     UpdateClocks,
     clock_problems,
 )
+from statecraft.checkpoint.state.optimizer_facts import optimizer_class_name, optimizer_is_pristine
 from statecraft.checkpoint.state.problems import (
     TRAINER_CORRUPT_FIX,
     deep_equal,
     describe,
     is_int,
-    problems_of,
     state_error,
 )
 from statecraft.checkpoint.state.rng_inventory import RngInventory
+from statecraft.checkpoint.state.safe_values import require_safe, unsafe_paths
 from statecraft.checkpoint.state.scheduler_identity import SchedulerIdentity
+from statecraft.checkpoint.state.trainer_fields import (
+    READABLE_TRAINER_SCHEMAS,
+    TRAINER_STATE_SCHEMA,
+    payload_fields,
+    stateful_problems,
+    value_problems,
+)
 from statecraft.errors import TrainerStateError
 
-__all__ = ["TRAINER_STATE_SCHEMA", "TrainerState", "optimizer_is_pristine"]
-
-TRAINER_STATE_SCHEMA = "statecraft.trainer-state.v1"
-
-_PAYLOAD_KEYS = frozenset(
-    {
-        "schema",
-        "optimizer_step",
-        "iter",
-        "attempt_id",
-        "skips_total",
-        "skips_consecutive",
-        "open_microbatches",
-        "rng",
-        "scheduler",
-        "scheduler_identity",
-        "optimizer_pristine",
-        "extra",
-    }
-)
-
-
-def optimizer_is_pristine(optimizer: torch.optim.Optimizer) -> bool:
-    """True when ``optimizer`` holds no per-parameter state, i.e. it never stepped.
-
-    Limitation: only ``optimizer.state`` is read. An optimizer that keeps a step trace on its
-    param groups (a shared group counter, lazily built master weights, as some fused Adam
-    implementations do) can have stepped with an empty per-parameter state and is then wrongly
-    reported pristine; such optimizers need their own probe.
-
-    Raises:
-        TrainerStateError: ``optimizer`` has no ``state`` mapping.
-
-    Example:
-        >>> opt = torch.optim.AdamW(torch.nn.Linear(2, 2).parameters())
-        >>> optimizer_is_pristine(opt)
-        True
-    """
-    state = getattr(optimizer, "state", None)
-    if not isinstance(state, Mapping):
-        raise TrainerStateError(
-            f"optimizer_is_pristine() expects a torch optimizer with a 'state' mapping; got "
-            f"{describe(optimizer)}; pass the torch.optim.Optimizer itself"
-        )
-    return all(not entry for entry in state.values())
-
-
-def _weights_only_problems(value: Any, path: str, *, json_only: bool) -> list[str]:
-    """Every path under ``value`` that ``torch.load(weights_only=True)`` (or JSON) cannot hold."""
-    if value is None or type(value) in (str, int, float, bool):
-        return []
-    if not json_only and type(value) in (torch.Tensor, torch.nn.Parameter):
-        return []
-    containers: tuple[type, ...] = (dict,) if json_only else (dict, OrderedDict)
-    if type(value) in containers:
-        problems = []
-        for key, item in value.items():
-            if json_only and not isinstance(key, str):
-                problems.append(f"{path}: expected str keys; got {describe(key)}")
-            problems += _weights_only_problems(item, f"{path}[{key!r}]", json_only=json_only)
-        return problems
-    if type(value) is list or (not json_only and type(value) is tuple):
-        problems = []
-        for i, item in enumerate(value):
-            problems += _weights_only_problems(item, f"{path}[{i}]", json_only=json_only)
-        return problems
-    allowed = (
-        "dict (str keys), list, str, int, float, bool or None"
-        if json_only
-        else "dict, list, tuple, str, int, float, bool, None or a plain tensor"
-    )
-    return [f"{path}: expected {allowed}; got {describe(value)}"]
+__all__ = [
+    "READABLE_TRAINER_SCHEMAS",
+    "TRAINER_STATE_SCHEMA",
+    "TrainerState",
+    "optimizer_class_name",
+    "optimizer_is_pristine",
+]
 
 
 @attrs.frozen(kw_only=True)
@@ -129,6 +80,9 @@ class TrainerState:
     ``skips_consecutive <= skips_total``) and that ``scheduler_state`` and ``extra`` hold only
     what ``torch.load(weights_only=True)`` (for ``extra``: JSON) can read back, so a state that
     exists can be saved and resumed. The accumulation window is always closed (``accum = 0``).
+    ``scheduler_state``, ``extra`` and ``stateful`` must load back with
+    ``torch.load(weights_only=True)`` (tensors are allowed; NumPy values, sets on old torch,
+    custom classes are not; see :mod:`~statecraft.checkpoint.state.safe_values`).
 
     Attributes:
         optimizer_step: applied optimizer updates (``iter`` in legacy files).
@@ -139,7 +93,12 @@ class TrainerState:
         scheduler_state: the scheduler's ``state_dict()``, or ``None``.
         scheduler_identity: the schedule's construction identity, or ``None`` (legacy schedule).
         optimizer_pristine: the optimizer had never stepped (written only when True).
-        extra: the loop's own small JSON values.
+        extra: the loop's own values (``Checkpointer.loop_state``): str keys, any
+            weights_only-safe value (a prefetched batch tensor, ``model_args``, config).
+        stateful: name -> ``state_dict()`` of each named stateful object
+            (``track(stateful={"scaler": scaler})``); names are identifiers.
+        optimizer_class: the tracked optimizer's ``"<module>.<qualname>"``, or ``None``
+            (not recorded: a v1 or legacy file).
 
     Raises:
         TrainerStateError: on construction, listing every bad field.
@@ -156,6 +115,10 @@ class TrainerState:
     scheduler_identity: SchedulerIdentity | None = None
     optimizer_pristine: bool = False
     extra: dict[str, Any] = attrs.field(factory=dict, eq=attrs.cmp_using(eq=deep_equal), hash=False)
+    stateful: dict[str, Any] = attrs.field(
+        factory=dict, eq=attrs.cmp_using(eq=deep_equal), hash=False
+    )
+    optimizer_class: str | None = None
 
     def __attrs_post_init__(self) -> None:
         problems = []
@@ -172,9 +135,7 @@ class TrainerState:
                 got = describe(self.scheduler_state)
                 problems.append(f"scheduler_state: expected a dict or None; got {got}")
             else:
-                problems += _weights_only_problems(
-                    self.scheduler_state, "scheduler_state", json_only=False
-                )
+                problems += unsafe_paths(self.scheduler_state, "scheduler_state")
         if self.scheduler_identity is not None and not isinstance(
             self.scheduler_identity, SchedulerIdentity
         ):
@@ -186,10 +147,12 @@ class TrainerState:
             problems.append(
                 f"optimizer_pristine: expected a bool; got {describe(self.optimizer_pristine)}"
             )
-        if type(self.extra) is not dict:
-            problems.append(f"extra: expected a dict; got {describe(self.extra)}")
-        else:
-            problems += _weights_only_problems(self.extra, "extra", json_only=True)
+        problems += value_problems(self.extra, "extra")
+        problems += stateful_problems(self.stateful)
+        if self.optimizer_class is not None and type(self.optimizer_class) is not str:
+            problems.append(
+                f"optimizer_class: expected a str or None; got {describe(self.optimizer_class)}"
+            )
         if problems:
             raise state_error(
                 "TrainerState(...)", "trainer state", problems, "Pass the values listed above."
@@ -205,35 +168,57 @@ class TrainerState:
         scheduler_identity: SchedulerIdentity | None = None,
         optimizer: torch.optim.Optimizer | None = None,
         extra: Mapping[str, Any] | None = None,
+        stateful: Mapping[str, Any] | None = None,
+        unsafe_elsewhere: tuple[str, ...] = (),
     ) -> TrainerState:
         """Snapshot the live training objects; later mutation of them does not change it.
+
+        Every captured value is deep-copied, then checked: a value
+        ``torch.load(weights_only=True)`` could not read back refuses the capture with one
+        :class:`~statecraft.errors.UnsafeStateError` naming each key path (``loop_state``,
+        ``stateful["scaler"]``, ``scheduler``), before anything is written.
 
         Args:
             clocks: the loop's clocks; the window must be closed.
             rng: from :func:`~statecraft.checkpoint.state.gather_rng_inventory`, or ``None``.
             scheduler: anything with ``state_dict()`` (deep-copied), or ``None``.
             scheduler_identity: the schedule's identity, or ``None`` (legacy schedule).
-            optimizer: decides ``optimizer_pristine`` via :func:`optimizer_is_pristine`.
-            extra: the loop's own small JSON values (deep-copied).
+            optimizer: decides ``optimizer_pristine`` via :func:`optimizer_is_pristine` and
+                ``optimizer_class`` via :func:`optimizer_class_name`.
+            extra: the loop state (``Checkpointer.loop_state``; deep-copied).
+            stateful: name -> named stateful object (its ``state_dict()`` is deep-copied).
+            unsafe_elsewhere: lines already found in state captured with this one (every rank's
+                data state), reported in the same refusal.
 
         Raises:
-            TrainerStateError: the accumulation window is open, or a value is unsaveable.
+            TrainerStateError: the accumulation window is open.
+            UnsafeStateError: a value cannot be loaded back (every one is listed).
         """
         if not isinstance(clocks, UpdateClocks):
             raise TrainerStateError(
                 f"TrainerState.capture() expects UpdateClocks; got {describe(clocks)}"
             )
         clocks.require_quiescent("capture the trainer state")
+        loop_state = {} if extra is None else copy.deepcopy(dict(extra))
+        objects = {name: copy.deepcopy(obj.state_dict()) for name, obj in (stateful or {}).items()}
+        scheduler_state = None if scheduler is None else copy.deepcopy(scheduler.state_dict())
+        require_safe(
+            {"loop_state": loop_state, "stateful": objects, "scheduler": scheduler_state},
+            action=f"save the checkpoint of step {clocks.optimizer_step}",
+            found=unsafe_elsewhere,
+        )
         return cls(
             optimizer_step=clocks.optimizer_step,
             attempt_id=clocks.attempt_id,
             skips_total=clocks.skips_total,
             skips_consecutive=clocks.skips_consecutive,
             rng=rng,
-            scheduler_state=None if scheduler is None else copy.deepcopy(scheduler.state_dict()),
+            scheduler_state=scheduler_state,
             scheduler_identity=scheduler_identity,
             optimizer_pristine=optimizer is not None and optimizer_is_pristine(optimizer),
-            extra={} if extra is None else copy.deepcopy(dict(extra)),
+            extra=loop_state,
+            stateful=objects,
+            optimizer_class=None if optimizer is None else optimizer_class_name(optimizer),
         )
 
     def to_clocks(self) -> UpdateClocks:
@@ -251,8 +236,9 @@ class TrainerState:
         Returns:
             Keys ``schema``, ``optimizer_step``, ``iter`` (legacy alias, same value),
             ``attempt_id``, ``skips_total``, ``skips_consecutive``, ``open_microbatches`` (always
-            0), ``rng``, ``scheduler``, ``scheduler_identity``, ``extra``, and
-            ``optimizer_pristine`` only when True. Containers are copies.
+            0), ``rng``, ``scheduler``, ``scheduler_identity``, ``extra``, ``stateful``,
+            ``optimizer_class``, and ``optimizer_pristine`` only when True. Containers are
+            copies.
         """
         payload: dict[str, Any] = {
             "schema": TRAINER_STATE_SCHEMA,
@@ -268,6 +254,8 @@ class TrainerState:
                 None if self.scheduler_identity is None else self.scheduler_identity.to_payload()
             ),
             "extra": copy.deepcopy(self.extra),
+            "stateful": copy.deepcopy(self.stateful),
+            "optimizer_class": self.optimizer_class,
         }
         if self.optimizer_pristine:
             payload["optimizer_pristine"] = True
@@ -278,10 +266,11 @@ class TrainerState:
         """Validate a loaded ``trainer.pt`` payload and build the state, or fail with every reason.
 
         A payload without ``schema`` is a legacy file: ``attempt_id`` defaults to the optimizer
-        step, the skip counters to 0, unknown keys are ignored. A payload with the current schema
-        must hold only its own keys. Nothing contradictory is normalized: ``optimizer_step`` and
-        ``iter`` must agree when both exist, an open accumulation window fails, a malformed RNG
-        inventory fails (it is never taken for a missing one).
+        step, the skip counters to 0, unknown keys are ignored. A payload with a schema of
+        :data:`READABLE_TRAINER_SCHEMAS` must hold only that version's keys. Nothing
+        contradictory is normalized: ``optimizer_step`` and ``iter`` must agree when both
+        exist, an open accumulation window fails, a malformed RNG inventory fails (it is never
+        taken for a missing one).
 
         Args:
             payload: what ``torch.load(path, weights_only=True)`` returned.
@@ -294,107 +283,9 @@ class TrainerState:
             TrainerStateError: naming ``source`` and each bad field with expected vs got; its
                 ``problems`` attribute lists the same lines.
         """
-        if not isinstance(payload, dict):
-            raise state_error(
-                source,
-                "trainer state",
-                [f"expected a dict payload; got {describe(payload)}"],
-                TRAINER_CORRUPT_FIX,
-            )
-        problems: list[str] = []
-        legacy = "schema" not in payload
-        if not legacy:
-            if payload["schema"] != TRAINER_STATE_SCHEMA:
-                problems.append(
-                    f"schema: expected {TRAINER_STATE_SCHEMA!r} (or none, for a legacy file); got "
-                    f"{describe(payload['schema'])}; a newer or foreign writer made this file, "
-                    "read it with the statecraft release that wrote it"
-                )
-            problems += [
-                f"unexpected key {k!r} (not part of {TRAINER_STATE_SCHEMA})"
-                for k in payload
-                if k not in _PAYLOAD_KEYS
-            ]
-
-        def count(name: str, default: int | None) -> int | None:
-            """The counter ``name``, its legacy default when absent, None when malformed."""
-            if name not in payload:
-                return default
-            value: Any = payload[name]
-            if not is_int(value) or value < 0:
-                problems.append(f"{name}: expected an int >= 0; got {describe(value)}")
-                return None
-            return int(value)
-
-        step, alias = count("optimizer_step", None), count("iter", None)
-        if "optimizer_step" not in payload and "iter" not in payload:
-            problems.append("optimizer_step: missing (and no legacy 'iter' either)")
-        if step is not None and alias is not None and step != alias:
-            problems.append(
-                f"optimizer_step and iter conflict: optimizer_step={step}, iter={alias}; "
-                "they are the same clock and must agree"
-            )
-        step = alias if step is None else step
-        counted = {
-            "optimizer_step": step,
-            "attempt_id": count("attempt_id", step),
-            "skips_total": count("skips_total", 0),
-            "skips_consecutive": count("skips_consecutive", 0),
-        }
-        clocks = {name: value for name, value in counted.items() if value is not None}
-        if len(clocks) == len(counted):
-            problems += clock_problems(**clocks)
-        if "open_microbatches" in payload:
-            open_mb = payload["open_microbatches"]
-            if not is_int(open_mb):
-                problems.append(f"open_microbatches: expected the int 0; got {describe(open_mb)}")
-            elif open_mb != 0:
-                problems.append(
-                    f"open_microbatches: expected 0 (a closed accumulation window); got {open_mb}: "
-                    "gradients are not checkpointed, so an open window cannot be resumed exactly"
-                )
-
-        rng = None
-        if payload.get("rng") is not None:
-            try:
-                rng = RngInventory.from_payload(payload["rng"], source=source)
-            except TrainerStateError as exc:
-                problems += problems_of(exc, "rng")
-        scheduler_state = payload.get("scheduler")
-        if scheduler_state is not None and not isinstance(scheduler_state, dict):
-            problems.append(
-                f"scheduler: expected a state_dict (dict) or None; got {describe(scheduler_state)}"
-            )
-        identity = None
-        if payload.get("scheduler_identity") is not None:
-            try:
-                identity = SchedulerIdentity.from_payload(
-                    payload["scheduler_identity"], source=source
-                )
-            except TrainerStateError as exc:
-                problems += problems_of(exc, "scheduler_identity")
-        pristine = payload.get("optimizer_pristine", False)
-        if "optimizer_pristine" in payload and pristine is not True:
-            problems.append(
-                f"optimizer_pristine: expected True (the key is written only when true); "
-                f"got {describe(pristine)}"
-            )
-        extra = payload.get("extra", {})
-        if type(extra) is not dict:
-            problems.append(f"extra: expected a dict; got {describe(extra)}")
-        else:
-            problems += _weights_only_problems(extra, "extra", json_only=True)
-        if problems:
-            raise state_error(source, "trainer state", problems, TRAINER_CORRUPT_FIX)
+        fields = payload_fields(payload, source=source)
         try:
-            return cls(
-                **clocks,
-                rng=rng,
-                scheduler_state=scheduler_state,
-                scheduler_identity=identity,
-                optimizer_pristine=pristine,
-                extra=extra,
-            )
+            return cls(**fields)
         except TrainerStateError as exc:
             problems = list(getattr(exc, "problems", [str(exc)]))
             raise state_error(source, "trainer state", problems, TRAINER_CORRUPT_FIX) from None

@@ -21,6 +21,7 @@ checkpoint.
 
 from __future__ import annotations
 
+import copy
 import logging
 import sys
 from pathlib import Path
@@ -31,7 +32,9 @@ import attrs
 from statecraft.checkpoint.catalog import Catalog, PassedOver, scan
 from statecraft.checkpoint.layout import parse_iter_dirname
 from statecraft.checkpoint.loading import load_all_or_nothing, read_components
+from statecraft.checkpoint.plan import CHECKPOINT_PLAN
 from statecraft.checkpoint.state import (
+    DataState,
     TrainerState,
     UpdateClocks,
     check_scheduler_identity,
@@ -72,9 +75,14 @@ class ResumeResult:
         reason: one line saying why (also logged).
         passed_over: newer candidates that were not adopted, each with its reason.
         rng: ``"restored"``, ``"missing"``, ``"topology_changed"`` or ``"fresh"``.
-        data: what happened to the data source (``"restored"``, ``"fresh"``, ...).
+        data: what happened to the data source: ``"restored"`` (this rank's own saved
+            state), ``"topology_changed"`` (saved at another world size: the data source kept
+            its fresh state), ``"missing"`` (no ``data.pt``), ``"untracked"``, ``"off"``
+            (``data.cursor_resume=off``), ``"fresh"`` (no checkpoint).
         notes: warnings about the choice (an unreadable or dangling latest pointer, digests
             not verified); each was also logged.
+        loop_state: a copy of the loop state restored into ``Checkpointer.loop_state`` (empty
+            for a fresh start).
     """
 
     step: int
@@ -84,6 +92,7 @@ class ResumeResult:
     rng: str = "fresh"
     data: str = "fresh"
     notes: tuple[str, ...] = ()
+    loop_state: dict[str, Any] = attrs.field(factory=dict, hash=False)
 
     @property
     def resumed(self) -> bool:
@@ -100,6 +109,8 @@ class Tracked:
     data: Any = None
     scheduler_identity: Any = None
     clocks: UpdateClocks = attrs.field(factory=UpdateClocks)
+    stateful: dict[str, Any] = attrs.field(factory=dict)  # name -> object with state_dict
+    loop_state: dict[str, Any] = attrs.field(factory=dict)  # Checkpointer.loop_state
 
 
 @attrs.define
@@ -303,7 +314,9 @@ def load_checkpoint(ctx: ResumeContext) -> None:
     Raises:
         TrainerStateError: the scheduler identity differs (checked before anything is loaded).
         ResumeError: a tracked object has no saved state, saved state has no target or does
-            not fit it (keys, shapes, parameter groups), or an object's own load failed.
+            not fit it (keys, shapes, parameter groups, stateful names), ``data.pt`` was saved
+            at another world size under ``data.cursor_resume=strict``, or an object's own load
+            failed.
         CheckpointCorruptError: a component file is not a loadable ``torch.save`` archive.
     """
     chosen = ctx.chosen
@@ -360,6 +373,7 @@ def load_checkpoint(ctx: ResumeContext) -> None:
         rng_status,
         data_status,
         tuple(ctx.notes),
+        copy.deepcopy(trainer.extra),
     )
     log.info(reason)
 
@@ -370,8 +384,13 @@ def _note(ctx: ResumeContext, note: str) -> None:
     ctx.notes.append(note)
 
 
-def _data_status(ctx: ResumeContext, chosen: VerifiedCheckpoint, state: Any) -> str:
-    """What will happen to the data source (nothing is loaded here)."""
+def _data_status(ctx: ResumeContext, chosen: VerifiedCheckpoint, state: DataState | None) -> str:
+    """What will happen to this rank's data source (nothing is loaded here).
+
+    Raises:
+        ResumeError: ``data.cursor_resume=strict`` and ``data.pt`` was saved at another world
+            size (refused before anything loads).
+    """
     tracked = ctx.tracked
     if ctx.cursor_resume == "off":
         log.info("data.cursor_resume=off: the data source starts fresh (not exact)")
@@ -390,6 +409,35 @@ def _data_status(ctx: ResumeContext, chosen: VerifiedCheckpoint, state: Any) -> 
             "checkpoint",
         )
         return "missing"
+    world_size = ctx.collective.world_size
+    if state.state_for(ctx.collective.rank, world_size) is None:
+        where = f"{chosen.location}/{CHECKPOINT_PLAN.for_tracked('data').name}"
+        if ctx.cursor_resume == "strict":
+            raise ResumeError(
+                f"{where} holds the data state of {state.describe_saver()} and this job runs "
+                f"{world_size}: data.cursor_resume=strict requires each rank's own saved data "
+                "cursor, so nothing was loaded. Relaunch with the same number of ranks "
+                f"({state.world_size}), or set data.cursor_resume=auto to resume with the data "
+                "sources restarted (not exact)",
+                path=where,
+                saved_world_size=state.world_size,
+                world_size=world_size,
+            )
+        if ctx.collective.rank == 0:
+            log.warning(
+                "%s was saved by %s and this job has %d: no saved data state is this rank's "
+                "own, so every data source keeps its fresh state (not exact); resume at the "
+                "saving world size for the exact data cursor, or set data.cursor_resume=strict "
+                "to refuse",
+                where,
+                state.describe_saver(),
+                world_size,
+            )
+        ctx.notes.append(
+            f"{where} was saved by {state.describe_saver()} and this job has {world_size}: "
+            "the data sources keep their fresh state (not exact)"
+        )
+        return "topology_changed"
     return "restored"
 
 
