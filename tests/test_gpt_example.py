@@ -2,16 +2,11 @@
 points (during startup, between steps, inside saves) and relaunched with the unchanged command
 ends bit for bit where an uninterrupted run ends, and ``sample.py`` reads its checkpoint.
 
-Every process writes only under ``tmp_path``. Until the facade pieces of issue 7 are merged
-(``RunIdentity.named``, ``Checkpointer.loop_state`` / ``track(stateful=...)``, ``StepEnd``,
-``statecraft.load_weights`` / ``read_loop_state``, ``Checkpointer(quiet=...)``), the processes
-run through :data:`PRE_MERGE_SHIM`, which stands in for exactly the missing pieces; once all
-are present the example runs unwrapped and the shim is dead code to delete.
+Every process writes only under ``tmp_path``.
 """
 
 from __future__ import annotations
 
-import inspect
 import os
 import random
 import re
@@ -25,8 +20,6 @@ from pathlib import Path
 import attrs
 import pytest
 
-import statecraft
-from statecraft.checkpoint import checkpointer as checkpointer_module
 from statecraft.checkpoint.layout import LATEST_POINTER
 from statecraft.cli.demo import compare_checkpoints
 
@@ -44,118 +37,9 @@ STEP_LINE = re.compile(r"^step (\d+): ")
 LAUNCH_TIMEOUT_S = 120.0
 
 
-def missing_facade_pieces() -> list[str]:
-    """The pieces of the shared API contract the example uses that this tree lacks."""
-    checkpointer = checkpointer_module.Checkpointer
-    missing = []
-    if not hasattr(statecraft.RunIdentity, "named"):
-        missing.append("RunIdentity.named")
-    if "stateful" not in inspect.signature(checkpointer.track).parameters:
-        missing.append("loop_state")
-    if not hasattr(checkpointer_module, "StepEnd"):
-        missing.append("StepEnd")
-    if not (hasattr(statecraft, "load_weights") and hasattr(statecraft, "read_loop_state")):
-        missing.append("load_weights")
-    if "quiet" not in inspect.signature(checkpointer.__init__).parameters:
-        missing.append("quiet")
-    return missing
-
-
-#: Stand-ins for the facade pieces of the shared contract that are not merged yet; applied in
-#: the child process before the example runs, each only when its piece is missing. Loop state
-#: rides in data.pt (a tracked data source) so that it is saved and restored all-or-nothing
-#: with the checkpoint, as trainer.pt's ``extra`` will carry it.
-PRE_MERGE_SHIM = r"""
-import inspect, os, runpy, sys
-import attrs, torch
-import statecraft as sc
-from statecraft.checkpoint import checkpointer as cm
-missing = set(sys.argv[1].split(","))
-script = sys.argv[2]
-if "RunIdentity.named" in missing:
-    sc.RunIdentity.named = classmethod(
-        lambda cls, name, project="default", group="default": cls(project, group, name))
-if "loop_state" in missing:
-    class LoopCarrier:
-        def __init__(self, ckpt, inner):
-            self.ckpt, self.inner = ckpt, inner
-        def state_dict(self):
-            inner = None if self.inner is None else self.inner.state_dict()
-            return {"loop": dict(self.ckpt.loop_state), "inner": inner}
-        def load_state_dict(self, state):
-            self.ckpt.loop_state.clear()
-            self.ckpt.loop_state.update(state["loop"])
-            if self.inner is not None:
-                self.inner.load_state_dict(state["inner"])
-    cm.Checkpointer.loop_state = property(lambda self: self.__dict__.setdefault("_loop", {}))
-    track = cm.Checkpointer.track
-    def shim_track(self, *, data=None, **kw):
-        track(self, data=LoopCarrier(self, data), **kw)
-    cm.Checkpointer.track = shim_track
-if "StepEnd" in missing:
-    @attrs.frozen
-    class StepEnd:
-        saved: object
-        stop: bool
-        reason: object = None
-        def __bool__(self):
-            return self.stop
-    step_end = cm.Checkpointer.step_end
-    def shim_step_end(self):
-        before = len(self.saves)
-        stop = bool(step_end(self))
-        return StepEnd(self.saves[-1] if len(self.saves) > before else None, stop)
-    cm.Checkpointer.step_end = shim_step_end
-if "quiet" in missing:
-    from statecraft.logs import configure_default_output
-    init = cm.Checkpointer.__init__
-    def shim_init(self, config, *, quiet=None, **kw):
-        # first of all: the config's own warnings are logged by __init__
-        from statecraft.parallel.collectives import default_collective
-        rank = (kw.get("collective") or default_collective()).rank
-        configure_default_output(rank=rank, quiet=config.quiet if quiet is None else quiet)
-        init(self, config, **kw)
-    cm.Checkpointer.__init__ = shim_init
-if "load_weights" in missing:
-    from pathlib import Path
-    from statecraft.checkpoint.catalog import scan
-    from statecraft.storage.local import LocalStore
-    @attrs.frozen
-    class LoadedCheckpoint:
-        location: str
-        iteration: int
-        loop_state: dict
-    def newest(source):
-        found = sorted(Path(source).glob("**/checkpoints"))
-        if len(found) != 1:
-            raise ValueError(f"{source}: {len(found)} checkpoints directories")
-        chosen = scan(LocalStore(str(found[0]))).pick().chosen
-        return found[0] / chosen.name, chosen.verified.iteration
-    def read(source):
-        where, iteration = newest(source)
-        return where, iteration, torch.load(where / "data.pt", weights_only=True)["loop"]
-    def load_weights(model, source, *, verify="digest"):
-        where, iteration, loop = read(source)
-        model.load_state_dict(torch.load(where / "model.pt", weights_only=True))
-        return LoadedCheckpoint(str(where), iteration, loop)
-    sc.load_weights = load_weights
-    sc.read_loop_state = lambda source: read(source)[2]
-sys.argv = [script, *sys.argv[3:]]
-sys.path.insert(0, os.path.dirname(script))
-runpy.run_path(script, run_name="__main__")
-"""
-
-
 def example_command(tmp_path: Path, script: str, *args: str) -> list[str]:
-    """The command that runs ``examples/gpt/<script>`` with ``args`` (through the shim while
-    facade pieces are missing)."""
-    path = str(EXAMPLE / script)
-    missing = missing_facade_pieces()
-    if not missing:
-        return [sys.executable, path, *args]
-    runner = tmp_path / "premerge_shim.py"
-    runner.write_text(PRE_MERGE_SHIM)
-    return [sys.executable, str(runner), ",".join(missing), path, *args]
+    """The command that runs ``examples/gpt/<script>`` with ``args``."""
+    return [sys.executable, str(EXAMPLE / script), *args]
 
 
 def training_text(path: Path) -> Path:
