@@ -13,6 +13,10 @@ Every publication follows the durability discipline of DESIGN.md §4:
 - **directories** are created one level at a time, each followed by an ``fsync`` of its parent.
 - A failed ``fsync`` is never retried: the data is treated as lost, the temporary file is
   removed, and the error is raised.
+- **deferred** (``open_atomic(path, defer_sync=True)``, the bulk files of a save): the commit's
+  ``fsync`` + ``rename`` run behind the caller and the directory fsync waits for the store's
+  next publication or removal, which settles them first; the exclusive create settles them
+  alongside its own fsync, before its ``link`` (:mod:`statecraft.storage.deferred`).
 
 Temporary names look like ``.model.pt.tmp-<pid>-<n>``; :meth:`LocalStore.sweep_temporaries`
 removes leftovers of a crashed writer.
@@ -28,14 +32,20 @@ from typing import BinaryIO
 
 from statecraft.errors import DiskFullError, StoreConflictError, StoreError
 from statecraft.storage.base import FileRecord, check_relative_path
+from statecraft.storage.deferred import DeferredPublications
 from statecraft.storage.digest import StreamDigest
 from statecraft.storage.filesystem import FileStat, Filesystem, OsFilesystem
 
 __all__ = ["LocalStore", "is_temporary_name"]
 
 _TEMP_RE = re.compile(r"^\..+\.tmp-\d+-\d+$")
-_BUFFER_BYTES = 4 << 20  # small writes are coalesced into one write call of up to this size
-_DIRECT_BYTES = 1 << 20  # writes at least this large go straight through (hashed in parallel)
+# Small writes (pickle opcodes, zip headers) are coalesced into one write call of up to
+# _BUFFER_BYTES; writes of at least _DIRECT_BYTES (a tensor's storage) go straight through
+# without a copy, hashed inline below OVERLAP_THRESHOLD (xxh3 runs at >10 GB/s) and on the
+# digest's helper thread above it. The buffer stays below OVERLAP_THRESHOLD so it is hashed
+# inline and reused without a copy.
+_BUFFER_BYTES = 256 << 10
+_DIRECT_BYTES = 64 << 10
 _WRITEBACK_BYTES = 4 << 20  # start device writeback once this much is written since the last
 
 
@@ -47,12 +57,15 @@ def is_temporary_name(name: str) -> bool:
 class LocalAtomicWriter:
     """A file being written under a temporary name (see ``storage.base.AtomicWriter``)."""
 
-    def __init__(self, store: LocalStore, path: str, *, exclusive: bool) -> None:
+    def __init__(
+        self, store: LocalStore, path: str, *, exclusive: bool, defer_sync: bool = False
+    ) -> None:
         self.path = check_relative_path(path)
         self.record: FileRecord | None = None
         self._store = store
         self._fs = store.fs
         self._exclusive = exclusive
+        self._defer = defer_sync and not exclusive
         self._final = store.abspath(path)
         directory, name = posixpath.split(self._final)
         self._dir = directory
@@ -126,11 +139,11 @@ class LocalAtomicWriter:
 
     def _flush_buffer(self) -> None:
         if self._buffer and self._handle is not None:
-            chunk = bytes(self._buffer)
+            with memoryview(self._buffer) as chunk:  # hashed inline: below OVERLAP_THRESHOLD
+                self._digest.start(chunk)
+                self._fs.write(self._handle, chunk)
+                self._flushed += len(chunk)
             self._buffer.clear()
-            self._digest.start(chunk)
-            self._fs.write(self._handle, chunk)
-            self._flushed += len(chunk)
             self._start_writeback()
 
     def _start_writeback(self) -> None:
@@ -143,21 +156,34 @@ class LocalAtomicWriter:
             self._writeback_from = self._flushed
 
     def commit(self) -> FileRecord:
-        """Make the bytes durable and publish them under the final name.
+        """Make the bytes durable and publish them under the final name (a deferred writer:
+        hand that over to the store's settle, see the module doc, and return the record).
+
+        Every deferred publication of the store is settled first, while this file's own
+        temporary is fsynced, and before the ``link`` / ``rename``.
 
         Raises:
             StoreConflictError: exclusive create and the name already exists (nothing changed).
-            StoreError: a write or fsync failed; nothing was published.
+            StoreError: a write or fsync failed (this file's or a deferred one's); nothing was
+                published.
         """
-        if self._handle is None:
+        handle = self._handle
+        if handle is None:
             raise StoreError(f"{self.path}: commit after commit or abort")
         try:
             self._flush_buffer()
-            self._fs.fsync(self._handle)
+            if self._defer:
+                self._handle = None
+                self.record = FileRecord(self.path, self._size, self._digest.digest())
+                self._store.deferred.submit(lambda: self._publish_deferred(handle), self._dir)
+                return self.record
+            self._store.deferred.settle(alongside=lambda: self._fs.fsync(handle))
         except OSError as exc:
             self.abort()
+            if isinstance(exc, StoreError):  # a deferred publication's failure, as it was
+                raise
             raise self._failure(exc, pending=0) from exc
-        self._fs.close(self._handle)
+        self._fs.close(handle)
         self._handle = None
         try:
             if self._exclusive:
@@ -184,6 +210,32 @@ class LocalAtomicWriter:
             ) from exc
         self.record = FileRecord(self.path, self._size, self._digest.digest())
         return self.record
+
+    def _publish_deferred(self, handle: int) -> None:
+        """The handed-over part of a deferred commit: fsync, close, rename (no directory
+        fsync: the settle does one per directory).
+
+        Raises:
+            StoreError: the fsync or the rename failed; the temporary is removed.
+        """
+        try:
+            self._fs.fsync(handle)
+        except OSError as exc:
+            try:
+                self._fs.close(handle)
+            except OSError:
+                pass
+            self._remove_temp()
+            raise self._failure(exc, pending=0) from exc
+        self._fs.close(handle)
+        try:
+            self._fs.rename(self._temp, self._final)
+        except OSError as exc:
+            self._remove_temp()
+            raise StoreError(
+                f"{self._store.describe()}: publishing {self.path!r} failed ({exc}); nothing "
+                "was published under that name. Retry the save"
+            ) from exc
 
     def abort(self) -> None:
         """Discard the temporary file (best effort); the final name is untouched."""
@@ -227,6 +279,7 @@ class LocalStore:
             raise StoreError(f"LocalStore root must be an absolute path, got {root!r}")
         self.root = posixpath.normpath(root)
         self.fs: Filesystem = fs if fs is not None else OsFilesystem()
+        self.deferred = DeferredPublications(self.fs)
         self._token = 0
         self._ensure_root()
 
@@ -260,9 +313,28 @@ class LocalStore:
                 self.fs.fsync_dir(parent)
 
     # ----------------------------------------------------------------- writes
-    def open_atomic(self, path: str, *, exclusive: bool = False) -> LocalAtomicWriter:
-        """Start writing ``path``; commit by leaving the ``with`` block (see module doc)."""
-        return LocalAtomicWriter(self, path, exclusive=exclusive)
+    def open_atomic(
+        self, path: str, *, exclusive: bool = False, defer_sync: bool = False
+    ) -> LocalAtomicWriter:
+        """Start writing ``path``; commit by leaving the ``with`` block (see module doc).
+
+        Args:
+            exclusive: publish by ``link`` only if the name is free.
+            defer_sync: (not with ``exclusive``) the commit returns once the bytes are
+                written; they are durable under the name once :meth:`settle` (or the next
+                publication or removal of this store) returns.
+        """
+        return LocalAtomicWriter(self, path, exclusive=exclusive, defer_sync=defer_sync)
+
+    def settle(self, *, keep_errors: bool = True) -> None:
+        """Make every deferred publication durable now (see
+        :meth:`~statecraft.storage.deferred.DeferredPublications.settle`).
+
+        Raises:
+            StoreError: a deferred publication failed (with ``keep_errors``).
+        """
+        if self.deferred.pending:
+            self.deferred.settle(keep_errors=keep_errors)
 
     def write_atomic(self, path: str, data: bytes) -> FileRecord:
         """Replace ``path`` with ``data`` atomically and durably."""
@@ -280,21 +352,27 @@ class LocalStore:
             writer.write(data)
         return writer.record  # type: ignore[return-value]
 
-    def make_dirs(self, path: str) -> None:
+    def make_dirs(self, path: str, *, defer_sync: bool = False) -> None:
         """Create directory ``path`` (and parents) durably: each ``mkdir`` then its parent's
-        ``fsync``."""
+        ``fsync`` (``defer_sync``: the parents' fsyncs wait for the next settle)."""
+        if not defer_sync:
+            self.settle()
         current = ""
         for part in check_relative_path(path).split("/"):
             parent, current = current, f"{current}/{part}" if current else part
             stat = self.fs.stat(self.abspath(current))
             if stat is None:
                 self.fs.mkdir(self.abspath(current))
-                self.fs.fsync_dir(self.abspath(parent))
+                if defer_sync:
+                    self.deferred.mark(self.abspath(parent))
+                else:
+                    self.fs.fsync_dir(self.abspath(parent))
             elif not stat.is_dir:
                 raise StoreError(f"{self.describe()}: {current!r} exists and is not a directory")
 
     def delete(self, path: str) -> None:
         """Remove file ``path`` durably (missing is fine)."""
+        self.settle(keep_errors=False)
         target = self.abspath(path)
         try:
             self.fs.unlink(target)
@@ -306,6 +384,7 @@ class LocalStore:
         """Remove directory ``path`` and everything under it: files first, then the emptied
         directories, each directory fsynced, so no crash leaves a directory that looks complete
         but lacks files it had."""
+        self.settle(keep_errors=False)
         target = self.abspath(path)
         stat = self.fs.stat(target)
         if stat is None:
@@ -330,6 +409,7 @@ class LocalStore:
         process kill, renames and data may still sit unsynced in the page cache, and a power
         loss could still revert them.
         """
+        self.settle()
         target = self.abspath(path)
         for name in self.fs.listdir(target):
             child = posixpath.join(target, name)
@@ -341,6 +421,7 @@ class LocalStore:
 
     def sweep_temporaries(self, path: str = "") -> list[str]:
         """Remove leftover temporary files of crashed writers directly inside ``path``."""
+        self.settle(keep_errors=False)
         removed = [n for n in self.list(path) if is_temporary_name(n)]
         if not removed:
             return []
