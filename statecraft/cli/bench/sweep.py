@@ -29,7 +29,6 @@ import os
 import re
 import shutil
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -293,9 +292,7 @@ def _measure_size(root: str, nbytes: int, repeat: int) -> dict[str, Any]:
 def _moments(optimizer: Any) -> list[Any]:
     import torch
 
-    return [
-        v for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v)
-    ]
+    return [v for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v)]
 
 
 def _intercept(points: list[tuple[float, float]]) -> float | None:
