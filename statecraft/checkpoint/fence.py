@@ -28,6 +28,9 @@ class _FencedWriter:
         self._fence = fence
         self.path = inner.path
         self.record: FileRecord | None = None
+        # A serializer calls write hundreds of times per file: bind the inner writer's
+        # method itself, so the wrapper adds no call per chunk (only commit is fenced).
+        self.write = inner.write  # type: ignore[method-assign]
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
         return self._inner.write(data)

@@ -88,37 +88,58 @@ class DeferredPublications:
         """Wait for every handed-over commit, then fsync each changed directory; run
         ``alongside`` (the commit point's own fsync) at the same time, on this thread.
 
+        On the real OS ``alongside`` overlaps both the commits still in flight and the
+        directory fsyncs (a helper waits for the commits, then fsyncs the directories in
+        parallel); inline, the directories are fsynced first, then ``alongside`` runs.
+        Either way every commit and directory fsync is complete when this returns.
+
         Args:
             alongside: work of the caller that does not depend on the deferred files (the
-                fsync of a manifest's temporary); it runs while the directories are fsynced.
+                fsync of a manifest's temporary); what comes after the settle (the link)
+                does.
             keep_errors: False drops the failures of handed-over commits (a removal of the
                 files they wrote is what comes next); they are logged.
 
         Raises:
             StoreError: a handed-over commit failed (the first failure); the directories are
-                not fsynced and ``alongside`` has not run.
+                not fsynced (``alongside`` may have run).
             OSError: a directory fsync or ``alongside`` failed.
         """
         jobs, self._jobs = self._jobs, []
-        failures = [exc for exc in (job.exception() for job in jobs) if exc is not None]
-        if failures:
-            if keep_errors:
-                self._dirs.clear()
-                raise failures[0]
-            for failure in failures:
-                log.debug("dropped the failure of a deferred commit: %s", failure)
         dirs, self._dirs = self._dirs, []
-        if not self._concurrent or self._pool is None or not dirs:
+        pool = self._pool
+        if self._concurrent and pool is not None and alongside is not None and (jobs or dirs):
+
+            def commits_then_directories() -> None:
+                _raise_first(jobs)  # the jobs were queued first: they never wait for this
+                _raise_first([pool.submit(self._fs.fsync_dir, d) for d in dirs])
+
+            tail = pool.submit(commits_then_directories)
+            try:
+                alongside()
+            finally:
+                tail.exception()  # never leave it running
+            tail.result()
+            return
+        _raise_first(jobs, keep=keep_errors)
+        if not self._concurrent or pool is None or len(dirs) < 2:
             for directory in dirs:
                 self._fs.fsync_dir(directory)
             if alongside is not None:
                 alongside()
             return
-        futures = [self._pool.submit(self._fs.fsync_dir, d) for d in dirs]
+        futures = [pool.submit(self._fs.fsync_dir, d) for d in dirs]
         try:
             if alongside is not None:
                 alongside()
         finally:
-            errors = [exc for exc in (f.exception() for f in futures) if exc is not None]
-        if errors:
-            raise errors[0]
+            _raise_first(futures)
+
+
+def _raise_first(futures: list[Future[None]], *, keep: bool = True) -> None:
+    """Wait for every future; raise the first failure (``keep``) or log them all."""
+    failures = [exc for exc in (f.exception() for f in futures) if exc is not None]
+    if failures and keep:
+        raise failures[0]
+    for failure in failures:
+        log.debug("dropped the failure of a deferred commit: %s", failure)

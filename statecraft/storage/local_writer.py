@@ -68,8 +68,12 @@ class LocalAtomicWriter:
             if self._failed is not None:  # a serializer writing on after the failure
                 raise self._failed
             raise StoreError(f"{self.path}: write after commit or abort")
+        size = data.nbytes if isinstance(data, memoryview) else len(data)
+        if size < _DIRECT_BYTES and len(self._buffer) + size < _BUFFER_BYTES:
+            self._buffer += data  # the common case (pickle opcodes, zip headers): no syscall
+            self._size += size
+            return size
         view = memoryview(data).cast("B")
-        size = len(view)
         try:
             if size >= _DIRECT_BYTES:
                 self._flush_buffer()
