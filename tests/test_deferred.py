@@ -100,6 +100,10 @@ class FailingFsync(OsFilesystem):
             self.bad.add(handle)
         return handle
 
+    def close(self, handle: int) -> None:
+        self.bad.discard(handle)  # the descriptor number is reused by the next open
+        super().close(handle)
+
     def fsync(self, handle: int) -> None:
         if handle in self.bad:
             raise OSError(errno.EIO, "injected EIO")
