@@ -1,7 +1,7 @@
 """Run ``statecraft bench save`` from a checkout: ``python benchmarks/bench_save.py [flags]``.
 
-Every flag of ``statecraft bench save`` is accepted (``--size-mib``, ``--dir``, ``--repeat``,
-``--json``); the measurement itself lives in :mod:`statecraft.cli.bench`.
+Every flag of ``statecraft bench save`` is accepted (``--size-mib``, ``--sizes``, ``--dir``,
+``--repeat``, ``--json``); the measurement itself lives in :mod:`statecraft.cli.bench`.
 """
 
 from __future__ import annotations

@@ -15,6 +15,8 @@ import pytest
 
 from statecraft.cli import main
 from statecraft.cli.bench import format_save
+from statecraft.cli.bench.report import format_sweep
+from statecraft.cli.bench.sweep import parse_sizes
 
 ENVELOPE_KEYS = {"result_version", "command", "status", "exit_code", "data", "errors"}
 
@@ -188,3 +190,119 @@ class TestBenchEngine:
         assert code == 1
         assert out["errors"][0]["code"] == "config_invalid"
         assert "--transitions" in out["errors"][0]["message"]
+
+
+@pytest.fixture(scope="module")
+def sweep_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict, Path]:
+    """One tiny ``bench save --sizes ... --json`` run shared by the sweep tests."""
+    directory = tmp_path_factory.mktemp("sweep")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(
+            [
+                "bench",
+                "save",
+                "--sizes",
+                "64KiB,256KiB",
+                "--repeat",
+                "2",
+                "--dir",
+                str(directory),
+                "--json",
+            ]
+        )
+    return code, json.loads(out.getvalue()), directory
+
+
+class TestBenchSaveSizes:
+    def test_envelope_and_rows(self, sweep_run) -> None:
+        """``--sizes`` prints the bench save envelope with one row per size, in order, each
+        with the medians of statecraft, the fair baseline and raw write."""
+        code, out, _ = sweep_run
+        assert code == 0
+        assert (out["command"], out["status"], out["errors"]) == ("bench save", "ok", [])
+        data = out["data"]
+        assert data["repeat"] == 2
+        assert [r["size"] for r in data["sizes"]] == ["64KiB", "256KiB"]
+        assert [r["requested_bytes"] for r in data["sizes"]] == [64 << 10, 256 << 10]
+        for row in data["sizes"]:
+            assert row["files"] == ["data.pt", "model.pt", "optim.pt", "trainer.pt"]
+            for name in ("statecraft", "baseline", "raw_write"):
+                assert positive(row[name]["median_s"]), (row["size"], name)
+                assert len(row[name]["samples_s"]) == 2
+                assert row[name]["min_s"] <= row[name]["median_s"] <= row[name]["max_s"]
+            assert positive(row["ratio_vs_baseline"])
+            assert positive(row["raw_vs_save"])
+            assert row["raw_write"]["bytes"] == row["baseline"]["bytes"]
+
+    def test_the_baseline_writes_the_same_files(self, sweep_run) -> None:
+        """The baseline writes the checkpoint's own payloads: its byte count is within a few
+        percent of the save's (torch.save framing differs only by the zip CRC setting)."""
+        for row in sweep_run[1]["data"]["sizes"]:
+            ours, base = row["statecraft"]["bytes"], row["baseline"]["bytes"]
+            assert abs(ours - base) <= 0.05 * base, row["size"]
+            assert row["state_bytes"] <= base
+
+    def test_effects_and_fixed_cost(self, sweep_run) -> None:
+        """Each row lists the save effects' median times; the fixed cost has both intercepts
+        and the excess at the smallest size; the targets are the issue's."""
+        data = sweep_run[1]["data"]
+        for row in data["sizes"]:
+            assert [e["effect"] for e in row["statecraft"]["effects"]] == [
+                "stage_payloads",
+                "prepare_iteration",
+                "write_components",
+                "write_control",
+                "commit_manifest",
+                "advance_latest",
+            ]
+        fixed = data["fixed_cost"]
+        assert set(fixed) == {
+            "statecraft_intercept_s",
+            "baseline_intercept_s",
+            "smallest_size",
+            "smallest_excess_s",
+        }
+        assert fixed["smallest_size"] == "64KiB"
+        assert isinstance(fixed["statecraft_intercept_s"], float)
+        assert fixed["smallest_excess_s"] == data["sizes"][0]["excess_s"]
+        assert data["targets"] == {"ratio_vs_baseline_max": 1.15, "raw_vs_save_min_at_1GiB": 0.95}
+
+    def test_text_table(self, sweep_run) -> None:
+        """The human table names the baseline, each size, the fixed cost and the targets."""
+        text = format_sweep(sweep_run[1]["data"])
+        assert "baseline = the same files, each torch.save to a temporary + fsync + rename" in text
+        assert "\n64KiB " in text
+        assert "\n256KiB " in text
+        assert "fixed per-save cost: statecraft intercept " in text
+        assert "(target <= 1.15: " in text
+        assert "not measured (add 1GiB to --sizes)" in text
+        assert "  write_components" in text
+
+    def test_files_are_removed(self, sweep_run) -> None:
+        """Nothing is left under ``--dir`` after the sweep."""
+        assert list(sweep_run[2].iterdir()) == []
+
+    @pytest.mark.parametrize(
+        ("sizes", "expected"),
+        [("1MiB,12XB", "'12XB'"), ("1KiB", "at least 64KiB"), ("", "a size like 1MiB")],
+    )
+    def test_rejects_a_bad_size(self, capsys, sizes: str, expected: str) -> None:
+        """A size that does not parse or is below 64 KiB is a config error naming
+        ``--sizes``, before anything is measured."""
+        code, out = run_json(capsys, "bench", "save", "--sizes", sizes or ",")
+        assert code == 1
+        assert out["errors"][0]["code"] == "config_invalid"
+        assert "--sizes" in out["errors"][0]["message"]
+        assert expected in out["errors"][0]["message"]
+
+    def test_parse_sizes_units(self) -> None:
+        """Units B, KiB, MiB and GiB are accepted in any case; a bare number is MiB."""
+        assert parse_sizes("1MiB,16mib, 2GiB,512kib,3,65536B") == [
+            1 << 20,
+            16 << 20,
+            2 << 30,
+            512 << 10,
+            3 << 20,
+            65536,
+        ]

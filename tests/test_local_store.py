@@ -164,7 +164,8 @@ class TestOpenAtomic:
         data = (tmp_path / "f").read_bytes()
         assert data == chunk * 6000
         assert writer.record == FileRecord("f", len(data), xxh3(data))
-        assert [r.op for r in gate.log].count("write") == 2
+        # one write call per full 256 KiB buffer, plus the rest
+        assert [r.op for r in gate.log].count("write") == -(-len(data) // (256 << 10))
 
     def test_mixed_chunk_sizes_keep_order_and_digest(self, tmp_path: Path) -> None:
         """Small and multi-MiB chunks, in any order, are written and hashed in order."""

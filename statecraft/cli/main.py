@@ -95,7 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
     bsave = bsub.add_parser("save", help="save / resume throughput and resume peak RSS")
     bsave.add_argument("--size-mib", type=int, default=1024, help="state size (default 1024)")
     bsave.add_argument("--dir", help="directory to write in (default: a temporary one)")
-    bsave.add_argument("--repeat", type=int, default=2, help="runs per measurement (best kept)")
+    bsave.add_argument(
+        "--sizes",
+        help="sweep these state sizes against the fair baseline (e.g. 1MiB,16MiB,128MiB,1GiB)",
+    )
+    bsave.add_argument(
+        "--repeat", type=int, help="runs per measurement (default 2, best kept; --sizes: 5, median)"
+    )
     bsave.add_argument("--json", action="store_true")
     bsave.set_defaults(func=_lazy("statecraft.cli.bench", "run_bench_save"))
     bengine = bsub.add_parser("engine", help="engine overhead per transition")

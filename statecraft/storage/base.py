@@ -104,11 +104,19 @@ class Store(Protocol):
     def describe(self) -> str:
         """Where this store points (``local:/path``, ``s3://bucket/prefix``), for messages."""
 
-    def open_atomic(self, path: str, *, exclusive: bool = False) -> AtomicWriter:
+    def open_atomic(
+        self, path: str, *, exclusive: bool = False, defer_sync: bool = False
+    ) -> AtomicWriter:
         """A writer for ``path``; leaving its ``with`` block publishes (see the module doc).
 
         Args:
             exclusive: publish only if ``path`` is free (the commit of a manifest).
+            defer_sync: (not with ``exclusive``) the commit may return before the bytes are
+                durable under the name; they are once the store's next publication or
+                removal returns (each settles deferred ones first; an exclusive create
+                before it links). The bulk files of a save use it, so their fsyncs overlap
+                the next file's serialization and share one directory fsync. Stores whose
+                publications are durable when they return ignore it.
 
         Raises:
             StoreError: (on commit) the bytes could not be made durable; nothing was published.
@@ -155,8 +163,9 @@ class Store(Protocol):
     def list(self, path: str = "") -> list[str]:
         """Names directly inside directory / prefix ``path`` (sorted; [] when absent)."""
 
-    def make_dirs(self, path: str) -> None:
-        """Create directory ``path`` and its parents durably (no-op on object stores).
+    def make_dirs(self, path: str, *, defer_sync: bool = False) -> None:
+        """Create directory ``path`` and its parents durably (no-op on object stores;
+        ``defer_sync``: durable once the store's next publication returns).
 
         Raises:
             StoreError: a component exists and is not a directory.

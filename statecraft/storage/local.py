@@ -13,6 +13,10 @@ Every publication follows the durability discipline of DESIGN.md §4:
 - **directories** are created one level at a time, each followed by an ``fsync`` of its parent.
 - A failed ``fsync`` is never retried: the data is treated as lost, the temporary file is
   removed, and the error is raised.
+- **deferred** (``open_atomic(path, defer_sync=True)``, the bulk files of a save): the commit's
+  ``fsync`` + ``rename`` run behind the caller and the directory fsync waits for the store's
+  next publication or removal, which settles them first; the exclusive create settles them
+  alongside its own fsync, before its ``link`` (:mod:`statecraft.storage.deferred`).
 
 Temporary names look like ``.model.pt.tmp-<pid>-<n>``; :meth:`LocalStore.sweep_temporaries`
 removes leftovers of a crashed writer.
@@ -20,197 +24,25 @@ removes leftovers of a crashed writer.
 
 from __future__ import annotations
 
-import errno
 import os
 import posixpath
 import re
 from typing import BinaryIO
 
-from statecraft.errors import DiskFullError, StoreConflictError, StoreError
+from statecraft.errors import StoreError
 from statecraft.storage.base import FileRecord, check_relative_path
-from statecraft.storage.digest import StreamDigest
+from statecraft.storage.deferred import DeferredPublications
 from statecraft.storage.filesystem import FileStat, Filesystem, OsFilesystem
+from statecraft.storage.local_writer import LocalAtomicWriter
 
-__all__ = ["LocalStore", "is_temporary_name"]
+__all__ = ["LocalAtomicWriter", "LocalStore", "is_temporary_name"]
 
 _TEMP_RE = re.compile(r"^\..+\.tmp-\d+-\d+$")
-_BUFFER_BYTES = 4 << 20  # small writes are coalesced into one write call of up to this size
-_DIRECT_BYTES = 1 << 20  # writes at least this large go straight through (hashed in parallel)
-_WRITEBACK_BYTES = 4 << 20  # start device writeback once this much is written since the last
 
 
 def is_temporary_name(name: str) -> bool:
     """True for the temporary names ``LocalStore`` writers use."""
     return bool(_TEMP_RE.match(name))
-
-
-class LocalAtomicWriter:
-    """A file being written under a temporary name (see ``storage.base.AtomicWriter``)."""
-
-    def __init__(self, store: LocalStore, path: str, *, exclusive: bool) -> None:
-        self.path = check_relative_path(path)
-        self.record: FileRecord | None = None
-        self._store = store
-        self._fs = store.fs
-        self._exclusive = exclusive
-        self._final = store.abspath(path)
-        directory, name = posixpath.split(self._final)
-        self._dir = directory
-        self._digest = StreamDigest()
-        self._buffer = bytearray()
-        self._size = 0
-        self._flushed = 0  # bytes handed to the OS so far
-        self._writeback_from = 0  # start of the range not yet scheduled for writeback
-        self._failed: StoreError | None = None  # the write/fsync failure, raised again on write
-        while True:  # a crashed writer's leftover may hold the name: take the next one
-            self._temp = posixpath.join(
-                directory, f".{name}.tmp-{os.getpid()}-{store.next_token()}"
-            )
-            try:
-                self._handle: int | None = self._fs.open_write(self._temp, exclusive=True)
-                break
-            except FileExistsError:
-                continue
-
-    def __repr__(self) -> str:
-        return f"LocalAtomicWriter({self.path!r}, written={self._size})"
-
-    def write(self, data: bytes | bytearray | memoryview) -> int:
-        """Append ``data``; returns its length."""
-        if self._handle is None:
-            if self._failed is not None:  # a serializer writing on after the failure
-                raise self._failed
-            raise StoreError(f"{self.path}: write after commit or abort")
-        view = memoryview(data).cast("B")
-        size = len(view)
-        try:
-            if size >= _DIRECT_BYTES:
-                self._flush_buffer()
-                self._digest.start(view)
-                try:
-                    self._fs.write(self._handle, view)
-                    self._flushed += size
-                    self._start_writeback()
-                finally:
-                    self._digest.join()
-            else:
-                self._buffer += view
-                if len(self._buffer) >= _BUFFER_BYTES:
-                    self._flush_buffer()
-        except OSError as exc:
-            self.abort()
-            raise self._failure(exc, pending=size) from exc
-        self._size += size
-        return size
-
-    def _failure(self, exc: OSError, *, pending: int) -> StoreError:
-        """The error for a failed write or fsync (after :meth:`abort`): a
-        :class:`~statecraft.errors.DiskFullError` for ``ENOSPC``, with the bytes this file
-        needed so far (written plus ``pending``) and what is free now."""
-        if exc.errno == errno.ENOSPC:
-            self._failed = DiskFullError(
-                self._final,
-                bytes_needed=self._size + pending,
-                bytes_free=self._fs.free_bytes(self._dir),
-            )
-        else:
-            self._failed = StoreError(
-                f"{self._store.describe()}: writing {self.path!r} failed ({exc}); nothing was "
-                "published and the previous content is untouched. Fix the disk, then retry "
-                "the save"
-            )
-        return self._failed
-
-    def flush(self) -> None:
-        """No-op: bytes reach the OS in large chunks and become durable at commit."""
-
-    def _flush_buffer(self) -> None:
-        if self._buffer and self._handle is not None:
-            chunk = bytes(self._buffer)
-            self._buffer.clear()
-            self._digest.start(chunk)
-            self._fs.write(self._handle, chunk)
-            self._flushed += len(chunk)
-            self._start_writeback()
-
-    def _start_writeback(self) -> None:
-        """Let the device work on what is written while the next chunk is hashed, so the
-        commit's fsync does not start the whole flush only after the last byte."""
-        if self._handle is not None and self._flushed - self._writeback_from >= _WRITEBACK_BYTES:
-            self._fs.start_writeback(
-                self._handle, self._writeback_from, self._flushed - self._writeback_from
-            )
-            self._writeback_from = self._flushed
-
-    def commit(self) -> FileRecord:
-        """Make the bytes durable and publish them under the final name.
-
-        Raises:
-            StoreConflictError: exclusive create and the name already exists (nothing changed).
-            StoreError: a write or fsync failed; nothing was published.
-        """
-        if self._handle is None:
-            raise StoreError(f"{self.path}: commit after commit or abort")
-        try:
-            self._flush_buffer()
-            self._fs.fsync(self._handle)
-        except OSError as exc:
-            self.abort()
-            raise self._failure(exc, pending=0) from exc
-        self._fs.close(self._handle)
-        self._handle = None
-        try:
-            if self._exclusive:
-                try:
-                    self._fs.link(self._temp, self._final)
-                except FileExistsError:
-                    self._remove_temp()
-                    raise StoreConflictError(
-                        f"{self._store.describe()}: {self.path!r} already exists; an exclusive "
-                        "create never overwrites. Inspect the existing file before deciding what "
-                        "to do"
-                    ) from None
-                self._fs.unlink(self._temp)
-            else:
-                self._fs.rename(self._temp, self._final)
-            self._fs.fsync_dir(self._dir)
-        except StoreConflictError:
-            raise
-        except OSError as exc:
-            raise StoreError(
-                f"{self._store.describe()}: publishing {self.path!r} failed ({exc}); the name "
-                "may hold the old or the new bytes, never a mix, and the new bytes are not "
-                "known to be durable. Retry the save"
-            ) from exc
-        self.record = FileRecord(self.path, self._size, self._digest.digest())
-        return self.record
-
-    def abort(self) -> None:
-        """Discard the temporary file (best effort); the final name is untouched."""
-        if self._handle is not None:
-            try:
-                self._fs.close(self._handle)
-            except OSError:
-                pass
-            self._handle = None
-        self._remove_temp()
-
-    def _remove_temp(self) -> None:
-        try:
-            self._fs.unlink(self._temp)
-        except OSError:
-            pass
-
-    def __enter__(self) -> LocalAtomicWriter:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.commit()
-        elif issubclass(exc_type, Exception):
-            self.abort()
-        # A BaseException (simulated crash, KeyboardInterrupt) leaves the temporary file for
-        # sweep_temporaries: a dying process performs no further I/O.
 
 
 class LocalStore:
@@ -227,6 +59,7 @@ class LocalStore:
             raise StoreError(f"LocalStore root must be an absolute path, got {root!r}")
         self.root = posixpath.normpath(root)
         self.fs: Filesystem = fs if fs is not None else OsFilesystem()
+        self.deferred = DeferredPublications(self.fs)
         self._token = 0
         self._ensure_root()
 
@@ -260,9 +93,28 @@ class LocalStore:
                 self.fs.fsync_dir(parent)
 
     # ----------------------------------------------------------------- writes
-    def open_atomic(self, path: str, *, exclusive: bool = False) -> LocalAtomicWriter:
-        """Start writing ``path``; commit by leaving the ``with`` block (see module doc)."""
-        return LocalAtomicWriter(self, path, exclusive=exclusive)
+    def open_atomic(
+        self, path: str, *, exclusive: bool = False, defer_sync: bool = False
+    ) -> LocalAtomicWriter:
+        """Start writing ``path``; commit by leaving the ``with`` block (see module doc).
+
+        Args:
+            exclusive: publish by ``link`` only if the name is free.
+            defer_sync: (not with ``exclusive``) the commit returns once the bytes are
+                written; they are durable under the name once :meth:`settle` (or the next
+                publication or removal of this store) returns.
+        """
+        return LocalAtomicWriter(self, path, exclusive=exclusive, defer_sync=defer_sync)
+
+    def settle(self, *, keep_errors: bool = True) -> None:
+        """Make every deferred publication durable now (see
+        :meth:`~statecraft.storage.deferred.DeferredPublications.settle`).
+
+        Raises:
+            StoreError: a deferred publication failed (with ``keep_errors``).
+        """
+        if self.deferred.pending:
+            self.deferred.settle(keep_errors=keep_errors)
 
     def write_atomic(self, path: str, data: bytes) -> FileRecord:
         """Replace ``path`` with ``data`` atomically and durably."""
@@ -280,21 +132,27 @@ class LocalStore:
             writer.write(data)
         return writer.record  # type: ignore[return-value]
 
-    def make_dirs(self, path: str) -> None:
+    def make_dirs(self, path: str, *, defer_sync: bool = False) -> None:
         """Create directory ``path`` (and parents) durably: each ``mkdir`` then its parent's
-        ``fsync``."""
+        ``fsync`` (``defer_sync``: the parents' fsyncs wait for the next settle)."""
+        if not defer_sync:
+            self.settle()
         current = ""
         for part in check_relative_path(path).split("/"):
             parent, current = current, f"{current}/{part}" if current else part
             stat = self.fs.stat(self.abspath(current))
             if stat is None:
                 self.fs.mkdir(self.abspath(current))
-                self.fs.fsync_dir(self.abspath(parent))
+                if defer_sync:
+                    self.deferred.mark(self.abspath(parent))
+                else:
+                    self.fs.fsync_dir(self.abspath(parent))
             elif not stat.is_dir:
                 raise StoreError(f"{self.describe()}: {current!r} exists and is not a directory")
 
     def delete(self, path: str) -> None:
         """Remove file ``path`` durably (missing is fine)."""
+        self.settle(keep_errors=False)
         target = self.abspath(path)
         try:
             self.fs.unlink(target)
@@ -306,6 +164,7 @@ class LocalStore:
         """Remove directory ``path`` and everything under it: files first, then the emptied
         directories, each directory fsynced, so no crash leaves a directory that looks complete
         but lacks files it had."""
+        self.settle(keep_errors=False)
         target = self.abspath(path)
         stat = self.fs.stat(target)
         if stat is None:
@@ -330,6 +189,7 @@ class LocalStore:
         process kill, renames and data may still sit unsynced in the page cache, and a power
         loss could still revert them.
         """
+        self.settle()
         target = self.abspath(path)
         for name in self.fs.listdir(target):
             child = posixpath.join(target, name)
@@ -341,6 +201,7 @@ class LocalStore:
 
     def sweep_temporaries(self, path: str = "") -> list[str]:
         """Remove leftover temporary files of crashed writers directly inside ``path``."""
+        self.settle(keep_errors=False)
         removed = [n for n in self.list(path) if is_temporary_name(n)]
         if not removed:
             return []

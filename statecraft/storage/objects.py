@@ -207,7 +207,10 @@ class ObjectStore:
         path = check_relative_path(path)
         return f"{self.prefix}/{path}" if self.prefix else path
 
-    def open_atomic(self, path: str, *, exclusive: bool = False) -> ObjectAtomicWriter:
+    def open_atomic(
+        self, path: str, *, exclusive: bool = False, defer_sync: bool = False
+    ) -> ObjectAtomicWriter:
+        """A writer for ``path`` (``defer_sync`` changes nothing: a completed PUT is durable)."""
         return ObjectAtomicWriter(self, path, exclusive=exclusive)
 
     def write_atomic(self, path: str, data: bytes) -> FileRecord:
@@ -244,7 +247,7 @@ class ObjectStore:
         names = {k[len(prefix) :].split("/", 1)[0] for k in self.client.list(prefix)}
         return sorted(n for n in names if n)
 
-    def make_dirs(self, path: str) -> None:
+    def make_dirs(self, path: str, *, defer_sync: bool = False) -> None:
         check_relative_path(path)
 
     def make_durable(self, path: str) -> None:

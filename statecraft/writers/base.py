@@ -12,6 +12,10 @@ Call order for one save (one writer instance per save; the ``save`` table is the
 2. :meth:`Writer.write` — **the rank that owns the entry** (rank 0 for the consolidated
    format), once per entry of the plan, bulk entries before control entries (effects
    ``write_components`` then ``write_control``). Returns the entry's :class:`FileRecord`.
+   The entry may still be settling when ``write`` returns (a store's ``defer_sync``): it is
+   durable under its name once the store's next publication returns; the manifest's
+   exclusive create settles every such entry before its ``link``, so a commit never names a
+   file that a power loss could take.
 3. :meth:`Writer.finish` — **coordinator**, once, after every entry is durable and before the
    manifest is published (effect ``commit_manifest``); its mapping is recorded in the
    manifest's ``writer`` field.

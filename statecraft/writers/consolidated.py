@@ -67,7 +67,9 @@ class ConsolidatedWriter(Writer):
         return {"torch": str(torch.__version__)}
 
     def write(self, store: Store, path: str, payload: Any) -> FileRecord:
-        """Serialize ``payload`` to ``path`` atomically; returns size and digest.
+        """Serialize ``payload`` to ``path`` atomically; returns size and digest. The file is
+        opened with ``defer_sync`` (see :class:`~statecraft.writers.base.Writer`): it is
+        durable once the store's next publication (the manifest's exclusive create) returns.
 
         Raises:
             DiskFullError: the disk filled (``ENOSPC``); ``bytes_needed`` is at least the
@@ -75,7 +77,7 @@ class ConsolidatedWriter(Writer):
             StoreError: the bytes could not be made durable (nothing was published).
         """
         try:
-            with _without_zip_crc(), store.open_atomic(path) as writer:
+            with _without_zip_crc(), store.open_atomic(path, defer_sync=True) as writer:
                 torch.save(payload, cast(IO[bytes], writer))  # write/flush is all it uses
         except Exception as exc:
             full = _disk_full_cause(exc)

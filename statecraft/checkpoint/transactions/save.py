@@ -193,7 +193,7 @@ def prepare_iteration(ctx: SaveContext) -> None:
         store.delete_tree(ctx.iter_dir)
     elif ctx.lease is not None:
         ctx.lease.check()
-    store.make_dirs(ctx.iter_dir)
+    store.make_dirs(ctx.iter_dir, defer_sync=True)  # settled by the manifest's commit
     ctx.writer.prepare(ctx.plan, store)
 
 
@@ -261,6 +261,8 @@ def commit_manifest(ctx: SaveContext) -> None:
         writer={**ctx.writer.finish(), **ctx.writer_info},
     )
     try:
+        # The exclusive create first settles the deferred component files and directories
+        # (a failure there fails this effect, so discard_partial removes the iteration).
         ctx.fenced.create_exclusive(ctx.path(MANIFEST_NAME), manifest.encode())
     except StoreConflictError:
         ctx.commit_conflict = True

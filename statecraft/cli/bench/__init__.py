@@ -10,16 +10,20 @@ meaningful on a noisy machine even when the absolute throughputs are not. One mo
 - :mod:`~statecraft.cli.bench.checkpointer`: a real ``Checkpointer.save`` and a traced,
   verified ``Checkpointer.resume``, and the resume's peak RSS in a fresh subprocess;
 - :mod:`~statecraft.cli.bench.save`: ``bench save`` (interleaved runs, ratios, their spread);
+- :mod:`~statecraft.cli.bench.sweep`: ``bench save --sizes`` (a model + AdamW state per size
+  against the fair baseline: the same files with ``torch.save`` + fsync + rename, one
+  directory fsync; medians, ratios, the fixed per-save cost);
 - :mod:`~statecraft.cli.bench.engine`: ``bench engine`` (engine overhead per transition);
 - :mod:`~statecraft.cli.bench.report`: the human tables.
 
 Targets: save >= 0.95x raw write + fsync; verified resume >= 0.9x ``torch.load`` warm and
-cold; resume peak RSS increase <= 1.2x the state size. Nothing here asserts a speed; tests
+cold; resume peak RSS increase <= 1.2x the state size; with ``--sizes``, save <= 1.15x the
+fair baseline at every size and >= 0.95x raw write at 1 GiB. Nothing here asserts a speed; tests
 only check the shape of the output.
 """
 
 from statecraft.cli.bench.engine import measure_engine, run_bench_engine
-from statecraft.cli.bench.report import format_engine, format_save
+from statecraft.cli.bench.report import format_engine, format_save, format_sweep
 from statecraft.cli.bench.save import (
     RESUME_LOAD_TARGET,
     RESUME_RSS_TARGET,
@@ -27,6 +31,7 @@ from statecraft.cli.bench.save import (
     measure_save,
     run_bench_save,
 )
+from statecraft.cli.bench.sweep import measure_save_sizes, parse_sizes
 
 __all__ = [
     "RESUME_LOAD_TARGET",
@@ -34,8 +39,11 @@ __all__ = [
     "SAVE_RAW_TARGET",
     "format_engine",
     "format_save",
+    "format_sweep",
     "measure_engine",
     "measure_save",
+    "measure_save_sizes",
+    "parse_sizes",
     "run_bench_engine",
     "run_bench_save",
 ]

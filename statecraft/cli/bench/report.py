@@ -5,7 +5,7 @@ from __future__ import annotations
 from statecraft.cli.bench.common import MIB, PARTS
 from statecraft.cli.bench.save import RESUME_LOAD_TARGET, RESUME_RSS_TARGET, SAVE_RAW_TARGET
 
-__all__ = ["format_engine", "format_save"]
+__all__ = ["format_engine", "format_save", "format_sweep"]
 
 
 def _verdict(ok: bool) -> str:
@@ -119,4 +119,58 @@ def format_engine(data: dict) -> str:
         f"({sim['engine_us_per_transition']:.1f} us per transition, "
         f"{100 * sim['engine_share']:.1f}% of the run)",
     ]
+    return "\n".join(lines)
+
+
+def format_sweep(data: dict) -> str:
+    """The human table of :func:`~statecraft.cli.bench.sweep.measure_save_sizes`'s result."""
+    from statecraft.cli.bench.sweep import SWEEP_BASELINE_TARGET, SWEEP_RAW_TARGET
+
+    lines = [
+        f"save sweep: model + AdamW state, median of {data['repeat']} interleaved runs",
+        "baseline = the same files, each torch.save to a temporary + fsync + rename, then one "
+        "directory fsync",
+        "",
+        f"{'size':<8}{'bytes':>14}{'statecraft ms':>15}{'baseline ms':>13}{'raw ms':>9}"
+        f"{'save/base':>11}{'raw/save':>10}{'excess ms':>11}",
+    ]
+    for r in data["sizes"]:
+        lines.append(
+            f"{r['size']:<8}{r['baseline']['bytes']:>14,}{1e3 * r['statecraft']['median_s']:>15.1f}"
+            f"{1e3 * r['baseline']['median_s']:>13.1f}{1e3 * r['raw_write']['median_s']:>9.1f}"
+            f"{r['ratio_vs_baseline']:>11.2f}{r['raw_vs_save']:>10.2f}"
+            f"{1e3 * r['excess_s']:>11.1f}"
+        )
+    fixed = data["fixed_cost"]
+
+    def ms(value: float | None) -> str:
+        return "n/a" if value is None else f"{1e3 * value:.1f} ms"
+
+    worst = max(r["ratio_vs_baseline"] for r in data["sizes"])
+    at_gib = [r["raw_vs_save"] for r in data["sizes"] if r["requested_bytes"] >= 1 << 30]
+    lines += [
+        "",
+        f"fixed per-save cost: statecraft intercept {ms(fixed['statecraft_intercept_s'])}, "
+        f"baseline intercept {ms(fixed['baseline_intercept_s'])}; excess at "
+        f"{fixed['smallest_size']}: {ms(fixed['smallest_excess_s'])}",
+        f"save / baseline: worst {worst:.2f} (target <= {SWEEP_BASELINE_TARGET}: "
+        f"{_verdict(worst <= SWEEP_BASELINE_TARGET)})",
+        "raw write / save at 1 GiB: "
+        + (
+            f"{min(at_gib):.2f} (target >= {SWEEP_RAW_TARGET}: "
+            f"{_verdict(min(at_gib) >= SWEEP_RAW_TARGET)})"
+            if at_gib
+            else "not measured (add 1GiB to --sizes)"
+        ),
+        "",
+        "save effects, median ms:",
+    ]
+    names = [e["effect"] for e in data["sizes"][0]["statecraft"]["effects"]]
+    lines.append(f"  {'effect':<22}" + "".join(f"{r['size']:>10}" for r in data["sizes"]))
+    for name in names:
+        cells = []
+        for r in data["sizes"]:
+            found = [e["median_s"] for e in r["statecraft"]["effects"] if e["effect"] == name]
+            cells.append(f"{1e3 * found[0]:>10.2f}" if found else f"{'-':>10}")
+        lines.append(f"  {name:<22}" + "".join(cells))
     return "\n".join(lines)

@@ -230,9 +230,15 @@ def measure_save(*, size_mib: int = 1024, directory: str | None = None, repeat: 
 
 
 def run_bench_save(args: argparse.Namespace) -> int:
-    """``statecraft bench save``: print :func:`measure_save` as a table or the JSON envelope."""
+    """``statecraft bench save``: print :func:`measure_save` as a table or the JSON envelope;
+    with ``--sizes``, the sweep of :mod:`~statecraft.cli.bench.sweep` instead."""
     from statecraft.cli.bench.report import format_save
     from statecraft.cli.envelope import emit
 
-    data = measure_save(size_mib=args.size_mib, directory=args.dir, repeat=args.repeat)
+    if getattr(args, "sizes", None):
+        from statecraft.cli.bench.sweep import run_bench_save_sizes
+
+        return run_bench_save_sizes(args)
+    repeat = args.repeat if args.repeat is not None else 2
+    data = measure_save(size_mib=args.size_mib, directory=args.dir, repeat=repeat)
     return emit("bench save", as_json=args.json, data=data, text=format_save(data))
