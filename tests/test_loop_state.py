@@ -98,7 +98,7 @@ def train(out: Path, total: int, *, stop_at: int | None = None, keep_batch: bool
         objects.optimizer.zero_grad()
         skipped = objects.scaler.get_scale() < scale
         ckpt.record(sc.Outcome.SKIPPED if skipped else sc.Outcome.APPLIED)
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         state["best_val_loss"] = min(state.get("best_val_loss", float("inf")), float(loss))
         if keep_batch:
             state["batch"] = batch

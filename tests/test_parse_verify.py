@@ -188,7 +188,7 @@ class TestVerifiedPayloads:
         none of them, and the other fields survive."""
         verified = verify_checkpoint(LocalStore(str(ckpt_dir(out))), 8)
         assert sorted(verified.payloads) == ["data.pt", "model.pt", "optim.pt"]
-        assert verified.payloads["data.pt"] == {"position": 16}
+        assert verified.payloads["data.pt"]["ranks"] == [{"position": 16}]  # per-rank data.pt
         copy = pickle.loads(pickle.dumps(verified))
         assert dict(copy.payloads) == {}
         assert copy.iteration == 8
