@@ -30,38 +30,27 @@ every rank contributes its RNG streams; on resume the coordinator effects run on
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import time
 from pathlib import Path
 from typing import Any
 
-import attrs
-
+from statecraft.checkpoint.attempt_open import checked_output_root, open_attempt
 from statecraft.checkpoint.config import CheckpointConfig
-from statecraft.checkpoint.layout import (
-    RunAttempt,
-    RunIdentity,
-    as_run_identity,
-    iter_dirname,
-    resolve_run_attempt,
-)
-from statecraft.checkpoint.lease import WriterLease, acquire_lease, launch_lock
+from statecraft.checkpoint.layout import RunAttempt, RunIdentity, as_run_identity
+from statecraft.checkpoint.lease import WriterLease
 from statecraft.checkpoint.lifecycle import Lifecycle, complete_adopted_attempt
 from statecraft.checkpoint.machines import load_machine
-from statecraft.checkpoint.plan import CHECKPOINT_PLAN
+from statecraft.checkpoint.saving import SaveReport, gather_into, save_full_checkpoint
 from statecraft.checkpoint.state import (
-    DataState,
     Outcome,
     SchedulerIdentity,
-    TrainerState,
     gather_data_state,
     gather_rng_inventory,
 )
 from statecraft.checkpoint.step import StepEnd
+from statecraft.checkpoint.tracking import require_stateful, stateful_objects
 from statecraft.checkpoint.transactions.resume import ResumeContext, ResumeResult, Tracked
-from statecraft.checkpoint.transactions.save import SaveContext
 from statecraft.engine import RunResult
 from statecraft.errors import CheckpointError, ConfigError, ConfigIssue, TrackingError
 from statecraft.logs import configure_default_output
@@ -69,61 +58,11 @@ from statecraft.parallel.collectives import Collective, default_collective
 from statecraft.parallel.coordinated import rank_zero_effects
 from statecraft.parallel.rank0 import on_rank_zero
 from statecraft.storage.base import Store
-from statecraft.storage.filesystem import Filesystem, OsFilesystem
-from statecraft.storage.local import LocalStore
+from statecraft.storage.filesystem import Filesystem
 
 __all__ = ["Checkpointer", "SaveReport"]
 
 log = logging.getLogger("statecraft")
-
-
-@attrs.frozen
-class SaveReport:
-    """One completed save: where, how big, how long, and the effects' trace."""
-
-    iteration: int
-    location: str
-    bytes_written: int
-    seconds: float
-    retried_commit: bool
-    effects: tuple[tuple[str, float], ...]
-
-
-def _require_stateful(name: str, obj: Any) -> None:
-    missing = [m for m in ("state_dict", "load_state_dict") if not callable(getattr(obj, m, None))]
-    if missing:
-        raise TrackingError(
-            f"track({name}=...): {type(obj).__name__} has no {' / '.join(missing)}; register an "
-            "object with state_dict() and load_state_dict() (a module, optimizer, scheduler or "
-            "your own data source class)"
-        )
-
-
-_BUILT_IN_NAMES = frozenset({"model", "optimizer", "scheduler", "data", "loop_state", "rng"})
-
-
-def _stateful_objects(stateful: Any) -> dict[str, Any]:
-    """``track(stateful=...)`` checked: a dict of identifier names to stateful objects."""
-    if stateful is None:
-        return {}
-    if not isinstance(stateful, dict):
-        raise TrackingError(
-            f"track(stateful=...) expects a dict of name -> object; got {type(stateful).__name__}"
-        )
-    for name, obj in stateful.items():
-        if not isinstance(name, str) or not name.isidentifier():
-            raise TrackingError(
-                f"track(stateful=...): the name {name!r} is not a plain identifier; name each "
-                "object like a variable (stateful={'scaler': scaler})"
-            )
-        if name in _BUILT_IN_NAMES:
-            raise TrackingError(
-                f"track(stateful=...): the name {name!r} clashes with a built-in part of the "
-                f"checkpoint ({', '.join(sorted(_BUILT_IN_NAMES))}); pass that object by its own "
-                "keyword or choose another name"
-            )
-        _require_stateful(f"stateful[{name!r}]", obj)
-    return dict(stateful)
 
 
 class Checkpointer:
@@ -175,21 +114,11 @@ class Checkpointer:
         )
         for warning in config.require_supported():
             log.warning(warning)
-        if isinstance(output_root, bytes) or not isinstance(output_root, str | os.PathLike):
-            raise ConfigError(
-                [ConfigIssue("output_root", output_root, "a directory path (str or os.PathLike)")],
-                source="Checkpointer(output_root=...)",
-            )
-        root = os.fspath(output_root)
-        if not isinstance(root, str) or not root.strip() or "\0" in root:
-            raise ConfigError(
-                [ConfigIssue("output_root", root, "a non-empty directory path without NUL bytes")],
-                source="Checkpointer(output_root=...)",
-            )
+        root = checked_output_root(output_root)
         identity = as_run_identity(run)
         self.config = config
         self.run = identity
-        self.output_root = os.path.abspath(root)
+        self.output_root = root
         self.collective = collective
         self.filesystem = filesystem
         self.tracked = Tracked()
@@ -201,7 +130,7 @@ class Checkpointer:
         self.last_resume_run: RunResult | None = None  # the resume machine's run and trace
         self._lifecycle = Lifecycle()  # resume once, before saving (lifecycle.py)
         self._resume_machine = load_machine("resume")
-        self._save_machine = load_machine("save")
+        self._save = load_machine("save")
 
     def __repr__(self) -> str:
         where = self.attempt.run_dir if self.attempt else None
@@ -236,13 +165,13 @@ class Checkpointer:
                 stateful name is not a plain identifier or clashes with a built-in one.
         """
         for name, obj in (("model", model), ("optimizer", optimizer)):
-            _require_stateful(name, obj)
+            require_stateful(name, obj)
         for name, obj in (("scheduler", scheduler), ("data", data)):
             if obj is not None:
-                _require_stateful(name, obj)
+                require_stateful(name, obj)
         if scheduler_identity is not None and not isinstance(scheduler_identity, SchedulerIdentity):
             raise TrackingError("scheduler_identity must be a SchedulerIdentity")
-        named = _stateful_objects(stateful)
+        named = stateful_objects(stateful)
         self.tracked.model = model
         self.tracked.optimizer = optimizer
         self.tracked.scheduler = scheduler
@@ -292,44 +221,14 @@ class Checkpointer:
                 "this Checkpointer was closed (its writer lease released); create a new one"
             )
         if self.store is None:
-            # Rank 0 of a launch on the real filesystem resolves its attempt and takes the
-            # lease under the job's launch lock, so two launches started at once
-            # cannot each mint an attempt and both train (statecraft.checkpoint.lease).
-            serialize = self.collective.rank == 0 and isinstance(
-                self.filesystem or OsFilesystem(), OsFilesystem
+            self.attempt, self.store, self.lease = open_attempt(
+                self.config,
+                self.run,
+                self.output_root,
+                collective=self.collective,
+                filesystem=self.filesystem,
             )
-            job_dir = str(self.run.job_dir(Path(self.output_root)))
-            if serialize:  # the lock file lives in the job directory: create it durably first
-                LocalStore("/", fs=self.filesystem).make_dirs(job_dir.lstrip("/"))
-            with launch_lock(job_dir) if serialize else contextlib.nullcontext():
-                self._resolve_attempt_and_lease()
-        if self.store is None:  # pragma: no cover - _resolve_attempt_and_lease sets it
-            raise CheckpointError("the attempt was not resolved")
         return self.store
-
-    def _resolve_attempt_and_lease(self) -> None:
-        """Resolve the attempt (rank 0 decides, every rank learns) and take its lease."""
-        mode = self.config.resume
-        self.attempt = resolve_run_attempt(
-            self.output_root,
-            self.run,
-            resume=mode,
-            run_ts=self.config.run_ts,
-            collective=self.collective,
-            filesystem=self.filesystem,
-        )
-        store = LocalStore(str(self.attempt.checkpoints_dir), fs=self.filesystem)
-
-        run_store = LocalStore(str(self.attempt.run_dir), fs=self.filesystem)
-
-        def take_lease() -> None:
-            # One writer per attempt (<run>/.statecraft-writer.lease): taken at startup,
-            # refused (on every rank) when another live process owns the attempt.
-            self.lease = acquire_lease(run_store)
-            self.lease.publish()  # so a second launch can name this owner
-
-        on_rank_zero(self.collective, take_lease)
-        self.store = store
 
     @property
     def clocks(self):
@@ -393,7 +292,7 @@ class Checkpointer:
             raise CheckpointError("resume machine ended without a result")
         if ctx.store is not None:  # an adopted attempt: complete its pointer, sweep leftovers
             complete_adopted_attempt(
-                self.collective, ctx.store, result, machine=self._save_machine, lease=self.lease
+                self.collective, ctx.store, result, machine=self._save, lease=self.lease
             )
         self.last_saved_step = result.step if result.resumed else None
         self._lifecycle.after_resume(result, self.attempt)
@@ -470,71 +369,28 @@ class Checkpointer:
             world_size=self.collective.world_size,
             all_gather_object=None
             if self.collective.world_size == 1
-            else _gather_into(self.collective),
+            else gather_into(self.collective),
         )
-        data = (
-            None
-            if self.tracked.data is None
-            else gather_data_state(self.tracked.data, collective=self.collective)
-        )
+        source = self.tracked.data
+        data = None if source is None else gather_data_state(source, collective=self.collective)
         report: list[SaveReport] = []  # filled on rank 0 only; only ok/error is broadcast
+        where = str(self.attempt.checkpoints_dir) if self.attempt else store.describe()
 
         def save_here() -> None:
-            report.append(self._save_on_rank_zero(store, rng, data))
+            report.append(
+                save_full_checkpoint(
+                    self.tracked,
+                    store,
+                    rng=rng,
+                    data=data,
+                    step=self.step,
+                    lease=self.lease,
+                    machine=self._save,
+                    location=where,
+                )
+            )
+            self.saves.append(report[-1])
 
         on_rank_zero(self.collective, save_here)
         self.last_saved_step = self._lifecycle.saved = self.step
         return report[0] if report else None
-
-    def _save_on_rank_zero(self, store: Store, rng: Any, data: DataState | None) -> SaveReport:
-        tracked = self.tracked
-        trainer = TrainerState.capture(  # refuses unloadable values before anything is written
-            tracked.clocks,
-            rng=rng,
-            scheduler=tracked.scheduler,
-            scheduler_identity=tracked.scheduler_identity,
-            optimizer=tracked.optimizer,
-            extra=tracked.loop_state,
-            stateful=tracked.stateful,
-            unsafe_elsewhere=() if data is None else data.problems,
-        )
-        plan = CHECKPOINT_PLAN.save_plan(self.step, with_data=tracked.data is not None)
-        from statecraft import __version__
-
-        ctx = SaveContext(
-            store=store,
-            plan=plan,
-            payloads=CHECKPOINT_PLAN.payloads(tracked, trainer, data=data),
-            writer_info={"statecraft": __version__},
-            lease=self.lease,
-        )
-        started = time.perf_counter()
-        result: RunResult = self._save_machine.recover(ctx)
-        result.raise_for_failure()
-        seconds = time.perf_counter() - started
-        report = SaveReport(
-            iteration=plan.iteration,
-            location=f"{self.attempt.checkpoints_dir if self.attempt else store.describe()}/"
-            f"{iter_dirname(plan.iteration)}",
-            bytes_written=sum(r.size for r in ctx.records.values()),
-            seconds=seconds,
-            retried_commit=result.observed in ("manifest_committed", "committed"),
-            effects=tuple((e.effect, e.duration_s) for e in result.trace),
-        )
-        self.saves.append(report)
-        mib = report.bytes_written / 2**20
-        log.info(
-            "saved iter %d: %s MiB in %.3f s -> %s",
-            report.iteration,
-            f"{mib:.1f}" if mib >= 1 else f"{mib:.3f}",
-            seconds,
-            report.location,
-        )
-        return report
-
-
-def _gather_into(collective: Collective):
-    def all_gather_object(out: list[Any], value: Any) -> None:
-        out[:] = collective.all_gather(value)
-
-    return all_gather_object

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import attrs
 
 if TYPE_CHECKING:  # the facade imports this module; the report type is only annotated
-    from statecraft.checkpoint.checkpointer import SaveReport
+    from statecraft.checkpoint.saving import SaveReport
 
 __all__ = ["StepEnd"]
 

@@ -25,31 +25,25 @@ import copy
 import logging
 import sys
 from pathlib import Path
-from typing import Any, ClassVar
 
-import attrs
-
-from statecraft.checkpoint.catalog import Catalog, PassedOver, scan
+from statecraft.checkpoint.catalog import PassedOver, scan
 from statecraft.checkpoint.layout import parse_iter_dirname
 from statecraft.checkpoint.loading import load_all_or_nothing, read_components
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN
 from statecraft.checkpoint.state import (
     DataState,
     TrainerState,
-    UpdateClocks,
     check_scheduler_identity,
     restore_rank_rng,
 )
+from statecraft.checkpoint.transactions.resume_records import ResumeContext, ResumeResult, Tracked
 from statecraft.checkpoint.verify import VerifiedCheckpoint, list_iterations, verify_checkpoint
 from statecraft.engine import Bindings
 from statecraft.engine.tagging import Role, collect_bindings, effect, guard
 from statecraft.errors import CheckpointCorruptError, ResumeError
-from statecraft.parallel.collectives import Collective, SingleProcess
 from statecraft.storage.base import Store
 from statecraft.storage.filesystem import Filesystem, OsFilesystem
 from statecraft.storage.local import LocalStore
-from statecraft.writers.base import Writer
-from statecraft.writers.consolidated import ConsolidatedWriter
 
 __all__ = [
     "PassedOver",
@@ -63,96 +57,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("statecraft.resume")
-
-
-@attrs.frozen
-class ResumeResult:
-    """Where training starts.
-
-    Attributes:
-        step: the optimizer step to continue from (0 for a fresh start).
-        source: the checkpoint loaded, or ``None`` for a fresh start.
-        reason: one line saying why (also logged).
-        passed_over: newer candidates that were not adopted, each with its reason.
-        rng: ``"restored"``, ``"missing"``, ``"topology_changed"`` or ``"fresh"``.
-        data: what happened to the data source: ``"restored"`` (this rank's own saved
-            state), ``"topology_changed"`` (saved at another world size: the data source kept
-            its fresh state), ``"missing"`` (no ``data.pt``), ``"untracked"``, ``"off"``
-            (``data.cursor_resume=off``), ``"fresh"`` (no checkpoint).
-        notes: warnings about the choice (an unreadable or dangling latest pointer, digests
-            not verified); each was also logged.
-        loop_state: a copy of the loop state restored into ``Checkpointer.loop_state`` (empty
-            for a fresh start).
-    """
-
-    step: int
-    source: str | None
-    reason: str
-    passed_over: tuple[PassedOver, ...] = ()
-    rng: str = "fresh"
-    data: str = "fresh"
-    notes: tuple[str, ...] = ()
-    loop_state: dict[str, Any] = attrs.field(factory=dict, hash=False)
-
-    @property
-    def resumed(self) -> bool:
-        return self.source is not None
-
-
-@attrs.define
-class Tracked:
-    """The live training objects a resume loads into (registered with ``Checkpointer.track``)."""
-
-    model: Any = None
-    optimizer: Any = None
-    scheduler: Any = None
-    data: Any = None
-    scheduler_identity: Any = None
-    clocks: UpdateClocks = attrs.field(factory=UpdateClocks)
-    stateful: dict[str, Any] = attrs.field(factory=dict)  # name -> object with state_dict
-    loop_state: dict[str, Any] = attrs.field(factory=dict)  # Checkpointer.loop_state
-
-
-@attrs.define
-class ResumeContext:
-    """One resume decision and load.
-
-    Attributes:
-        mode: ``"auto"``, ``"off"`` or ``"explicit"``.
-        store: the adopted attempt's checkpoints root (``None`` when the attempt is new).
-        explicit: the explicit path (``mode == "explicit"``).
-        tracked: the objects to load into.
-        verify_level: ``"digest"`` or ``"size"``.
-        cursor_resume: ``data.cursor_resume`` (``auto`` / ``strict`` / ``off``).
-        filesystem: what an explicit path is resolved and read through (default: the OS).
-        catalog: the attempt's catalog (rank 0 only; set by ``list_candidates``).
-    """
-
-    #: the fields a coordinator effect sets on rank 0 that every rank needs afterwards
-    coordinated: ClassVar[tuple[str, ...]] = (
-        "candidates",
-        "passed_over",
-        "chosen",
-        "fresh_reason",
-        "notes",
-    )
-
-    mode: str
-    tracked: Tracked
-    store: Store | None = None
-    explicit: str | None = None
-    verify_level: str = "digest"
-    cursor_resume: str = "auto"
-    collective: Collective = attrs.field(factory=SingleProcess)
-    writer: Writer = attrs.field(factory=ConsolidatedWriter)
-    filesystem: Filesystem | None = None
-    catalog: Catalog | None = None
-    candidates: list[int] = attrs.field(factory=list)
-    passed_over: list[PassedOver] = attrs.field(factory=list)
-    chosen: VerifiedCheckpoint | None = None
-    result: ResumeResult | None = None
-    fresh_reason: str = ""
-    notes: list[str] = attrs.field(factory=list)
 
 
 # ------------------------------------------------------------------------------ guards

@@ -1,0 +1,86 @@
+"""Opening this launch's attempt: resolve ``<RUN_TS>`` (rank 0 decides, every rank learns) and
+take the attempt's writer lease, under the job's launch lock on the real filesystem so two
+launches started at once cannot each mint an attempt and both train
+(:mod:`statecraft.checkpoint.lease`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+from statecraft.checkpoint.config import CheckpointConfig
+from statecraft.checkpoint.layout import RunAttempt, RunIdentity, resolve_run_attempt
+from statecraft.checkpoint.lease import WriterLease, acquire_lease, launch_lock
+from statecraft.errors import ConfigError, ConfigIssue
+from statecraft.parallel.collectives import Collective
+from statecraft.parallel.rank0 import on_rank_zero
+from statecraft.storage.base import Store
+from statecraft.storage.filesystem import Filesystem, OsFilesystem
+from statecraft.storage.local import LocalStore
+
+__all__ = ["checked_output_root", "open_attempt"]
+
+
+def checked_output_root(output_root: object) -> str:
+    """``Checkpointer(output_root=...)`` as an absolute path.
+
+    Raises:
+        ConfigError: not a ``str`` / ``os.PathLike`` path (``bytes`` included), or empty, or
+            holding a NUL byte.
+    """
+    if isinstance(output_root, bytes) or not isinstance(output_root, str | os.PathLike):
+        raise ConfigError(
+            [ConfigIssue("output_root", output_root, "a directory path (str or os.PathLike)")],
+            source="Checkpointer(output_root=...)",
+        )
+    root = os.fspath(output_root)
+    if not isinstance(root, str) or not root.strip() or "\0" in root:
+        raise ConfigError(
+            [ConfigIssue("output_root", root, "a non-empty directory path without NUL bytes")],
+            source="Checkpointer(output_root=...)",
+        )
+    return os.path.abspath(root)
+
+
+def open_attempt(
+    config: CheckpointConfig,
+    run: RunIdentity,
+    output_root: str,
+    *,
+    collective: Collective,
+    filesystem: Filesystem | None,
+) -> tuple[RunAttempt, Store, WriterLease | None]:
+    """The attempt, its checkpoints store, and rank 0's writer lease (``None`` elsewhere).
+
+    Raises:
+        WriterLeaseError: (on every rank) another live process owns the attempt.
+        ConfigError / StoreError: the attempt cannot be resolved or created.
+    """
+    serialize = collective.rank == 0 and isinstance(filesystem or OsFilesystem(), OsFilesystem)
+    job_dir = str(run.job_dir(Path(output_root)))
+    if serialize:  # the lock file lives in the job directory: create it durably first
+        LocalStore("/", fs=filesystem).make_dirs(job_dir.lstrip("/"))
+    with launch_lock(job_dir) if serialize else contextlib.nullcontext():
+        attempt = resolve_run_attempt(
+            output_root,
+            run,
+            resume=config.resume,
+            run_ts=config.run_ts,
+            collective=collective,
+            filesystem=filesystem,
+        )
+        run_store = LocalStore(str(attempt.run_dir), fs=filesystem)
+        leases: list[WriterLease] = []
+
+        def take_lease() -> None:
+            # One writer per attempt (<run>/.statecraft-writer.lease): taken at startup,
+            # refused (on every rank) when another live process owns the attempt.
+            lease = acquire_lease(run_store)
+            leases.append(lease)
+            lease.publish()  # so a second launch can name this owner
+
+        on_rank_zero(collective, take_lease)
+    store = LocalStore(str(attempt.checkpoints_dir), fs=filesystem)
+    return attempt, store, leases[0] if leases else None

@@ -1,0 +1,52 @@
+"""What ``Checkpointer.track`` accepts: objects with ``state_dict`` / ``load_state_dict``, and
+named stateful objects under plain identifier names that do not clash with the built-in parts
+of a checkpoint.
+
+Raises :class:`~statecraft.errors.TrackingError` naming the argument and the fix.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from statecraft.errors import TrackingError
+
+__all__ = ["BUILT_IN_NAMES", "require_stateful", "stateful_objects"]
+
+#: names a named stateful object may not take (the checkpoint's own parts)
+BUILT_IN_NAMES = frozenset({"model", "optimizer", "scheduler", "data", "loop_state", "rng"})
+
+
+def require_stateful(name: str, obj: Any) -> None:
+    """Refuse ``obj`` unless it has callable ``state_dict`` and ``load_state_dict``."""
+    missing = [m for m in ("state_dict", "load_state_dict") if not callable(getattr(obj, m, None))]
+    if missing:
+        raise TrackingError(
+            f"track({name}=...): {type(obj).__name__} has no {' / '.join(missing)}; register an "
+            "object with state_dict() and load_state_dict() (a module, optimizer, scheduler or "
+            "your own data source class)"
+        )
+
+
+def stateful_objects(stateful: Any) -> dict[str, Any]:
+    """``track(stateful=...)`` checked: a dict of identifier names to stateful objects."""
+    if stateful is None:
+        return {}
+    if not isinstance(stateful, dict):
+        raise TrackingError(
+            f"track(stateful=...) expects a dict of name -> object; got {type(stateful).__name__}"
+        )
+    for name, obj in stateful.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise TrackingError(
+                f"track(stateful=...): the name {name!r} is not a plain identifier; name each "
+                "object like a variable (stateful={'scaler': scaler})"
+            )
+        if name in BUILT_IN_NAMES:
+            raise TrackingError(
+                f"track(stateful=...): the name {name!r} clashes with a built-in part of the "
+                f"checkpoint ({', '.join(sorted(BUILT_IN_NAMES))}); pass that object by its own "
+                "keyword or choose another name"
+            )
+        require_stateful(f"stateful[{name!r}]", obj)
+    return dict(stateful)
