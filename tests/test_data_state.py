@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 import xxhash
+from checkpoint_runs import Cursor
 
 import statecraft as sc
 from statecraft.checkpoint.state import DATA_STATE_SCHEMA, DataState, gather_data_state
@@ -21,17 +22,6 @@ from statecraft.parallel.collectives import SingleProcess
 SOURCE = "/ck/iter_000000004/data.pt"
 CONFIG = ["save_every=2", "save_async=false", "keep_optim_last=0"]
 RUN = sc.RunIdentity("p", "g", "data")
-
-
-class Cursor:
-    def __init__(self) -> None:
-        self.position = 0
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"position": self.position}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.position = state["position"]
 
 
 class TestDataStatePayload:

@@ -10,6 +10,7 @@ from typing import Any
 import attrs
 import pytest
 import torch
+from checkpoint_runs import Cursor
 
 import statecraft as sc
 from statecraft.errors import ResumeError, TrackingError
@@ -26,17 +27,6 @@ def snapshot(root: Path) -> dict[str, bytes]:
         for p in sorted(root.rglob("*"))
         if p.is_file() and ".statecraft-writer" not in p.name
     }
-
-
-class Cursor:
-    def __init__(self) -> None:
-        self.position = 0
-
-    def state_dict(self) -> dict[str, int]:
-        return {"position": self.position}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.position = state["position"]
 
 
 class Objects:
@@ -99,7 +89,7 @@ def train(out: Path, total: int, *, stop_at: int | None = None, keep_batch: bool
         skipped = objects.scaler.get_scale() < scale
         ckpt.record(sc.Outcome.SKIPPED if skipped else sc.Outcome.APPLIED)
         losses.append(float(loss.detach()))
-        state["best_val_loss"] = min(state.get("best_val_loss", float("inf")), float(loss))
+        state["best_val_loss"] = min(state.get("best_val_loss", float("inf")), float(loss.detach()))
         if keep_batch:
             state["batch"] = batch
         ckpt.step_end()
