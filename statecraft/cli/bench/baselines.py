@@ -42,22 +42,29 @@ def raw_write(model: Any, directory: str, *, writeback: bool = False) -> float:
 
 def torch_save(model: Any, directory: str) -> tuple[float, int]:
     """Seconds for ``torch.save`` to a temporary name + fsync + rename + directory fsync."""
+    return torch_save_files({"model.pt": model.state_dict()}, directory)
+
+
+def torch_save_files(payloads: dict[str, Any], directory: str) -> tuple[float, int]:
+    """The fair baseline: each payload ``torch.save``d to a temporary name, ``fsync``ed and
+    renamed; then one directory ``fsync``. Seconds and bytes written; the files are removed."""
     import torch
 
-    state = model.state_dict()
-    tmp, final = os.path.join(directory, "model.pt.tmp"), os.path.join(directory, "model.pt")
     started = time.perf_counter()
-    torch.save(state, tmp)
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, final)
+    for name, payload in payloads.items():
+        tmp = os.path.join(directory, f".{name}.tmp")
+        torch.save(payload, tmp)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, os.path.join(directory, name))
     fsync_dir(directory)
     seconds = time.perf_counter() - started
-    size = os.path.getsize(final)
-    os.unlink(final)
+    size = sum(os.path.getsize(os.path.join(directory, n)) for n in payloads)
+    for name in payloads:
+        os.unlink(os.path.join(directory, name))
     return seconds, size
 
 

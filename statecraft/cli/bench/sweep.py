@@ -34,7 +34,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from statecraft.cli.bench.common import GB, MIB, bench_root, fsync_dir, scratch
+from statecraft.cli.bench.baselines import torch_save_files
+from statecraft.cli.bench.common import GB, MIB, bench_root, scratch
 from statecraft.errors import ConfigError, ConfigIssue, StatecraftError
 
 __all__ = [
@@ -186,29 +187,6 @@ class _Running:
 
     def close(self) -> None:
         self.ckpt.close()
-
-
-def torch_save_files(payloads: dict[str, Any], directory: str) -> tuple[float, int]:
-    """The fair baseline: each payload ``torch.save``d to a temporary name, ``fsync``ed and
-    renamed; then one directory ``fsync``. Seconds and bytes written; the files are removed."""
-    import torch
-
-    started = time.perf_counter()
-    for name, payload in payloads.items():
-        tmp = os.path.join(directory, f".{name}.tmp")
-        torch.save(payload, tmp)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, os.path.join(directory, name))
-    fsync_dir(directory)
-    seconds = time.perf_counter() - started
-    size = sum(os.path.getsize(os.path.join(directory, n)) for n in payloads)
-    for name in payloads:
-        os.unlink(os.path.join(directory, name))
-    return seconds, size
 
 
 def raw_write_bytes(nbytes: int, directory: str, block: memoryview) -> float:
