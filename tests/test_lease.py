@@ -309,8 +309,9 @@ def test_twin_launch_one_trains_then_kill_and_takeover_resume_bit_exactly(tmp_pa
     assert f"PID {owner.pid}" in err
     assert "is stale (its lock is free)" in err
     assert "taking over the writer lease" in err
-    lease = json.loads((DEMO_RUN.job_dir(out) / "20260101000000" / LEASE_NAME).read_text())
-    assert (lease["pid"], lease["generation"]) == (relaunch.pid, 2)
+    assert "(now generation 2)" in err
+    # the relaunch exited normally: its lease record is released at exit
+    assert not (DEMO_RUN.job_dir(out) / "20260101000000" / LEASE_NAME).exists()
     ref_dir, run_dir = checkpoints_dir(reference), checkpoints_dir(out)
     assert ref_dir is not None
     assert run_dir is not None
@@ -356,3 +357,52 @@ def test_simultaneous_launches_on_a_fresh_root_share_one_attempt(
     second.join(30)
     attempts = sorted(p.name for p in DEMO_RUN.job_dir(out).iterdir() if p.is_dir())
     assert len(attempts) == 1, f"two launches minted {attempts}"
+
+
+EXIT_SCRIPT = """
+import os, signal, sys
+import torch
+import statecraft as sc
+out, how = sys.argv[1], sys.argv[2]
+config = sc.CheckpointConfig.load(None, ["save_every=1", "save_async=false", "keep_optim_last=0"])
+ckpt = sc.Checkpointer(config, run="exit", output_root=out)
+model = torch.nn.Linear(2, 2)
+ckpt.track(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+ckpt.resume()
+ckpt.record(sc.Outcome.APPLIED)
+ckpt.step_end()
+if how == "kill":
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_a_normal_exit_releases_the_lease_and_a_kill_leaves_it_to_take_over(
+    tmp_path: Path, how: str
+) -> None:
+    """A process that exits normally without close() removes its lease record (the next
+    launch warns of no takeover); a SIGKILLed one leaves it, and the next launch takes it over
+    with a warning."""
+    script = tmp_path / "exit_script.py"
+    script.write_text(EXIT_SCRIPT)
+    out = tmp_path / "out"
+
+    def launch() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(script), str(out), how],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "TMPDIR": str(tmp_path)},
+            timeout=120,
+        )
+
+    first = launch()
+    assert first.returncode == (0 if how == "exit" else -signal.SIGKILL), first.stderr
+    (attempt,) = [p for p in (out / "default" / "default" / "exit").iterdir() if p.is_dir()]
+    assert (attempt / LEASE_NAME).exists() == (how == "kill")
+    second = launch()
+    takeover = [
+        line for line in second.stderr.splitlines() if "taking over the writer lease" in line
+    ]
+    assert len(takeover) == (1 if how == "kill" else 0), second.stderr
+    assert "statecraft: resumed from " in second.stderr

@@ -6,8 +6,10 @@ launches started at once cannot each mint an attempt and both train
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from statecraft.checkpoint.config import CheckpointConfig
@@ -20,7 +22,7 @@ from statecraft.storage.base import Store
 from statecraft.storage.filesystem import Filesystem, OsFilesystem
 from statecraft.storage.local import LocalStore
 
-__all__ = ["checked_output_root", "open_attempt"]
+__all__ = ["checked_output_root", "open_attempt", "release_at_exit"]
 
 
 def checked_output_root(output_root: object) -> str:
@@ -84,3 +86,28 @@ def open_attempt(
         on_rank_zero(collective, take_lease)
     store = LocalStore(str(attempt.checkpoints_dir), fs=filesystem)
     return attempt, store, leases[0] if leases else None
+
+
+def release_at_exit(
+    lease: WriterLease | None, filesystem: Filesystem | None
+) -> Callable[[], None] | None:
+    """Release ``lease`` when the interpreter exits normally, so the next launch of the job
+    finds no stale lease to take over (and prints no takeover warning). A killed process
+    skips it, and the next launch takes its lease over with a warning, as it should. Only on
+    the real filesystem (a simulated one has no process exit).
+
+    Returns:
+        the registered callable (``atexit.unregister`` it after an explicit release), or
+        ``None`` when nothing was registered (no lease on this rank, a simulated filesystem).
+    """
+    if lease is None or not isinstance(filesystem or OsFilesystem(), OsFilesystem):
+        return None
+
+    def release() -> None:
+        try:
+            lease.release()
+        except Exception:  # nothing can be done at exit; the next launch takes it over
+            pass
+
+    atexit.register(release)
+    return release

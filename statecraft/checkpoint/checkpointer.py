@@ -13,9 +13,7 @@
             break
     ckpt.finalize()                        # the normal-final save
 
-``run`` may also be one name (``run="mlp"`` is ``RunIdentity.named("mlp")``, i.e.
-``default/default/mlp``).
-
+``run`` may also be one name (``run="mlp"`` is ``RunIdentity.named("mlp")``).
 ``resume()`` is called once, before the first save; a save by a process that did not resume
 into an attempt holding checkpoints is refused, and a resume completes a lagging latest pointer
 (:mod:`statecraft.checkpoint.lifecycle`).
@@ -30,12 +28,14 @@ every rank contributes its RNG streams; on resume the coordinator effects run on
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from statecraft.checkpoint.attempt_open import checked_output_root, open_attempt
+from statecraft.checkpoint.attempt_open import checked_output_root, open_attempt, release_at_exit
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.layout import RunAttempt, RunIdentity, as_run_identity
 from statecraft.checkpoint.lease import WriterLease
@@ -128,6 +128,7 @@ class Checkpointer:
         self.saves: list[SaveReport] = []
         self.last_saved_step: int | None = None
         self.last_resume_run: RunResult | None = None  # the resume machine's run and trace
+        self._exit_release: Callable[[], None] | None = None  # the lease's release at exit
         self._lifecycle = Lifecycle()  # resume once, before saving (lifecycle.py)
         self._resume_machine = load_machine("resume")
         self._save = load_machine("save")
@@ -212,6 +213,8 @@ class Checkpointer:
         twice; a process that exits releases the lock anyway."""
         lease, self.lease = self.lease, None
         self._closed = True
+        if self._exit_release is not None:
+            atexit.unregister(self._exit_release)
         if lease is not None:
             lease.release()
 
@@ -228,6 +231,7 @@ class Checkpointer:
                 collective=self.collective,
                 filesystem=self.filesystem,
             )
+            self._exit_release = release_at_exit(self.lease, self.filesystem)
         return self.store
 
     @property
