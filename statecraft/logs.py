@@ -75,12 +75,16 @@ class _DefaultOutput(logging.StreamHandler):
         """Print only while nobody else handles the records; otherwise step aside for good."""
         if not _user_configured():
             return True
-        logger = logging.getLogger(LOGGER_NAME)
-        if self.raised_logger_level and logger.level == logging.INFO:
-            logger.setLevel(logging.NOTSET)  # the user's configuration decides the level now
-            self.raised_logger_level = False
+        self.give_back_logger_level()  # the user's configuration decides the level now
         self.setLevel(_SILENT)
         return False
+
+    def give_back_logger_level(self) -> None:
+        """Undo this module's raising of the ``statecraft`` logger's level to INFO."""
+        logger = logging.getLogger(LOGGER_NAME)
+        if self.raised_logger_level and logger.level == logging.INFO:
+            logger.setLevel(logging.NOTSET)
+        self.raised_logger_level = False
 
 
 def _ours() -> _DefaultOutput | None:
@@ -137,9 +141,7 @@ def configure_default_output(*, rank: int, quiet: bool) -> None:
         logger.addHandler(handler)
     if quiet:
         handler.setLevel(_SILENT)
-        if handler.raised_logger_level and logger.level == logging.INFO:
-            logger.setLevel(logging.NOTSET)
-            handler.raised_logger_level = False
+        handler.give_back_logger_level()
         return
     handler.setLevel(logging.INFO if rank == 0 else logging.ERROR)
     if rank == 0 and logger.level == logging.NOTSET:

@@ -18,12 +18,9 @@ import torch
 from checkpoint_runs import CONFIG, RUN, Objects, committed_run
 
 import statecraft as sc
-from statecraft.checkpoint.compatibility import (
-    check_fit,
-    optimizer_class_name,
-    optimizer_state_problems,
-)
+from statecraft.checkpoint.compatibility import check_fit, optimizer_state_problems
 from statecraft.checkpoint.layout import iter_dirname
+from statecraft.checkpoint.state import optimizer_class_name
 from statecraft.errors import ResumeError
 
 FIX = (

@@ -25,13 +25,13 @@ from typing import Any
 
 import torch
 
+from statecraft.checkpoint.state import optimizer_class_name
 from statecraft.errors import ResumeError
 
 __all__ = [
     "MAX_SHOWN",
     "check_fit",
     "model_state_problems",
-    "optimizer_class_name",
     "optimizer_state_problems",
 ]
 
@@ -58,12 +58,6 @@ _PARAM_SHAPED = frozenset(
 )
 # group keys only some optimizer families have: present on one side only means another class
 _HALLMARK_GROUP_KEYS = ("betas", "nesterov", "dampening", "alpha", "lr_decay", "rho")
-
-
-def optimizer_class_name(optimizer: Any) -> str:
-    """``module.qualname`` of ``optimizer``'s class (what ``trainer.optimizer_class`` records)."""
-    cls = type(optimizer)
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _shape(value: Any) -> tuple[int, ...] | None:

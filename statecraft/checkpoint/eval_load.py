@@ -78,8 +78,8 @@ class LoadedCheckpoint:
     loop_state: dict[str, Any]
 
 
-def _is_dir(path: Path) -> bool:
-    stat = _FS.stat(str(path))
+def _is_dir(path: Path, fs: Filesystem = _FS) -> bool:
+    stat = fs.stat(str(path))
     return stat is not None and stat.is_dir
 
 
@@ -91,8 +91,9 @@ def _is_checkpoints_dir(path: Path) -> bool:
     )
 
 
-def _is_job_dir(path: Path) -> bool:
-    return _is_dir(path / CHECKPOINTS_DIR) or bool(list_attempts(path, filesystem=_FS))
+def _is_job_dir(path: Path, fs: Filesystem = _FS) -> bool:
+    """A job dir holds an attempt or a legacy flat ``checkpoints/`` dir."""
+    return _is_dir(path / CHECKPOINTS_DIR, fs) or bool(list_attempts(path, filesystem=fs))
 
 
 def find_runs(
@@ -103,22 +104,16 @@ def find_runs(
     fs = filesystem or _FS
 
     def subdirs(path: Path) -> list[Path]:
-        stat = fs.stat(str(path))
-        if stat is None or not stat.is_dir:
+        if not _is_dir(path, fs):
             return []
-        children = (path / n for n in sorted(fs.listdir(str(path))))
-        return [c for c in children if (s := fs.stat(str(c))) is not None and s.is_dir]
-
-    def is_job(path: Path) -> bool:
-        legacy = fs.stat(str(path / CHECKPOINTS_DIR))
-        return (legacy is not None and legacy.is_dir) or bool(list_attempts(path, filesystem=fs))
+        return [path / n for n in sorted(fs.listdir(str(path))) if _is_dir(path / n, fs)]
 
     return [
         job
         for project in subdirs(Path(output_root))
         for group in subdirs(project)
         for job in subdirs(group)
-        if is_job(job)
+        if _is_job_dir(job, fs)
     ]
 
 
