@@ -1,7 +1,8 @@
 """The baselines statecraft is measured against, in the same process and on the same bytes:
 raw write + fsync (the target's baseline), the same with device writeback started after each
-tensor (``sync_file_range``, as statecraft's writer does: the stricter physical limit),
-``torch.save`` + fsync + rename, and ``torch.load``
+tensor (``sync_file_range``, as statecraft's writer does: the stricter physical limit), raw
+write of a byte count (the size sweep's), ``torch.save`` + fsync + rename of one file or of a
+whole checkpoint's files with one directory fsync (the sweep's fair baseline), and ``torch.load``
 (plain and ``mmap=True``) + ``load_state_dict``."""
 
 from __future__ import annotations
@@ -32,6 +33,23 @@ def raw_write(model: Any, directory: str, *, writeback: bool = False) -> float:
             if writeback:
                 fs.start_writeback(fd, offset, size)
             offset += size
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    seconds = time.perf_counter() - started
+    os.unlink(path)
+    return seconds
+
+
+def raw_write_bytes(nbytes: int, directory: str, block: memoryview) -> float:
+    """Seconds to ``os.write`` ``nbytes`` (from ``block``, repeated) to a new file and fsync."""
+    path = os.path.join(directory, "raw.bin")
+    started = time.perf_counter()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        left = nbytes
+        while left:
+            left -= os.write(fd, block[: min(left, len(block))])
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from statecraft.cli.bench.baselines import torch_save_files
+from statecraft.cli.bench.baselines import raw_write_bytes, torch_save_files
 from statecraft.cli.bench.common import GB, MIB, bench_root, scratch
 from statecraft.errors import ConfigError, ConfigIssue, StatecraftError
 
@@ -187,23 +187,6 @@ class _Running:
 
     def close(self) -> None:
         self.ckpt.close()
-
-
-def raw_write_bytes(nbytes: int, directory: str, block: memoryview) -> float:
-    """Seconds to ``os.write`` ``nbytes`` (from ``block``, repeated) to a new file and fsync."""
-    path = os.path.join(directory, "raw.bin")
-    started = time.perf_counter()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        left = nbytes
-        while left:
-            left -= os.write(fd, block[: min(left, len(block))])
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    seconds = time.perf_counter() - started
-    os.unlink(path)
-    return seconds
 
 
 def _row(samples: list[float], nbytes: int) -> dict[str, Any]:
