@@ -46,7 +46,7 @@ from statecraft.checkpoint.layout import (
 from statecraft.checkpoint.loading import Components
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN
 from statecraft.checkpoint.verify import VerifiedCheckpoint, list_iterations, verify_checkpoint
-from statecraft.errors import CheckpointError, CheckpointSourceError
+from statecraft.errors import CheckpointError, CheckpointSourceError, StatecraftError
 from statecraft.storage.filesystem import Filesystem, OsFilesystem
 from statecraft.storage.local import LocalStore
 
@@ -165,7 +165,7 @@ def _choose(source: str | os.PathLike[str], verify: str) -> VerifiedCheckpoint:
         for iteration in iterations:
             try:
                 return verify_checkpoint(store, iteration, level=verify, only=(_MODEL,))
-            except Exception as exc:  # any failure to verify: pass over, with why
+            except (StatecraftError, OSError) as exc:  # does not verify: pass over, with why
                 if pinned is not None:
                     raise
                 reason = str(exc)
