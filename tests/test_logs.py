@@ -213,6 +213,18 @@ class TestQuietKnob:
         assert "quiet" in str(exc.value)
         assert "booleans are spelled true or false" in str(exc.value)
 
+    def test_checkpointer_quiet_argument_must_be_a_bool(self, tmp_path):
+        """Checkpointer(quiet="yes") is a ConfigError naming quiet and what it takes; nothing
+        is created under the output root."""
+        import statecraft as sc
+
+        out = tmp_path / "out"
+        with pytest.raises(ConfigError) as exc:
+            sc.Checkpointer(CheckpointConfig(), run="q", output_root=out, quiet="yes")  # type: ignore[arg-type]
+        assert "quiet" in str(exc.value)
+        assert "True, False or None" in str(exc.value)
+        assert not out.exists()
+
 
 @pytest.mark.slow
 class TestRealProcesses:
