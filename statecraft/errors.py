@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 __all__ = [
+    "ArtifactCommittedError",
+    "ArtifactResumeError",
     "CheckpointCorruptError",
     "CheckpointError",
     "CheckpointSourceError",
@@ -39,6 +41,8 @@ __all__ = [
     "TrackingError",
     "TrainerStateError",
     "UnsafeStateError",
+    "ValidationFailedError",
+    "ValidationIdentityError",
     "WriterLeaseError",
 ]
 
@@ -398,3 +402,40 @@ class UnsafeStateError(TrainerStateError):
     key paths alone)."""
 
     code = "unsafe_state"
+
+
+class ArtifactCommittedError(CheckpointError, FileExistsError):
+    """A save was asked for at a step whose partial artifact is already committed: a
+    committed artifact is never re-committed (no content identity proves that replayed
+    training reproduced the same tensors). Refused before any writer ran; nothing was
+    touched. Fields: ``path`` (the artifact directory), ``iteration``."""
+
+    code = "artifact_committed"
+
+
+class ArtifactResumeError(ResumeError):
+    """A resume was refused because of the attempt's partial artifacts: ``resume=auto`` found
+    committed artifacts but no resumable checkpoint, or only one older than the newest
+    artifact; an explicit source is behind the newest artifact, has no derivable iteration,
+    or is itself an artifact. Nothing was loaded. Fields: ``artifact`` (the newest artifact's
+    directory), ``checkpoint`` (the checkpoint considered, or ``None``), ``reason``."""
+
+    code = "artifact_resume_refused"
+
+
+class ValidationFailedError(CheckpointError):
+    """The evaluation callable raised, or returned something that is not a mapping of metric
+    names to finite numbers. A durable validation checkpoint stays evaluation-pending (a
+    resumed run retries the evaluation); an artifact committed before an ephemeral evaluation
+    stays committed. Fields: ``step``, ``iteration`` (the pending checkpoint, or ``None``),
+    ``cause`` (the callable's error, as text)."""
+
+    code = "validation_failed"
+
+
+class ValidationIdentityError(TrainerStateError):
+    """Exact resume refused: the checkpoint's recorded validation identity (enabled, source,
+    config) differs from this run's. Fields: ``source`` (the ``trainer.pt``), ``problems``
+    (one line per differing field)."""
+
+    code = "validation_identity"

@@ -35,6 +35,7 @@ from statecraft.parallel.rank0 import on_rank_zero
 from statecraft.storage.filesystem import Filesystem, OsFilesystem
 
 __all__ = [
+    "ARTIFACT_MANIFEST_NAME",
     "LATEST_POINTER",
     "MANIFEST_NAME",
     "RunAttempt",
@@ -53,6 +54,8 @@ LATEST_POINTER = "latest_checkpoint.txt"
 MANIFEST_NAME = ".posttrain-manifest.json"
 CHECKPOINTS_DIR = "checkpoints"
 ARTIFACTS_DIR = "checkpoint_artifacts"
+#: the commit record of a partial artifact, written last (checkpoint/artifact_manifest.py)
+ARTIFACT_MANIFEST_NAME = ".posttrain-checkpoint-artifact.json"
 _ITER_RE = re.compile(r"^iter_(\d{9})$")
 _RUN_TS_RE = re.compile(r"^\d{14}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
