@@ -449,3 +449,33 @@ class TestWriteback:
         assert calls[0][0] == 0
         assert all(a[0] + a[1] == b[0] for a, b in itertools.pairwise(calls))
         assert (tmp_path / "big").read_bytes() == data * 4
+
+
+class TestDeleteTreeNeverFollowsLinks:
+    def _outside(self, tmp_path: Path) -> Path:
+        outside = tmp_path / "precious"
+        outside.mkdir()
+        (outside / "data.bin").write_bytes(b"keep me")
+        return outside
+
+    def test_a_linked_directory_inside_is_unlinked_not_emptied(self, tmp_path: Path) -> None:
+        """delete_tree of a directory holding a symlink to another directory removes the link
+        and leaves the linked directory's files alone."""
+        outside = self._outside(tmp_path)
+        store = LocalStore(tmp_path / "root")
+        store.make_dirs("iter_000000002")
+        store.write_atomic("iter_000000002/model.pt", b"x")
+        os.symlink(outside, tmp_path / "root" / "iter_000000002" / "sub")
+        store.delete_tree("iter_000000002")
+        assert store.stat("iter_000000002") is None
+        assert (outside / "data.bin").read_bytes() == b"keep me"
+
+    def test_a_linked_directory_itself_is_unlinked(self, tmp_path: Path) -> None:
+        """delete_tree of a path that is a symlink to a directory removes only the link."""
+        outside = self._outside(tmp_path)
+        store = LocalStore(tmp_path / "root")
+        os.symlink(outside, tmp_path / "root" / "iter_000000004")
+        assert store.stat("iter_000000004").is_dir  # an output root may be a link
+        store.delete_tree("iter_000000004")
+        assert not (tmp_path / "root" / "iter_000000004").is_symlink()
+        assert (outside / "data.bin").read_bytes() == b"keep me"

@@ -47,11 +47,14 @@ class FileStat:
     """What ``stat`` says of a name: its size, whether it is a directory, and its kind:
     ``"file"`` (regular), ``"directory"``, or, where a real filesystem holds one,
     ``"symlink"`` (a link to anything but a directory; ``size`` is the link's own),
-    ``"fifo"``, ``"device"``, ``"socket"``."""
+    ``"fifo"``, ``"device"``, ``"socket"``. ``link`` is true for a symlink to a directory
+    (reported as a directory so an output root may be a link, but never descended into when
+    a tree is deleted)."""
 
     size: int
     is_dir: bool
     kind: str = attrs.field(default=attrs.Factory(_default_kind, takes_self=True))
+    link: bool = False
 
 
 def fault_error(fault: Fault, op: str, path: str) -> OSError:
@@ -299,7 +302,7 @@ class OsFilesystem:
             except OSError:  # dangling or a loop
                 target = None
             if target is not None and stat_module.S_ISDIR(target.st_mode):
-                return FileStat(size=target.st_size, is_dir=True)
+                return FileStat(size=target.st_size, is_dir=True, link=True)
             return FileStat(size=st.st_size, is_dir=False, kind="symlink")
         if stat_module.S_ISDIR(st.st_mode):
             return FileStat(size=st.st_size, is_dir=True)

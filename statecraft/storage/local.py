@@ -163,18 +163,24 @@ class LocalStore:
     def delete_tree(self, path: str) -> None:
         """Remove directory ``path`` and everything under it: files first, then the emptied
         directories, each directory fsynced, so no crash leaves a directory that looks complete
-        but lacks files it had."""
+        but lacks files it had. A symlink (to a directory or anything else) is removed itself,
+        never followed: nothing outside ``path`` is ever deleted."""
         self.settle(keep_errors=False)
         target = self.abspath(path)
         stat = self.fs.stat(target)
         if stat is None:
+            return
+        if stat.link:
+            self.fs.unlink(target)
+            self.fs.fsync_dir(posixpath.dirname(target))
             return
         if not stat.is_dir:
             self.delete(path)
             return
         for name in self.fs.listdir(target):
             child = f"{path}/{name}"
-            if self.fs.stat(self.abspath(child)).is_dir:  # type: ignore[union-attr]
+            child_stat = self.fs.stat(self.abspath(child))
+            if child_stat is not None and child_stat.is_dir and not child_stat.link:
                 self.delete_tree(child)
             else:
                 self.fs.unlink(self.abspath(child))
