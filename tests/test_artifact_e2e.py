@@ -68,7 +68,8 @@ def test_partial_plan_writes_artifacts_only_and_requeue_refuses(tmp_path):
     ckpt.resume()
     train(ckpt, objects, 5)
     final = ckpt.finalize()
-    assert final is not None and final.iteration == 5
+    assert final is not None
+    assert final.iteration == 5
     assert [a.iteration for a in ckpt.artifacts] == [2, 4, 5]
     assert ckpt.saves == []
     assert committed_artifacts(tmp_path) == ["iter_000000002", "iter_000000004", "iter_000000005"]
@@ -145,7 +146,8 @@ def test_full_union_is_one_durable_validation_save(tmp_path):
     assert [e.validated for e in ends] == [False, False, False, True]
     assert [s.iteration for s in ckpt.saves] == [4]
     assert ends[-1].saved is ckpt.saves[0]
-    assert ends[-1].metrics is not None and set(ends[-1].metrics) == {"val_loss"}
+    assert ends[-1].metrics is not None
+    assert set(ends[-1].metrics) == {"val_loss"}
     assert evaluate.steps == [4]
     assert trainer_stage(tmp_path, 4) is ValidationStage.PUBLISHED
     assert not (attempt_dir(tmp_path) / ARTIFACTS_DIR).exists()
