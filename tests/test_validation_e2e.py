@@ -32,8 +32,6 @@ from statecraft.checkpoint.validation_records import (
 from statecraft.errors import TrackingError, ValidationFailedError, ValidationIdentityError
 from statecraft.storage.local import LocalStore
 
-pytestmark = pytest.mark.slow
-
 STEPS = 8
 #: validation every 3 steps (durable: save_checkpoint=true, the full plan), saves every 4:
 #: iter_3 and iter_6 are validation checkpoints, iter_4 a regular one, iter_8 the union of
@@ -161,6 +159,7 @@ def reference(tmp_path_factory: pytest.TempPathFactory, script: Path) -> tuple[P
     return out, calls
 
 
+@pytest.mark.slow
 def test_uninterrupted_run_publishes_every_validation_checkpoint(reference):
     """Without faults, iter_3, iter_6 and iter_8 are published and iter_4 is a plain save."""
     out, calls = reference
@@ -173,6 +172,7 @@ def test_uninterrupted_run_publishes_every_validation_checkpoint(reference):
     ]
 
 
+@pytest.mark.slow
 def test_failed_evaluation_leaves_pending_and_resume_retries_it(tmp_path, script, reference):
     """An evaluation that raises at step 3 stops the loop with ValidationFailedError and
     leaves iter_3 evaluation-pending (and adopted by resume=auto); the next process re-runs
@@ -200,6 +200,7 @@ def test_failed_evaluation_leaves_pending_and_resume_retries_it(tmp_path, script
     assert all(torch.equal(final[k], expected[k]) for k in final)
 
 
+@pytest.mark.slow
 def test_kill_after_evaluation_resumes_publication_only(tmp_path, script, reference):
     """A SIGKILL at the start of iter_3's publication (its evaluation durably recorded)
     leaves it publication-pending; the resumed process publishes it without calling the
@@ -224,6 +225,7 @@ def test_kill_after_evaluation_resumes_publication_only(tmp_path, script, refere
     assert all(torch.equal(final[k], expected[k]) for k in final)
 
 
+@pytest.mark.slow
 def test_pending_checkpoint_without_validate_with_is_refused(tmp_path, script):
     """Resuming an evaluation-pending checkpoint in a process that registered no
     evaluation fails naming ckpt.validate_with and the checkpoint, and changes nothing."""
@@ -275,3 +277,20 @@ def test_in_process_failure_reaches_the_loop_and_validate_with_after_resume_is_r
     assert caught.value.step == 3
     assert ckpt.last_saved_step == 3  # the evaluation-pending checkpoint stays committed
     assert stage_of(tmp_path, 3) is ValidationStage.EVALUATION_PENDING
+
+
+def test_the_user_guide_example_runs(tmp_path, capsys):
+    """docs/checkpointing.md's validation example runs as written: it validates at steps 5,
+    10, 15 and 20 and publishes each durable validation checkpoint."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "checkpointing.md").read_text()
+    after = text.split("<!-- example: validation", 1)[1]
+    code = after.split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(code, "checkpointing.md", "exec"), {"out": tmp_path})
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["step 5", "step 10", "step 15", "step 20"]
+    ckpts = next((tmp_path / "default" / "default" / "linear").iterdir()) / "checkpoints"
+    store = LocalStore(str(ckpts))
+    for iteration in (5, 10, 15, 20):
+        path = ckpts / f"iter_{iteration:09d}" / "trainer.pt"
+        trainer = TrainerState.from_payload(torch.load(path, weights_only=True), source=str(path))
+        assert read_stage(store, iteration, trainer.validation).stage is ValidationStage.PUBLISHED
