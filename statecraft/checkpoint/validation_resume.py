@@ -11,7 +11,7 @@ import logging
 
 import attrs
 
-from statecraft.checkpoint.boundary import BoundaryKind, decide_boundary
+from statecraft.checkpoint.boundary import BoundaryKind, before_training_due, decide_boundary
 from statecraft.checkpoint.boundary_run import BoundaryRunner
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.evaluation import Evaluation
@@ -94,10 +94,14 @@ def after_resume(
     if result.resumed:
         return result, result.step if stage is ValidationStage.PUBLISHED else None
     evaluation = runner.evaluation
-    if evaluation is None or not config.validation.before_training:
+    # The facade does not know the loop's step count: a fresh start, before the loop, is
+    # taken to have steps left (a loop with none does not call resume() to train).
+    if evaluation is None or not before_training_due(
+        config, registered=True, fresh=True, remaining_steps=1
+    ):
         return result, None
     boundary = decide_boundary(config, regular_due=False, validation_due=True, before_training=True)
-    if boundary.kind is not BoundaryKind.EVALUATE:  # pragma: no cover - H1's rule
+    if boundary.kind is not BoundaryKind.EVALUATE:  # pragma: no cover - decide_boundary's rule
         raise AssertionError(f"before-training pass decided as {boundary.kind}")
     metrics = on_rank_zero(runner.collective, lambda: runner.evaluate(evaluation, result.step))
     return attrs.evolve(result, metrics=metrics), None
