@@ -21,7 +21,7 @@ from statecraft.storage.local import LocalStore
 
 
 def attempt_dir(out: Path) -> Path:
-    (attempt,) = (out / "proj" / "group" / "name").iterdir()
+    (attempt,) = (p for p in (out / "proj" / "group" / "name").iterdir() if p.is_dir())
     return attempt
 
 

@@ -122,7 +122,7 @@ def launch(
 
 
 def checkpoints(out: Path) -> Path:
-    (attempt,) = (out / "proj" / "group" / "name").iterdir()
+    (attempt,) = (p for p in (out / "proj" / "group" / "name").iterdir() if p.is_dir())
     return attempt / "checkpoints"
 
 
@@ -288,7 +288,8 @@ def test_the_user_guide_example_runs(tmp_path, capsys):
     exec(compile(code, "checkpointing.md", "exec"), {"out": tmp_path})
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == ["step 5", "step 10", "step 15", "step 20"]
-    ckpts = next((tmp_path / "default" / "default" / "linear").iterdir()) / "checkpoints"
+    job = tmp_path / "default" / "default" / "linear"
+    ckpts = next(p for p in job.iterdir() if p.is_dir()) / "checkpoints"
     store = LocalStore(str(ckpts))
     for iteration in (5, 10, 15, 20):
         path = ckpts / f"iter_{iteration:09d}" / "trainer.pt"
