@@ -102,7 +102,7 @@ def artifacts_store(
         return None
     if not create:
         stat = LocalStore(str(attempt.run_dir), fs=filesystem).stat(ARTIFACTS_DIR)
-        if stat is None or stat.kind != "dir":
+        if stat is None or not stat.is_dir:
             return None
     return LocalStore(str(attempt.artifacts_dir), fs=filesystem)
 
