@@ -239,3 +239,25 @@ def test_the_artifact_loads_for_evaluation_with_load_weights(tmp_path):
     fresh = torch.nn.Linear(4, 3)
     sc.load_weights(fresh, attempt_dir(tmp_path) / ARTIFACTS_DIR / "iter_000000002")
     assert all(torch.equal(fresh.state_dict()[k], v) for k, v in objects.model.state_dict().items())
+
+
+def test_final_validation_of_a_step_the_cadence_saved_is_ephemeral(tmp_path):
+    """A cadence save at the last step (8) precedes the final validation at finalize(): the
+    evaluation runs once, ephemerally, and the committed iter_8 is not saved again."""
+    ckpt, objects = open_checkpointer(
+        tmp_path, "save_every=4", "validation.every=3", "validation.save_checkpoint=true"
+    )
+    evaluate = Calls(objects)
+    ckpt.validate_with(evaluate, source="ones")
+    ckpt.resume()
+    train(ckpt, objects, 8)
+    iter_8 = attempt_dir(tmp_path) / "checkpoints" / "iter_000000008"
+    before = tree_bytes(iter_8)
+    assert ckpt.finalize() is None
+    assert ckpt.final is not None
+    assert ckpt.final.validated
+    assert ckpt.final.saved is None
+    assert evaluate.steps == [3, 6, 8]
+    assert [s.iteration for s in ckpt.saves] == [3, 4, 6, 8]
+    assert tree_bytes(iter_8) == before
+    assert trainer_stage(tmp_path, 8) is ValidationStage.NONE

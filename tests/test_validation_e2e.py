@@ -32,10 +32,10 @@ from statecraft.checkpoint.validation_records import (
 from statecraft.errors import TrackingError, ValidationFailedError, ValidationIdentityError
 from statecraft.storage.local import LocalStore
 
-STEPS = 8
+STEPS = 7
 #: validation every 3 steps (durable: save_checkpoint=true, the full plan), saves every 4:
-#: iter_3 and iter_6 are validation checkpoints, iter_4 a regular one, iter_8 the union of
-#: the cadence save and the final validation (one durable validation save).
+#: iter_3 and iter_6 are validation checkpoints, iter_4 a regular one, iter_7 the union of
+#: the final save and the final validation (one durable validation save).
 CONFIG = [
     "save_every=4",
     "save_async=false",
@@ -161,10 +161,10 @@ def reference(tmp_path_factory: pytest.TempPathFactory, script: Path) -> tuple[P
 
 @pytest.mark.slow
 def test_uninterrupted_run_publishes_every_validation_checkpoint(reference):
-    """Without faults, iter_3, iter_6 and iter_8 are published and iter_4 is a plain save."""
+    """Without faults, iter_3, iter_6 and iter_7 are published and iter_4 is a plain save."""
     out, calls = reference
-    assert calls_of(calls) == [3, 6, 8]
-    assert [stage_of(out, i) for i in (3, 4, 6, 8)] == [
+    assert calls_of(calls) == [3, 6, 7]
+    assert [stage_of(out, i) for i in (3, 4, 6, 7)] == [
         ValidationStage.PUBLISHED,
         ValidationStage.NONE,
         ValidationStage.PUBLISHED,
@@ -191,8 +191,8 @@ def test_failed_evaluation_leaves_pending_and_resume_retries_it(tmp_path, script
     second = launch(out, script, calls)
     assert second.returncode == 0, second.stderr
     assert second.stdout.splitlines()[0] == "resumed 3 evaluation_pending"
-    assert calls_of(calls) == [3, 3, 6, 8]  # step 3 evaluated again, by the resumed process
-    assert [stage_of(out, i) for i in (3, 6, 8)] == [ValidationStage.PUBLISHED] * 3
+    assert calls_of(calls) == [3, 3, 6, 7]  # step 3 evaluated again, by the resumed process
+    assert [stage_of(out, i) for i in (3, 6, 7)] == [ValidationStage.PUBLISHED] * 3
     ref_out, _ = reference
     final = torch.load(out / "final_model.pt", weights_only=True)
     expected = torch.load(ref_out / "final_model.pt", weights_only=True)
@@ -217,7 +217,7 @@ def test_kill_after_evaluation_resumes_publication_only(tmp_path, script, refere
     second = launch(out, script, calls)
     assert second.returncode == 0, second.stderr
     assert second.stdout.splitlines()[0] == "resumed 3 publication_pending"
-    assert calls_of(calls) == [3, 6, 8]  # step 3 was NOT evaluated again
+    assert calls_of(calls) == [3, 6, 7]  # step 3 was NOT evaluated again
     assert stage_of(out, 3) is ValidationStage.PUBLISHED
     ref_out, _ = reference
     final = torch.load(out / "final_model.pt", weights_only=True)

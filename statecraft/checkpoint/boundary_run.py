@@ -313,7 +313,9 @@ def _show(metrics: dict[str, float]) -> str:
 def due_boundary(ckpt: Checkpointer, *, final: bool) -> Boundary:
     """What is due at ``ckpt``'s current step (a step boundary, or ``finalize()`` with
     ``final``): the regular save and the validation, each only at a quiescent boundary after
-    at least one applied update, unioned by :func:`decide_boundary`."""
+    at least one applied update, unioned by :func:`decide_boundary`. A validation of a step
+    this run already saved (the final validation of a step the cadence saved) is ephemeral:
+    the committed checkpoint is not saved again."""
     clocks, step = ckpt.tracked.clocks, ckpt.step
     ready = clocks.quiescent and step > 0
     regular = ready and regular_save_due(
@@ -330,6 +332,10 @@ def due_boundary(ckpt: Checkpointer, *, final: bool) -> Boundary:
         last_validated_step=ckpt.last_validated_step,
         final=final,
     )
+    if due and not regular and step == ckpt.last_saved_step:
+        # The step is committed already (a cadence save, then the final validation at
+        # finalize()): committed files are never rewritten, so the evaluation is ephemeral.
+        return Boundary(BoundaryKind.EVALUATE, None, regular_due=False, validation_due=True)
     return decide_boundary(ckpt.config, regular_due=regular, validation_due=due)
 
 
