@@ -199,7 +199,7 @@ def _follow(
             launch.published.append(number)
         elif kind == "done":
             launch.done_step = number
-        if launch.trigger is not None and line == launch.trigger and not launch.killed:
+        if launch.trigger == f"{kind} {number}" and not launch.killed:
             if launch.kill_delay_ms:
                 time.sleep(launch.kill_delay_ms / 1000)
             os.kill(proc.pid, signal.SIGKILL)  # the process this launch started, by its pid
