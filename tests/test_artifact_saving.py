@@ -95,12 +95,15 @@ class TestWrites:
         report = _save(tmp_path, ["model"], tracked=tracked)
         where = tmp_path / "checkpoint_artifacts" / "iter_000000004"
         assert sorted(p.name for p in where.iterdir()) == [ARTIFACT_MANIFEST_NAME, "model.pt"]
-        assert report.components == ("model",) and report.location == str(where)
+        assert report.components == ("model",)
+        assert report.location == str(where)
         assert report.bytes_written == (where / "model.pt").stat().st_size
-        assert report.metrics is None and not report.evaluated
+        assert report.metrics is None
+        assert not report.evaluated
         assert [name for name, _ in report.effects][-1] == "commit_manifest"
         verified = verify_artifact(LocalStore(tmp_path / "checkpoint_artifacts"), 4)
-        assert verified.manifest.components == ("model",) and verified.trainer is None
+        assert verified.manifest.components == ("model",)
+        assert verified.trainer is None
         loaded = torch.load(where / "model.pt", weights_only=True)
         assert torch.equal(loaded["weight"], tracked.model.weight)
         assert not (tmp_path / "checkpoints").exists()
@@ -115,7 +118,8 @@ class TestWrites:
         assert manifest["physical"] == ["optim", "trainer", "data", "old", "ref"]
         assert sorted(manifest["files"]) == ["optim.pt", "trainer.pt"]
         verified = verify_artifact(LocalStore(tmp_path / "checkpoint_artifacts"), 7)
-        assert verified.trainer is not None and verified.trainer.optimizer_step == 7
+        assert verified.trainer is not None
+        assert verified.trainer.optimizer_step == 7
 
     def test_full_plan_is_refused(self, tmp_path: Path) -> None:
         """The full plan is a checkpoint: the artifact save refuses it, writing nothing."""
@@ -130,9 +134,10 @@ class TestEvaluation:
         recorder = _Recorder()
         report = _save(tmp_path, ["model"], evaluation=Evaluation.of(recorder), evaluate_first=True)
         assert recorder.calls == [4]
-        assert report.evaluated and report.metrics == {"val_loss": 0.25}
+        assert report.evaluated
+        assert report.metrics == {"val_loss": 0.25}
         assert _manifest(tmp_path)["metrics"] == {"val_loss": 0.25}
-        assert [name for name, _ in report.effects][0] == "evaluate_before_commit"
+        assert report.effects[0][0] == "evaluate_before_commit"
 
     def test_evaluate_first_failure_writes_nothing(self, tmp_path: Path) -> None:
         """A failed evaluation before the commit raises ValidationFailedError and leaves no
@@ -149,7 +154,8 @@ class TestEvaluation:
         the report and an INFO line, not in the manifest."""
         with caplog.at_level(logging.INFO, logger="statecraft"):
             report = _save(tmp_path, ["model"], evaluation=Evaluation.of(_Recorder()))
-        assert report.metrics == {"val_loss": 0.25} and report.evaluated
+        assert report.metrics == {"val_loss": 0.25}
+        assert report.evaluated
         assert _manifest(tmp_path)["metrics"] is None
         assert [name for name, _ in report.effects][-1] == "evaluate_after_commit"
         assert "validated iter 4 after committing its artifact: {'val_loss': 0.25}" in caplog.text
@@ -171,7 +177,8 @@ class TestRefusals:
         recorder = _Recorder()
         with pytest.raises(ArtifactCommittedError, match="is already a committed artifact") as e:
             _save(tmp_path, ["model"], step=4, evaluation=Evaluation.of(recorder))
-        assert e.value.iteration == 4 and e.value.path.endswith("iter_000000004")
+        assert e.value.iteration == 4
+        assert e.value.path.endswith("iter_000000004")
         assert "wrote nothing" in str(e.value)
         assert recorder.calls == []
         assert _snapshot(tmp_path) == before
@@ -239,14 +246,16 @@ class TestSchema:
         """encode refuses a record that violates specs/artifact.manifest.schema.json (a file
         name no plan writes), naming the schema."""
         entry = FileEntry(10, Digest("xxh3_128", "0" * 32))
-        with pytest.raises(CheckpointError, match="violates specs/artifact.manifest.schema.json"):
+        with pytest.raises(
+            CheckpointError, match=r"violates specs/artifact\.manifest\.schema\.json"
+        ):
             self._manifest(files={"evil.pt": entry}).encode()
 
     def test_decode_enforces_the_schema(self) -> None:
         """decode refuses a manifest the schema rejects (an unknown file name), as corrupt."""
         data = json.loads(self._manifest().encode())
         data["files"]["evil.pt"] = data["files"].pop("model.pt")
-        with pytest.raises(CheckpointCorruptError, match="violates specs/artifact.manifest"):
+        with pytest.raises(CheckpointCorruptError, match=r"violates specs/artifact\.manifest"):
             decode_artifact_manifest(json.dumps(data).encode(), source="x")
 
     def test_a_valid_manifest_round_trips(self) -> None:
