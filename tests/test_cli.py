@@ -14,7 +14,7 @@ import pytest
 import statecraft
 from statecraft.cli import main
 from statecraft.engine import load_table, render_mermaid
-from statecraft.resources import machine_path, machines_dir, spec_path
+from statecraft.resources import machines_dir, spec_path
 
 REPO = Path(__file__).resolve().parent.parent
 ENVELOPE_KEYS = {"result_version", "command", "status", "exit_code", "data", "errors"}

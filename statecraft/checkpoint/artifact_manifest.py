@@ -113,8 +113,9 @@ class ArtifactManifest:
         """Canonical JSON bytes (sorted keys).
 
         Raises:
-            CheckpointError: the record is not a valid artifact manifest (a bug in the code
-                that built it); nothing is written.
+            CheckpointError: the record is not a valid artifact manifest, or breaks
+                ``specs/artifact.manifest.schema.json`` (a bug in the code that built it);
+                nothing is written.
         """
         problems = self.problems()
         if problems:
@@ -138,8 +139,9 @@ def decode_artifact_manifest(data: bytes, *, source: str) -> ArtifactManifest:
 
     Raises:
         CheckpointCorruptError: not JSON, another schema (a full-checkpoint manifest
-            included), malformed fields, or values :meth:`ArtifactManifest.problems` refuses;
-            the message names ``source`` and the problem.
+            included), malformed fields, values :meth:`ArtifactManifest.problems` refuses, or
+            anything ``specs/artifact.manifest.schema.json`` refuses (checked last); the
+            message names ``source`` and the problem.
     """
     try:
         raw: Any = json.loads(data)

@@ -12,7 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from statecraft.engine.crash import IoRecord
-from statecraft.errors import ArtifactCommittedError, CheckpointCorruptError
+from statecraft.errors import (
+    ArtifactCommittedError,
+    CheckpointCorruptError,
+    ValidationFailedError,
+)
 from statecraft.proofs.artifact_oracle import (
     ARTIFACT_MANIFEST,
     ARTIFACTS_ROOT,
@@ -195,6 +199,16 @@ def cadence_artifact_kept_when_validation_ran(ctx: CheckContext) -> None:
     if s.validation != "after" or not s.calls:
         return
     ctx.exercised()
+    ended = s.last_run
+    failed_wrongly = ended is not None and (
+        ended.final_state != "validation_failed"
+        or not isinstance(ended.error, ValidationFailedError)
+    )
+    if "failed" in s.calls and failed_wrongly:
+        raise GuaranteeViolation(
+            f"the validation after the artifact failed, yet the save ended "
+            f"{ended.final_state} ({ended.error!r}), not ValidationFailedError"
+        )
     problem = _now(ctx).problem(s.target, s.components, s.plan_files)
     if problem is not None:
         raise GuaranteeViolation(
