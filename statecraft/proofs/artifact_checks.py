@@ -204,7 +204,7 @@ def cadence_artifact_kept_when_validation_ran(ctx: CheckContext) -> None:
         ended.final_state != "validation_failed"
         or not isinstance(ended.error, ValidationFailedError)
     )
-    if "failed" in s.calls and failed_wrongly:
+    if "failed" in s.calls and ended is not None and failed_wrongly:
         raise GuaranteeViolation(
             f"the validation after the artifact failed, yet the save ended "
             f"{ended.final_state} ({ended.error!r}), not ValidationFailedError"
