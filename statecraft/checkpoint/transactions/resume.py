@@ -192,7 +192,6 @@ def require_no_artifacts(ctx: ResumeContext) -> None:
         ctx.newest_artifact, source="resume=auto", checkpoint=None, iteration=None
     )
     if refusal is not None:
-        log.error("%s", refusal)
         raise refusal
 
 
@@ -215,7 +214,6 @@ def require_admissible(ctx: ResumeContext) -> None:
         ctx.newest_artifact, source=source, checkpoint=chosen.location, iteration=chosen.iteration
     )
     if refusal is not None:
-        log.error("%s", refusal)
         raise refusal
     if ctx.validation_identity is not None:
         check_validation_identity(

@@ -125,8 +125,8 @@ def artifact_source_refusal(
         else "a full checkpoint under checkpoints/"
     )
     return ArtifactResumeError(
-        f"resume={path_text} refused: {directory} is a partial artifact (checkpoint: none), "
-        "not an exact-resume checkpoint; an artifact is never a resume source. Nothing was "
+        f"resume={path_text} refused: {directory} is a partial artifact, not a resumable "
+        "checkpoint (no checkpoint given); an artifact is never a resume source. Nothing was "
         "loaded. Load its weights for evaluation or a warm start with "
         f"statecraft.load_weights(model, {str(directory)!r}) in a new attempt (resume=off), "
         f"or resume from {beyond}",
