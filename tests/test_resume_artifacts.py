@@ -20,11 +20,11 @@ from statecraft.checkpoint.artifact_catalog import (
     open_artifacts,
     scan_artifacts,
 )
+from statecraft.checkpoint.catalog import scan
 from statecraft.checkpoint.layout import ARTIFACT_MANIFEST_NAME, MANIFEST_NAME, iter_dirname
 from statecraft.checkpoint.machines import load_machine
 from statecraft.checkpoint.transactions.resume import ResumeContext, Tracked
 from statecraft.checkpoint.transactions.resume_rules import auto_outcome
-from statecraft.checkpoint.catalog import scan
 from statecraft.errors import ArtifactResumeError, ResumeError
 from statecraft.storage.local import LocalStore
 
@@ -145,7 +145,8 @@ class TestAuto:
         add_artifact(out, artifact)
         ctx, run, objects = resume(out)
         assert run.final_state == "resumed", run.error
-        assert ctx.result is not None and ctx.result.step == 8
+        assert ctx.result is not None
+        assert ctx.result.step == 8
         assert objects.cursor.position == 16
 
     def test_corrupt_artifact_with_manifest_counts(self, out: Path) -> None:
@@ -168,14 +169,16 @@ class TestAuto:
         write_artifact(artifacts_dir(attempt_of(out)), 10, ("model",), manifest=False)
         ctx, run, _ = resume(out)
         assert run.final_state == "resumed", run.error
-        assert ctx.result is not None and ctx.result.step == 8
+        assert ctx.result is not None
+        assert ctx.result.step == 8
 
     def test_fresh_without_artifacts(self, out: Path) -> None:
         """No checkpoints and no artifacts: a fresh start, as before."""
         shutil.rmtree(checkpoints_of(out))
         ctx, run, _ = resume(out)
         assert run.final_state == "fresh"
-        assert ctx.result is not None and ctx.result.step == 0
+        assert ctx.result is not None
+        assert ctx.result.step == 0
 
 
 class TestExplicit:
@@ -195,7 +198,8 @@ class TestExplicit:
         source = str(checkpoints_of(out) / iter_dirname(8))
         ctx, run, _ = resume(out, mode="explicit", explicit=source)
         assert run.final_state == "resumed", run.error
-        assert ctx.result is not None and ctx.result.step == 8
+        assert ctx.result is not None
+        assert ctx.result.step == 8
 
     @pytest.mark.parametrize("inside", [None, "model.pt", "dir"])
     def test_an_artifact_source_refuses(self, out: Path, inside: str | None) -> None:
@@ -279,7 +283,8 @@ class TestCatalog:
         assert catalog.entries[2].components == ("model", "optimizer")
         assert {e.kind for e in catalog.entries} == {"artifact"}
         newest = catalog.newest_with_manifest()
-        assert newest is not None and newest.iteration == 6
+        assert newest is not None
+        assert newest.iteration == 6
         assert [e.iteration for e in catalog.committed()] == [4]
 
     def test_no_artifacts_dir_creates_nothing(self, out: Path) -> None:
@@ -287,7 +292,8 @@ class TestCatalog:
         created."""
         assert open_artifacts(attempt_of(out)) is None
         catalog = scan_artifacts(None)
-        assert catalog.entries == () and catalog.newest_with_manifest() is None
+        assert catalog.entries == ()
+        assert catalog.newest_with_manifest() is None
         assert not artifacts_dir(attempt_of(out)).exists()
 
     def test_auto_outcome_matches_the_machine(self, out: Path) -> None:
