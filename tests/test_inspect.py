@@ -22,6 +22,7 @@ import pytest
 from artifact_files import artifacts_dir, write_artifact
 from checkpoint_runs import RUN, committed_run, open_checkpointer
 from checkpoint_runs import flip_tensor_bit as flip_bit_in_tensor_file
+from validation_runs import METRICS, PENDING, save_pending, write_evaluated
 
 from statecraft.checkpoint.layout import (
     ARTIFACT_MANIFEST_NAME,
@@ -29,6 +30,7 @@ from statecraft.checkpoint.layout import (
     MANIFEST_NAME,
     iter_dirname,
 )
+from statecraft.checkpoint.validation_records import EVALUATED_RECORD
 from statecraft.cli import main
 from statecraft.cli.envelope import RESULT_VERSION
 from statecraft.cli.inspect import inspect_path
@@ -677,3 +679,55 @@ class TestArtifacts:
         assert "would be refused: resume=" in report["explicit_resume"]["reason"]
         assert "is older than the committed partial artifact" in report["explicit_resume"]["reason"]
         assert inspect_path(iter_path(out, 6))["explicit_resume"]["accepted"] is True
+
+
+class TestValidationStages:
+    """The validation stage of each checkpoint, its metrics and ignored records, and the
+    stage resume=auto would adopt."""
+
+    @pytest.fixture
+    def pending(self, out: Path) -> Path:
+        save_pending(out, data=False)
+        return out
+
+    def test_stages_and_the_auto_line(
+        self, pending: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """evaluation-pending, then publication-pending with metrics; auto would adopt it."""
+        report = inspect_path(job_dir(pending))
+        newest = checkpoints_of(report)["iterations"][0]
+        assert (newest["name"], newest["state"], newest["stage"]) == (
+            iter_dirname(PENDING),
+            "evaluation_pending",
+            "evaluation_pending",
+        )
+        assert (
+            report["resume_auto"]["would"] == f"adopt {iter_dirname(PENDING)} (evaluation_pending)"
+        )
+        write_evaluated(pending)
+        report = inspect_path(job_dir(pending), verify=True)
+        newest = checkpoints_of(report)["iterations"][0]
+        assert (newest["state"], newest["metrics"]) == ("publication_pending", METRICS)
+        assert report["resume_auto"]["stage"] == "publication_pending"
+        code, text, _ = run_cli(capsys, str(job_dir(pending)))
+        assert code == 0
+        assert f"{iter_dirname(PENDING)}  publication_pending" in text
+        assert "metrics: {'loss': 0.25}" in text
+        assert f"would: adopt {iter_dirname(PENDING)} (publication_pending)" in text
+
+    def test_ignored_records_are_noted(self, out: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A record beside a regular checkpoint is shown as ignored."""
+        save_pending(out, data=False)
+        write_evaluated(out, 8)
+        it = next(
+            i
+            for i in checkpoints_of(inspect_path(job_dir(out)))["iterations"]
+            if i["iteration"] == 8
+        )
+        assert it["state"] == "committed"
+        assert it["notes"] == [
+            f"{iter_dirname(8)}/{EVALUATED_RECORD} ignored: {iter_dirname(8)} was saved without "
+            "a pending validation"
+        ]
+        _, text, _ = run_cli(capsys, str(job_dir(out)))
+        assert f"note: {iter_dirname(8)}/{EVALUATED_RECORD} ignored" in text
