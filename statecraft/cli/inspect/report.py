@@ -243,12 +243,19 @@ def inspect_path(path: str | os.PathLike[str], *, verify: bool = False) -> dict[
         ``newest_committed_iteration`` in the attempt ``resume=auto`` adopts, ``latest`` /
         ``latest_status`` of its pointer) and ``attempts`` is empty; for every other kind ``runs``
         is empty. Each attempt (``run_ts``, ``legacy``, ``path``, ``has_artifacts``) holds its
-        ``checkpoints`` report — ``iterations`` newest first, each with ``state``, ``reason``,
-        ``files`` (``size`` on disk, ``recorded_size`` in the manifest) and ``total_bytes``;
-        ``latest`` (``status``: ok / missing / garbage / dangling); ``total_bytes``; ``auto``
-        (``pick``, ``reason``, ``passed_over``) — or ``None`` when the attempt has no
-        ``checkpoints/`` yet. ``resume_auto`` is the adopted attempt's pick; for an ``iteration``
+        ``artifacts`` (:func:`~.artifacts.artifacts_report`, ``None`` without
+        ``checkpoint_artifacts/``) and its ``checkpoints`` report — ``iterations`` newest first,
+        each with ``kind`` (``checkpoint``), ``state``, ``stage`` (the validation stage of an
+        adoptable one, else ``None``), ``reason``, ``metrics``, ``notes``, ``files`` (``size``
+        on disk, ``recorded_size`` in the manifest) and ``total_bytes``; ``latest`` (``status``:
+        ok / missing / garbage / dangling); ``total_bytes``; ``auto``
+        (:func:`~.artifacts.auto_record`: ``action`` adopt / fresh / refuse, ``would``,
+        ``pick``, ``iteration``, ``stage``, ``reason``, ``passed_over``, ``checkpoint``,
+        ``artifact``) — or ``None`` when the attempt has no ``checkpoints/`` yet.
+        ``resume_auto`` is the adopted attempt's ``auto``; for an ``iteration`` or ``artifact``
         PATH it is ``None`` and ``explicit_resume`` says whether ``resume=PATH`` would load it.
+        ``kind`` is also ``artifacts`` (a ``checkpoint_artifacts/`` PATH: its attempt) or
+        ``artifact`` (one artifact).
 
     Example:
         >>> inspect_path("out/proj/group/name")["resume_auto"]["pick"]  # doctest: +SKIP
