@@ -127,7 +127,8 @@ def verify_next_candidate(ctx: ResumeContext) -> None:
         ctx.chosen = entry.verified
         ctx.chosen_stage = entry.state.validation_stage
         ctx.chosen_metrics = entry.metrics
-        ctx.notes.extend(entry.notes)
+        for note in entry.notes:
+            add_note(ctx, note)
         return
     reason = unfit or entry.reason
     ctx.passed_over.append(PassedOver(entry.name, reason))
