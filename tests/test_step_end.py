@@ -189,3 +189,43 @@ class TestStepEndValidation:
             sc.Checkpointer(config, run="mlp", output_root=tmp_path)
         assert caught[0].filename == __file__
         assert list(tmp_path.iterdir()) == []
+
+
+class TestBeforeTraining:
+    def test_runs_once_on_a_fresh_start_and_never_saves(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """validation.before_training evaluates step 0 in resume() of a fresh run (its
+        metrics in ResumeResult.metrics), writes no checkpoint, and is skipped on resume."""
+        config = sc.CheckpointConfig.load(
+            None, [*CONFIG, "validation.every=4", "validation.before_training=true"]
+        )
+        calls: list[int] = []
+
+        def evaluate(step: int) -> dict[str, float]:
+            calls.append(step)
+            return {"loss": 1.0}
+
+        def open_run() -> tuple[sc.Checkpointer, torch.nn.Module]:
+            torch.manual_seed(0)
+            model = torch.nn.Linear(8, 8)
+            ckpt = sc.Checkpointer(config, run="mlp", output_root=tmp_path)
+            ckpt.track(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+            ckpt.validate_with(evaluate, source="const")
+            return ckpt, model
+
+        ckpt, model = open_run()
+        with caplog.at_level(logging.INFO, logger="statecraft"):
+            start = ckpt.resume()
+        assert calls == [0]
+        assert start.metrics == {"loss": 1.0}
+        assert "validated step 0 (ephemeral): loss=1" in caplog.text
+        attempt = ckpt.attempt
+        assert attempt is not None
+        assert not list(attempt.checkpoints_dir.glob("iter_*"))
+        _step(ckpt, model)
+        _step(ckpt, model)  # a save at step 2
+        ckpt.close()
+        again, _ = open_run()
+        assert again.resume().step == 2
+        assert calls == [0]

@@ -295,3 +295,41 @@ def test_the_user_guide_example_runs(tmp_path, capsys):
         path = ckpts / f"iter_{iteration:09d}" / "trainer.pt"
         trainer = TrainerState.from_payload(torch.load(path, weights_only=True), source=str(path))
         assert read_stage(store, iteration, trainer.validation).stage is ValidationStage.PUBLISHED
+
+
+def test_an_explicit_pending_source_is_resumed_but_never_written(tmp_path, caplog):
+    """resume=<a pending iter_3> loads it into a new attempt, warns that its validation is
+    not finished there (statecraft never writes into an explicit source), and leaves the
+    source's bytes as they were."""
+    objects = Objects()
+    ckpt = sc.Checkpointer(sc.CheckpointConfig.load(None, CONFIG), run=RUN, output_root=tmp_path)
+    ckpt.track(model=objects.model, optimizer=objects.optimizer)
+
+    def failing(step: int) -> dict[str, float]:
+        raise ValueError("no held-out data")
+
+    ckpt.validate_with(failing, source="heldout")
+    ckpt.resume()
+    for _ in range(3):
+        objects.step()
+        ckpt.record(sc.Outcome.APPLIED)
+        try:
+            ckpt.step_end()
+        except ValidationFailedError:
+            pass
+    ckpt.close()
+    source = checkpoints(tmp_path) / "iter_000000003"
+    before = tree_bytes(source)
+    again = sc.Checkpointer(
+        sc.CheckpointConfig.load(None, [*CONFIG, f"resume={source}"]), run=RUN, output_root=tmp_path
+    )
+    fresh = Objects()
+    again.track(model=fresh.model, optimizer=fresh.optimizer)
+    again.validate_with(lambda step: {"val_loss": 0.5}, source="heldout")
+    with caplog.at_level("WARNING", logger="statecraft"):
+        result = again.resume()
+    assert result.step == 3
+    assert result.validation_stage is ValidationStage.EVALUATION_PENDING
+    assert "is not finished here" in caplog.text
+    assert tree_bytes(source) == before
+    again.close()
