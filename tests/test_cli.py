@@ -30,6 +30,7 @@ class TestPublicApi:
         """The top-level API is exactly these names, sorted; changing it is a deliberate act."""
         assert statecraft.__all__ == sorted(statecraft.__all__)
         assert statecraft.__all__ == [
+            "ArtifactReport",
             "CheckpointConfig",
             "Checkpointer",
             "LoadedCheckpoint",
@@ -40,6 +41,8 @@ class TestPublicApi:
             "SchedulerIdentity",
             "StepEnd",
             "UpdateClocks",
+            "ValidationReport",
+            "ValidationStage",
             "__version__",
             "load_weights",
             "read_loop_state",
