@@ -21,10 +21,14 @@ from artifact_files import default_payloads, write_artifact
 from checkpoint_runs import RUN, committed_run, flip_tensor_bit
 
 import statecraft as sc
+from statecraft.checkpoint.artifact_saving import save_artifact
 from statecraft.checkpoint.components import ComponentPlan
 from statecraft.checkpoint.layout import ARTIFACTS_DIR, MANIFEST_NAME, iter_dirname
-from statecraft.checkpoint.state import TrainerState
+from statecraft.checkpoint.machines import load_machine
+from statecraft.checkpoint.state import TrainerState, UpdateClocks, gather_rng_inventory
+from statecraft.checkpoint.transactions.resume_records import Tracked
 from statecraft.errors import CheckpointCorruptError, CheckpointSourceError, ResumeError
+from statecraft.storage import LocalStore
 
 LOOP_STATE = {"model_args": {"n_in": 4, "n_out": 3}, "best_val_loss": 1.25}
 
@@ -368,3 +372,31 @@ class TestArtifacts:
             sc.load_weights(model, where)
         assert str(info.value).startswith(f"{where}: does not fit the tracked objects: ")
         assert torch.equal(model.weight, weight)
+
+    def test_an_artifact_the_artifact_machine_wrote(self, tmp_path: Path) -> None:
+        """save_artifact's [model, training_state] artifact loads through load_weights (kind
+        artifact, nothing written) and its model.pt through plain torch.load(weights_only=True)."""
+        torch.manual_seed(5)
+        model = torch.nn.Linear(4, 3)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+        clocks = UpdateClocks(optimizer_step=6, attempt_id=6)
+        root = tmp_path / ARTIFACTS_DIR
+        save_artifact(
+            Tracked(model=model, optimizer=optimizer, clocks=clocks),
+            LocalStore(root),
+            plan=ComponentPlan.of(["training_state", "model"]),
+            rng=gather_rng_inventory(rank=0, world_size=1),
+            data=None,
+            step=6,
+            lease=None,
+            machine=load_machine("artifact"),
+            location=str(root),
+        )
+        where = root / iter_dirname(6)
+        before = everything(tmp_path)
+        target = fresh_model()
+        loaded = sc.load_weights(target, where)
+        assert (loaded.location, loaded.iteration, loaded.kind) == (str(where), 6, "artifact")
+        assert has_weights(target, model.state_dict())
+        assert has_weights(target, torch.load(where / "model.pt", weights_only=True))
+        assert everything(tmp_path) == before
