@@ -68,6 +68,12 @@ class ArtifactContext:
             manifest). Otherwise a registered ``evaluation`` runs after the commit
             (ephemeral: its failure leaves the artifact committed).
         step: the step handed to the evaluation (default: ``iteration``).
+        writer: serializes the payloads (a :class:`Writer`, one per save); ``writer_info``
+            adds fields to the manifest's ``writer``.
+        staged: the captured payloads, filled by ``stage_payloads``; ``records``: size and
+            digest of each file written, filled as files land.
+        commit_conflict: another writer's commit or lease was in the way (its files are
+            kept when the save abandons).
         metrics: what the evaluation returned (``None`` until it ran).
         evaluated: the evaluation ran and succeeded.
         observed_problem: why ``observe_artifact`` found the iteration corrupt or foreign.
