@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from statecraft.checkpoint.evaluation import Evaluation
+from statecraft.checkpoint.lease import LEASE_NAME, LEASE_SCHEMA, LeaseRecord, acquire_lease
 from statecraft.checkpoint.machines import load_machine
 from statecraft.checkpoint.saving import save_full_checkpoint
 from statecraft.checkpoint.state import Outcome, TrainerState, UpdateClocks, gather_rng_inventory
@@ -34,6 +35,7 @@ from statecraft.errors import (
     TrackingError,
     ValidationFailedError,
     ValidationIdentityError,
+    WriterLeaseError,
 )
 from statecraft.storage import LocalStore
 
@@ -83,7 +85,7 @@ def validate(
         rng=gather_rng_inventory(rank=0, world_size=1),
         data=None,
         step=STEP,
-        lease=None,
+        lease=kw.pop("lease", None),  # type: ignore[arg-type]
         save_machine=load_machine("save"),
         machine=load_machine("validation"),
         location=str(tmp_path),
@@ -99,7 +101,7 @@ def finish(
         STEP,
         evaluation=Evaluation(evaluator, "heldout"),
         identity=kw.pop("identity", IDENTITY),  # type: ignore[arg-type]
-        lease=None,
+        lease=kw.pop("lease", None),  # type: ignore[arg-type]
         machine=load_machine("validation"),
         location=str(tmp_path),
         **kw,  # type: ignore[arg-type]
@@ -202,6 +204,35 @@ class TestRunDurableValidation:
         )
         assert evaluator.calls == []
         assert snapshot(tmp_path) == before
+
+    def test_a_lagging_pointer_is_completed_through_the_save(
+        self, store: LocalStore, tmp_path: Path
+    ) -> None:
+        """A committed evaluation-pending checkpoint whose pointer update was lost gets its
+        pointer completed by the save machine's reconcile path (no file of it rewritten),
+        then is evaluated and published."""
+        save_full_checkpoint(
+            trained(2),
+            store,
+            rng=None,
+            data=None,
+            step=2,
+            lease=None,
+            machine=load_machine("save"),
+            location=str(tmp_path),
+        )
+        with pytest.raises(ValidationFailedError):
+            validate(store, tmp_path, Evaluator(fail=True))
+        pointer = Path(store.root) / "latest_checkpoint.txt"
+        pointer.write_text("iter_000000002\n")
+        committed = snapshot(Path(store.root) / ITER)
+        report = validate(store, tmp_path, Evaluator())
+        assert report.save is not None
+        assert report.save.retried_commit
+        assert report.stage is ValidationStage.PUBLISHED
+        assert pointer.read_text() == f"{ITER}\n"
+        after = snapshot(Path(store.root) / ITER)
+        assert {k: after[k] for k in committed} == committed
 
     def test_refuses_a_disabled_identity_before_anything_is_written(
         self, store: LocalStore, tmp_path: Path
@@ -348,3 +379,56 @@ class TestFinishPendingValidation:
             str(info.value)
         )
         assert snapshot(tmp_path) == before
+
+
+class _NoLock:
+    """A store without an OS path: no flock, so a test can stage a takeover of the lease."""
+
+    def __init__(self, inner: LocalStore) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._inner, name)
+
+    def local_path(self, path: str) -> None:
+        return None
+
+
+class TestWriterLease:
+    def test_a_taken_over_lease_writes_no_record(self, tmp_path: Path) -> None:
+        """After another owner took the lease over, the resumed validation refuses before
+        publishing a record: WriterLeaseError, and the checkpoint's bytes stay."""
+        run = tmp_path / "run"
+        store = LocalStore(run / "checkpoints")
+        lease = acquire_lease(_NoLock(LocalStore(str(run))))
+        with pytest.raises(ValidationFailedError):
+            validate(store, tmp_path, Evaluator(fail=True), lease=lease)
+        before = snapshot(run / "checkpoints")
+        thief = LeaseRecord(
+            LEASE_SCHEMA, "other:12345:abc", "elsewhere", 12345, 2, "2026-01-01T00:00:00+00:00"
+        )
+        (run / LEASE_NAME).write_bytes(thief.encode())
+        with pytest.raises(WriterLeaseError, match="taken over by owner other:12345:abc"):
+            finish(store, tmp_path, Evaluator(), lease=lease)
+        assert snapshot(run / "checkpoints") == before
+
+
+class TestFence:
+    def test_only_records_of_the_iteration_pass(self, store: LocalStore) -> None:
+        """The validation's fence lets its two records and their temporaries through and
+        refuses every other name, committed files first of all."""
+        from statecraft.checkpoint.transactions.validation import ValidationContext, fence
+
+        ctx = ValidationContext(
+            store=store, iteration=STEP, evaluation=Evaluation(Evaluator(), "heldout"),
+            identity=IDENTITY,
+        )  # fmt: skip
+        for name in (EVALUATED_RECORD, PUBLISHED_RECORD, f".{EVALUATED_RECORD}.tmp-1-2"):
+            fence(ctx, f"{ITER}/{name}")
+        for path in (
+            f"{ITER}/model.pt",
+            f"iter_000000002/{EVALUATED_RECORD}",
+            "latest_checkpoint.txt",
+        ):
+            with pytest.raises(CheckpointError, match=f"was about to write {path}; it writes only"):
+                fence(ctx, path)
