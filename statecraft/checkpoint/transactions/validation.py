@@ -195,7 +195,9 @@ def observe_validation(ctx: ValidationContext) -> str:
     entry = classify(ctx.store, ctx.iteration, level="manifest")
     if entry.state in (CheckpointState.ABSENT, CheckpointState.PARTIAL):
         return entry.state.value
-    if entry.state is not CheckpointState.COMMITTED or entry.verified is None:
+    # At level "manifest" a committed iteration reads COMMITTED (its stage is read below);
+    # any other adoptable state is taken the same way.
+    if not entry.state.adoptable or entry.verified is None:
         ctx.refusal = entry.error or CheckpointCorruptError(ctx.where, entry.reason)
         return "corrupt"
     if entry.verified.manifest is None:  # pragma: no cover - classify always sets it
