@@ -260,6 +260,8 @@ def validation_scenarios() -> list[ValidationScenario]:
     """The scenarios ``statecraft crashcheck`` runs for the validation machine."""
     return [
         ValidationScenario("validate-next", target=4, previous=(2,)),
-        ValidationScenario("evaluation-fails-then-retry-succeeds", target=4, run_fails=True),
+        ValidationScenario(
+            "evaluation-fails-then-retry-succeeds", target=4, previous=(), run_fails=True
+        ),
         ValidationScenario("resumed-at-evaluated", target=4, resumed_at_evaluated=True),
     ]
