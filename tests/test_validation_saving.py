@@ -432,3 +432,26 @@ class TestFence:
         ):
             with pytest.raises(CheckpointError, match=f"was about to write {path}; it writes only"):
                 fence(ctx, path)
+
+
+class TestExistingRecord:
+    def test_a_valid_record_already_there_is_kept(self, store: LocalStore, tmp_path: Path) -> None:
+        """A record create that finds a valid record under the name (a retry after an
+        ambiguous crash) keeps it as it is and takes its metrics as the durable ones."""
+        from statecraft.checkpoint.transactions import validation as v
+
+        def upload(ctx: object) -> None:
+            raise OSError("bucket unreachable")
+
+        with pytest.raises(OSError):
+            validate(store, tmp_path, Evaluator(), publication_steps=[upload])
+        before = snapshot(tmp_path)
+        ctx = v.ValidationContext(
+            store=store, iteration=STEP, evaluation=Evaluation(Evaluator(), "heldout"),
+            identity=IDENTITY,
+        )  # fmt: skip
+        assert v.observe_validation(ctx) == "publication_pending"
+        ctx.metrics, ctx.evaluated = {"val_loss": 9.0}, True
+        v.record_evaluation(ctx)
+        assert ctx.metrics == {"val_loss": 0.5, "val_acc": 0.75}
+        assert snapshot(tmp_path) == before
