@@ -3,6 +3,7 @@
 The public API a training loop needs; everything else lives in submodules.
 """
 
+from statecraft.checkpoint.artifact_saving import ArtifactReport
 from statecraft.checkpoint.checkpointer import Checkpointer, SaveReport
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.eval_load import LoadedCheckpoint, load_weights, read_loop_state
@@ -10,10 +11,13 @@ from statecraft.checkpoint.layout import RunIdentity
 from statecraft.checkpoint.state import Outcome, SchedulerIdentity, UpdateClocks
 from statecraft.checkpoint.step import StepEnd
 from statecraft.checkpoint.transactions.resume import ResumeResult
+from statecraft.checkpoint.validation_records import ValidationStage
+from statecraft.checkpoint.validation_saving import ValidationReport
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArtifactReport",
     "CheckpointConfig",
     "Checkpointer",
     "LoadedCheckpoint",
@@ -24,6 +28,8 @@ __all__ = [
     "SchedulerIdentity",
     "StepEnd",
     "UpdateClocks",
+    "ValidationReport",
+    "ValidationStage",
     "__version__",
     "load_weights",
     "read_loop_state",

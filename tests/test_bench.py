@@ -92,6 +92,7 @@ class TestBenchSave:
         assert [e["effect"] for e in resume["effects"]] == [
             "list_candidates",
             "verify_next_candidate",
+            "require_admissible",
             "load_checkpoint",
         ]
         assert 0 < resume["verify_share"] < 1

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 from checkpoint_runs import RUN, committed_run, flip_tensor_bit, private_copy
+from validation_runs import METRICS, PENDING, save_pending, write_evaluated, write_published
+from validation_runs import checkpoints_of as pending_checkpoints
 
 from statecraft.checkpoint import catalog as catalog_module
 from statecraft.checkpoint.catalog import (
@@ -16,6 +18,7 @@ from statecraft.checkpoint.catalog import (
     scan,
 )
 from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.validation_records import EVALUATED_RECORD, ValidationStage
 from statecraft.errors import CheckpointError
 from statecraft.storage.local import LocalStore
 
@@ -157,3 +160,76 @@ class TestPick:
         assert catalog.pick().chosen.iteration == 8  # type: ignore[union-attr]
         assert catalog.pick().chosen.iteration == 8  # type: ignore[union-attr]
         assert verified == [8]
+
+
+@pytest.fixture(scope="module")
+def pending_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Committed 2, 4, 6, 8 and 10 saved evaluation-pending (tests/validation_runs.py)."""
+    out = committed_run(tmp_path_factory.mktemp("pending"), data=False)
+    save_pending(out, data=False)
+    return out
+
+
+class TestValidationStates:
+    """A durable-validation checkpoint's stage, read from trainer.pt and its visibility
+    records at levels size / digest; at level manifest it stays committed."""
+
+    @pytest.fixture
+    def run(self, pending_run: Path, tmp_path: Path) -> Path:
+        return private_copy(pending_run, tmp_path)
+
+    def stage_store(self, run: Path) -> LocalStore:
+        return LocalStore(str(pending_checkpoints(run)))
+
+    @pytest.mark.parametrize("level", ["size", "digest"])
+    def test_each_stage(self, run: Path, level: str) -> None:
+        """evaluation-pending, then publication-pending (with metrics), then published;
+        every one adoptable and picked by resume=auto."""
+        assert classify(self.stage_store(run), PENDING, level=level).state is (
+            CheckpointState.EVALUATION_PENDING
+        )
+        write_evaluated(run)
+        entry = classify(self.stage_store(run), PENDING, level=level)
+        assert (entry.state, entry.metrics) == (CheckpointState.PUBLICATION_PENDING, METRICS)
+        write_published(run)
+        entry = classify(self.stage_store(run), PENDING, level=level)
+        assert (entry.state, entry.metrics) == (CheckpointState.PUBLISHED, METRICS)
+        assert entry.state.validation_stage is ValidationStage.PUBLISHED
+        pick = scan(self.stage_store(run), level=level).pick()
+        assert pick.chosen is not None
+        assert (pick.chosen.iteration, pick.chosen.kind) == (PENDING, "checkpoint")
+
+    def test_manifest_level_stays_committed(self, run: Path) -> None:
+        """At level manifest (the save machine's observation) a pending checkpoint is
+        committed: trainer.pt is not read."""
+        entry = classify(self.stage_store(run), PENDING, level="manifest")
+        assert entry.state is CheckpointState.COMMITTED
+
+    def test_adoptable_states(self) -> None:
+        """Every committed state is adoptable; absent, partial and corrupt are not."""
+        adoptable = {s for s in CheckpointState if s.adoptable}
+        assert adoptable == {
+            CheckpointState.COMMITTED,
+            CheckpointState.EVALUATION_PENDING,
+            CheckpointState.PUBLICATION_PENDING,
+            CheckpointState.PUBLISHED,
+        }
+
+    def test_published_without_evaluated_does_not_publish(self, run: Path) -> None:
+        """A published record with no evaluated record leaves it evaluation-pending, noted."""
+        write_published(run)
+        entry = classify(self.stage_store(run), PENDING, level="size")
+        assert entry.state is CheckpointState.EVALUATION_PENDING
+        assert any("no valid evaluated record" in note for note in entry.notes)
+
+    def test_records_on_a_regular_checkpoint_are_ignored(self, run: Path) -> None:
+        """Visibility records beside a checkpoint saved without a pending validation are
+        ignored (committed), each noted."""
+        write_evaluated(run, 8)
+        entry = classify(self.stage_store(run), 8, level="size")
+        assert entry.state is CheckpointState.COMMITTED
+        assert entry.metrics is None
+        assert entry.notes == (
+            f"{iter_dirname(8)}/{EVALUATED_RECORD} ignored: {iter_dirname(8)} was saved without "
+            "a pending validation",
+        )

@@ -14,7 +14,7 @@ import pytest
 import statecraft
 from statecraft.cli import main
 from statecraft.engine import load_table, render_mermaid
-from statecraft.resources import machine_path, machines_dir, spec_path
+from statecraft.resources import machines_dir, spec_path
 
 REPO = Path(__file__).resolve().parent.parent
 ENVELOPE_KEYS = {"result_version", "command", "status", "exit_code", "data", "errors"}
@@ -30,6 +30,7 @@ class TestPublicApi:
         """The top-level API is exactly these names, sorted; changing it is a deliberate act."""
         assert statecraft.__all__ == sorted(statecraft.__all__)
         assert statecraft.__all__ == [
+            "ArtifactReport",
             "CheckpointConfig",
             "Checkpointer",
             "LoadedCheckpoint",
@@ -40,6 +41,8 @@ class TestPublicApi:
             "SchedulerIdentity",
             "StepEnd",
             "UpdateClocks",
+            "ValidationReport",
+            "ValidationStage",
             "__version__",
             "load_weights",
             "read_loop_state",
@@ -65,8 +68,8 @@ class TestMachinesCommand:
 
     def test_check_reports_a_broken_table(self, capsys, tmp_path) -> None:
         """A malformed shipped table makes the check exit 1 and name the file and the problem."""
-        for name in ("save", "resume"):
-            (tmp_path / f"{name}.toml").write_text(machine_path(name).read_text())
+        for table in machines_dir().glob("*.toml"):  # every shipped spec needs its table
+            (tmp_path / table.name).write_text(table.read_text())
         broken = (tmp_path / "save.toml").read_text().replace('to = "committed"', 'to = "comitted"')
         (tmp_path / "save.toml").write_text(broken)
         code, out = run_json(capsys, "machines", "check", "--machines-dir", str(tmp_path))

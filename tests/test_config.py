@@ -61,7 +61,7 @@ class TestDefaults:
         assert cfg.keep_model_last == 0
         assert cfg.upload == UploadConfig(enabled=False, bucket="", credentials="", prefix="")
         assert cfg.validation == ValidationConfig(
-            save_checkpoint=False, checkpoint_components=FULL_PLAN
+            every=0, before_training=False, save_checkpoint=False, checkpoint_components=FULL_PLAN
         )
         assert cfg.data == DataConfig(cursor_resume="auto")
         assert cfg.verify == "digest"
@@ -255,7 +255,15 @@ class TestTypeRejections:
         assert f"{knob}: got {value!r}" in str(exc.value)
         assert "non-negative integer" in str(exc.value)
 
-    @pytest.mark.parametrize("knob", ["save_async", "upload.enabled", "validation.save_checkpoint"])
+    @pytest.mark.parametrize(
+        "knob",
+        [
+            "save_async",
+            "upload.enabled",
+            "validation.save_checkpoint",
+            "validation.before_training",
+        ],
+    )
     def test_flags_must_be_real_bools(self, knob: str) -> None:
         """An int or string where a bool belongs is refused."""
         section, _, leaf = knob.rpartition(".")
@@ -263,6 +271,21 @@ class TestTypeRejections:
         exc = rejected(data)
         assert paths(exc) == [knob]
         assert f"{knob}: got 1; expected true or false" in str(exc.value)
+
+    @pytest.mark.parametrize("value", ["5", True, 2.5, -1, 10**9 + 1, None])
+    def test_validation_every_is_a_count(self, value: object) -> None:
+        """validation.every takes a non-negative integer only, named in the refusal."""
+        exc = rejected({"validation": {"every": value}})
+        assert paths(exc) == ["validation.every"]
+        assert f"validation.every: got {value!r}; expected a non-negative integer" in str(exc.value)
+
+    def test_validation_every_and_before_training_load(self) -> None:
+        """The new validation knobs load from overrides and survive to_dict/from_dict."""
+        cfg = CheckpointConfig.load(
+            None, ["validation.every=50", "rl.validation.before_training=true"]
+        )
+        assert (cfg.validation.every, cfg.validation.before_training) == (50, True)
+        assert CheckpointConfig.from_dict(cfg.to_dict()) == cfg
 
     def test_string_knob_rejects_number(self) -> None:
         """A number where a string belongs is refused with a hint to quote it."""
@@ -689,12 +712,6 @@ class TestRequireSupported:
                 "object_store",
             ),
             ({"upload": {"enabled": True}}, "upload.enabled", True),
-            ({"validation": {"save_checkpoint": True}}, "validation.save_checkpoint", True),
-            (
-                {"checkpoint_components": ["model", "optimizer"]},
-                "checkpoint_components",
-                ("model", "optimizer"),
-            ),
             ({"emergency_checkpoint_components": "run"}, "emergency_checkpoint_components", "run"),
             ({"keep_optim_last": 1}, "keep_optim_last", 1),
             ({"keep_model_last": 2}, "keep_model_last", 2),
@@ -741,6 +758,18 @@ class TestRequireSupported:
                 "verify": "size",
                 "data": {"cursor_resume": "off"},
                 "validation": {"checkpoint_components": ["model"]},
+            }
+        )
+        assert cfg.require_supported() == []
+
+    def test_partial_plans_and_validation_saves_are_built(self) -> None:
+        """A partial run plan and a saving validation plan (issue 9 builds both) pass the gate;
+        their trade is told by plan_warnings instead."""
+        cfg = CheckpointConfig.from_dict(
+            {
+                **QUIET,
+                "checkpoint_components": ["model", "optimizer"],
+                "validation": {"every": 5, "save_checkpoint": True},
             }
         )
         assert cfg.require_supported() == []
@@ -794,8 +823,6 @@ class TestFeatureDeclarations:
             "object-store primary": ("checkpoint_store.backend",),
             "DCP (sharded) checkpoint format": ("checkpoint_format",),
             "archive upload": ("upload.enabled",),
-            "validation saves": ("validation.save_checkpoint",),
-            "partial (non-resumable) artifacts": ("checkpoint_components",),
             "emergency saves of the run plan": ("emergency_checkpoint_components",),
             "retention": ("keep_optim_last", "keep_model_last", "keep_optim_last"),
         }

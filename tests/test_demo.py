@@ -27,11 +27,13 @@ from statecraft.checkpoint.transactions.resume import verify_checkpoint
 from statecraft.cli.demo import (
     SAVE_KILL_DELAY_S,
     DemoError,
+    DemoReport,
     Launch,
     _choose_trigger,
     checkpoints_dir,
     committed_iterations,
     compare_checkpoints,
+    render,
     run_demo,
     run_kill_demo,
 )
@@ -53,6 +55,70 @@ def _statecraft_command() -> list[str]:
 
 
 # ----------------------------------------------------------------------- fast unit tests
+class TestValidatingTrainProcess:
+    def test_validation_steps_print_evaluated_then_published(self, tmp_path):
+        """With validate_every the training process evaluates at every validation step and
+        publishes it (the durable path), printing both lines after the save lines."""
+        threads = torch.get_num_threads()
+        saved = random.getstate(), np.random.get_state(), torch.get_rng_state()
+        stream = io.StringIO()
+        try:
+            train(str(tmp_path), steps=4, save_every=3, validate_every=2, stream=stream)
+        finally:
+            torch.set_num_threads(threads)
+            random.setstate(saved[0])
+            np.random.set_state(saved[1])
+            torch.set_rng_state(saved[2])
+        lines = [line.split()[:2] for line in stream.getvalue().splitlines()]
+        assert lines == [
+            ["resumed", "0"],
+            ["step", "1"],
+            ["step", "2"],
+            ["save-begin", "2"],
+            ["evaluated", "2"],
+            ["save-end", "2"],
+            ["published", "2"],
+            ["step", "3"],
+            ["save-begin", "3"],
+            ["save-end", "3"],
+            ["step", "4"],
+            ["save-begin", "4"],
+            ["evaluated", "4"],
+            ["save-end", "4"],
+            ["published", "4"],
+            ["done", "4"],
+        ]
+
+
+class TestRenderValidation:
+    def test_a_validation_kill_and_its_relaunch_read_pending_to_published(self):
+        """The text report names the kill inside a validation, the stage it left on disk, and
+        the relaunch finishing it (evaluated again only when it had not been recorded)."""
+        killed = Launch("killed", 1, [], resumed_step=0, trigger="evaluated 20", killed=True)
+        killed.killed_in_validation, killed.validation_state = 20, "evaluation_pending"
+        killed.latest, killed.latest_verified = 20, True
+        relaunch = Launch(
+            "killed", 2, [], resumed_step=20, resume_source="a/checkpoints/iter_000000020"
+        )
+        relaunch.resumed_stage, relaunch.evaluated, relaunch.published = (
+            "evaluation_pending",
+            [20, 40],
+            [20, 40],
+        )
+        report = DemoReport("out", 1, 40, 10, 1, 20, launches=[killed, relaunch])
+        report.reference_published = report.killed_published = [20, 40]
+        text = render(report)
+        assert "validate every 20 (durable)" in text
+        assert "INSIDE the validation of iter 20" in text
+        assert "iter 20 on disk: committed, validation evaluation-pending" in text
+        assert "(evaluation-pending -> evaluated again, published)" in text
+        assert "validated (pending -> published) 40" in text
+        assert "validation: published iterations: reference [20, 40], killed run [20, 40]" in text
+        relaunch.resumed_stage = "publication_pending"
+        relaunch.evaluated = [40]
+        assert "(publication-pending -> evaluation not repeated, published)" in render(report)
+
+
 class TestShuffledBatches:
     def test_restored_cursor_continues_with_the_same_batches_across_epochs(self):
         """A source restored from state_dict() yields exactly the batches the original does."""
@@ -89,6 +155,21 @@ class TestChooseTrigger:
                     assert 0 <= delay <= SAVE_KILL_DELAY_S
                     assert int(number) < 40 or resumed >= 35
         assert _choose_trigger(rng, "step", 40, 40, 5) is None
+
+    def test_a_validation_kill_lands_on_an_evaluation_before_the_last_step(self):
+        """Kind 'evaluated' aims at the evaluation of a validation step after the resume point
+        and before the last step; with none left it falls back to a step kill."""
+        rng = random.Random(0)
+        for resumed in range(0, 40, 3):
+            trigger, delay = _choose_trigger(rng, "evaluated", resumed, 40, 5, validate_every=10)
+            what, number = trigger.split()
+            if resumed < 30:
+                assert what == "evaluated"
+                assert int(number) % 10 == 0
+                assert resumed < int(number) < 40
+                assert delay == 0
+            else:  # no validation before the last step left: an ordinary kill point
+                assert what in ("step", "save-begin")
 
 
 class TestRunDemoArguments:
@@ -250,6 +331,25 @@ class TestDemoCommand:
             assert (source is None and step == 0) or source.endswith(f"iter_{step:09d}")
         assert killed[-1]["done_step"] == 60
         assert data["reference_checkpoints"] == [10, 20, 30, 40, 50, 60]
+        # validation every 20 steps, durable: 20, 40 and 60 end published in both runs, and
+        # the first kill lands inside a validation, so its relaunch finishes it
+        assert data["validate_every"] == 20
+        assert data["reference_published"] == data["killed_published"] == [20, 40, 60]
+        first, second = killed[0], killed[1]
+        assert first["trigger"].startswith("evaluated ")
+        iteration = int(first["trigger"].split()[1])
+        assert first["killed_in_validation"] == iteration
+        assert first["validation_state"] in (
+            "evaluation_pending",
+            "publication_pending",
+            "published",
+        )
+        if first["validation_state"] != "published":
+            assert second["resumed_step"] == iteration
+            assert second["resumed_stage"] == first["validation_state"]
+            assert iteration in second["published"]
+            again = first["validation_state"] == "evaluation_pending"
+            assert (iteration in second["evaluated"]) == again
         assert data["killed_checkpoints"] == data["reference_checkpoints"]
         assert data["compared"] == data["reference_checkpoints"]
         assert data["save_seconds"]["count"] >= 6

@@ -17,11 +17,18 @@ from typing import Any
 import pytest
 import torch
 import xxhash
+from artifact_files import default_payloads, write_artifact
 from checkpoint_runs import RUN, committed_run, flip_tensor_bit
 
 import statecraft as sc
-from statecraft.checkpoint.layout import MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.artifact_saving import save_artifact
+from statecraft.checkpoint.components import ComponentPlan
+from statecraft.checkpoint.layout import ARTIFACTS_DIR, MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.machines import load_machine
+from statecraft.checkpoint.state import TrainerState, UpdateClocks, gather_rng_inventory
+from statecraft.checkpoint.transactions.resume_records import Tracked
 from statecraft.errors import CheckpointCorruptError, CheckpointSourceError, ResumeError
+from statecraft.storage import LocalStore
 
 LOOP_STATE = {"model_args": {"n_in": 4, "n_out": 3}, "best_val_loss": 1.25}
 
@@ -239,3 +246,157 @@ class TestReadLoopState:
         state["model_args"]["n_in"] = 99  # a copy: the next read is unaffected
         assert sc.read_loop_state(out)["model_args"]["n_in"] == 4
         assert everything(out) == before
+
+
+def artifacts_of(out: Path) -> Path:
+    return attempt_dir(out) / ARTIFACTS_DIR
+
+
+def artifact_weights(where: Path) -> dict[str, torch.Tensor]:
+    return torch.load(where / "model.pt", weights_only=True)
+
+
+def has_weights(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> bool:
+    return all(torch.equal(model.state_dict()[k], weights[k]) for k in weights)
+
+
+class TestArtifacts:
+    """Issue 9, item 7: an artifact directory is a load_weights source (model plans only)."""
+
+    def test_a_model_artifact_loads_and_writes_nothing(self, out: Path) -> None:
+        """checkpoint_artifacts/iter_10 of plan [model]: its weights, kind "artifact", no loop
+        state, and not a byte of the output root changed."""
+        where = write_artifact(artifacts_of(out), 10, ["model"], seed=7)
+        before = everything(out)
+        model = fresh_model()
+        loaded = sc.load_weights(model, where)
+        assert loaded == sc.LoadedCheckpoint(str(where), 10, {}, "artifact")
+        assert has_weights(model, artifact_weights(where))
+        assert everything(out) == before
+
+    def test_the_loop_state_of_an_artifact_with_training_state(self, out: Path) -> None:
+        """[model, training_state]: read_loop_state and load_weights give its trainer.pt
+        extra."""
+        plan = ComponentPlan.of(["model", "training_state"])
+        payloads = default_payloads(plan, 10)
+        trainer = TrainerState(optimizer_step=10, attempt_id=10, rng=None, extra=LOOP_STATE)
+        payloads["trainer.pt"] = trainer.to_payload()
+        where = write_artifact(artifacts_of(out), 10, plan.components, payloads=payloads)
+        assert sc.read_loop_state(where) == LOOP_STATE
+        assert sc.load_weights(fresh_model(), where).loop_state == LOOP_STATE
+
+    @pytest.mark.parametrize("plan", [["optimizer"], ["training_state"]])
+    def test_an_artifact_without_model_is_refused(self, out: Path, plan: list[str]) -> None:
+        """An artifact whose plan lacks model is refused saying so; model and files
+        untouched."""
+        where = write_artifact(artifacts_of(out), 10, plan)
+        before = everything(out)
+        model = fresh_model()
+        weight = model.weight.detach().clone()
+        with pytest.raises(CheckpointSourceError) as info:
+            sc.load_weights(model, where)
+        assert str(info.value) == (
+            f"{where}: is an artifact of plan [{plan[0]}], which holds no model weights "
+            "(model.pt); load_weights needs an artifact whose plan includes model, or a full "
+            "checkpoint"
+        )
+        assert torch.equal(model.weight, weight)
+        assert everything(out) == before
+
+    @pytest.mark.parametrize("damage", ["flip", "uncommitted", "foreign"])
+    def test_an_artifact_that_does_not_verify_is_refused(self, out: Path, damage: str) -> None:
+        """A flipped bit, a missing artifact manifest, a full-checkpoint manifest inside:
+        each refused with its reason, the model unchanged, nothing written."""
+        where = write_artifact(artifacts_of(out), 10, ["model"], manifest=damage != "uncommitted")
+        if damage == "flip":
+            flip_tensor_bit(where / "model.pt")
+        if damage == "foreign":
+            (where / MANIFEST_NAME).write_text("{}")
+        before = everything(out)
+        model = fresh_model()
+        weight = model.weight.detach().clone()
+        with pytest.raises(CheckpointCorruptError) as info:
+            sc.load_weights(model, where)
+        reason = {
+            "flip": "model.pt: digest xxh3_128",
+            "uncommitted": ": has no artifact manifest",
+            "foreign": ": is an artifact directory holding a full-checkpoint manifest",
+        }[damage]
+        assert reason in str(info.value)
+        assert torch.equal(model.weight, weight)
+        assert everything(out) == before
+
+    def test_the_artifacts_dir_gives_the_newest_model_artifact(
+        self, out: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """checkpoint_artifacts/: a newer [optimizer] artifact is skipped, a newer damaged one
+        passed over with a warning, the newest intact model artifact loaded."""
+        root = artifacts_of(out)
+        good = write_artifact(root, 10, ["model"], seed=1)
+        flip_tensor_bit(write_artifact(root, 12, ["model", "optimizer"], seed=2) / "model.pt")
+        write_artifact(root, 14, ["optimizer"])
+        model = fresh_model()
+        with caplog.at_level(logging.WARNING, logger="statecraft"):
+            loaded = sc.load_weights(model, root)
+        assert (loaded.iteration, loaded.kind, loaded.location) == (10, "artifact", str(good))
+        assert has_weights(model, artifact_weights(good))
+        assert any(
+            "passed over" in r.getMessage() and "iter_000000012" in r.getMessage()
+            for r in caplog.records
+        )
+        shutil.rmtree(good)
+        with pytest.raises(CheckpointSourceError, match="no committed artifact with model that"):
+            sc.load_weights(fresh_model(), root)
+
+    def test_a_run_source_never_loads_an_artifact(self, out: Path) -> None:
+        """A newer artifact does not change what a run, attempt or checkpoints/ source loads:
+        the newest full checkpoint (iter 8)."""
+        write_artifact(artifacts_of(out), 10, ["model"], seed=3)
+        for source in (out, RUN.job_dir(out), attempt_dir(out)):
+            loaded = sc.load_weights(fresh_model(), source)
+            assert (loaded.iteration, loaded.kind) == (8, "checkpoint")
+
+    def test_readers_never_create_the_artifacts_dir(self, out: Path) -> None:
+        """Loading from a run without artifacts creates no checkpoint_artifacts/."""
+        sc.load_weights(fresh_model(), out)
+        sc.read_loop_state(attempt_dir(out))
+        assert not artifacts_of(out).exists()
+
+    def test_a_model_that_does_not_fit_an_artifact(self, out: Path) -> None:
+        """Another shape: refused naming the artifact and the difference, model untouched."""
+        where = write_artifact(artifacts_of(out), 10, ["model"])
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 5)
+        weight = model.weight.detach().clone()
+        with pytest.raises(ResumeError) as info:
+            sc.load_weights(model, where)
+        assert str(info.value).startswith(f"{where}: does not fit the tracked objects: ")
+        assert torch.equal(model.weight, weight)
+
+    def test_an_artifact_the_artifact_machine_wrote(self, tmp_path: Path) -> None:
+        """save_artifact's [model, training_state] artifact loads through load_weights (kind
+        artifact, nothing written) and its model.pt through plain torch.load(weights_only=True)."""
+        torch.manual_seed(5)
+        model = torch.nn.Linear(4, 3)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+        clocks = UpdateClocks(optimizer_step=6, attempt_id=6)
+        root = tmp_path / ARTIFACTS_DIR
+        save_artifact(
+            Tracked(model=model, optimizer=optimizer, clocks=clocks),
+            LocalStore(root),
+            plan=ComponentPlan.of(["training_state", "model"]),
+            rng=gather_rng_inventory(rank=0, world_size=1),
+            data=None,
+            step=6,
+            lease=None,
+            machine=load_machine("artifact"),
+            location=str(root),
+        )
+        where = root / iter_dirname(6)
+        before = everything(tmp_path)
+        target = fresh_model()
+        loaded = sc.load_weights(target, where)
+        assert (loaded.location, loaded.iteration, loaded.kind) == (str(where), 6, "artifact")
+        assert has_weights(target, model.state_dict())
+        assert has_weights(target, torch.load(where / "model.pt", weights_only=True))
+        assert everything(tmp_path) == before

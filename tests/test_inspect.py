@@ -19,10 +19,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from artifact_files import artifacts_dir, write_artifact
 from checkpoint_runs import RUN, committed_run, open_checkpointer
 from checkpoint_runs import flip_tensor_bit as flip_bit_in_tensor_file
+from validation_runs import METRICS, PENDING, save_pending, write_evaluated
 
-from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.layout import (
+    ARTIFACT_MANIFEST_NAME,
+    LATEST_POINTER,
+    MANIFEST_NAME,
+    iter_dirname,
+)
+from statecraft.checkpoint.validation_records import EVALUATED_RECORD
 from statecraft.cli import main
 from statecraft.cli.envelope import RESULT_VERSION
 from statecraft.cli.inspect import inspect_path
@@ -368,7 +376,26 @@ class TestCli:
         assert set(envelope["data"]) == DATA_KEYS
         assert envelope["data"] == json.loads(json.dumps(inspect_path(job_dir(out), verify=True)))
         (attempt,) = envelope["data"]["attempts"]
-        assert set(attempt) == {"run_ts", "legacy", "path", "has_artifacts", "checkpoints"}
+        assert set(attempt) == {
+            "run_ts",
+            "legacy",
+            "path",
+            "has_artifacts",
+            "artifacts",
+            "checkpoints",
+        }
+        assert attempt["artifacts"] is None
+        assert set(attempt["checkpoints"]["auto"]) == {
+            "action",
+            "would",
+            "pick",
+            "iteration",
+            "stage",
+            "reason",
+            "passed_over",
+            "checkpoint",
+            "artifact",
+        }
         assert set(attempt["checkpoints"]) == {
             "path",
             "latest",
@@ -382,8 +409,12 @@ class TestCli:
             "name",
             "iteration",
             "path",
+            "kind",
             "state",
+            "stage",
             "reason",
+            "metrics",
+            "notes",
             "files",
             "total_bytes",
         }
@@ -533,3 +564,170 @@ class TestOutputRoot:
         truncate(out, 8)
         (run,) = inspect_path(out)["runs"]
         assert run["newest_committed"] == iter_dirname(6)
+
+
+class TestArtifacts:
+    """Partial artifacts: listed with kind, components and state; "resume=auto would" is
+    decided by resume's own rules (a refusal shows its reason)."""
+
+    @staticmethod
+    def artifact(out: Path, iteration: int, components: tuple[str, ...] = ("model",)) -> Path:
+        return write_artifact(artifacts_dir(attempt_dir(out)), iteration, components)
+
+    def test_newer_artifact_refuses(self, out: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A committed artifact newer than every checkpoint: listed, and resume=auto would
+        refuse, naming it; nothing on disk changes."""
+        where = self.artifact(out, 10, ("model", "optimizer"))
+        before = snapshot(out)
+        report = inspect_path(job_dir(out))
+        (attempt,) = report["attempts"]
+        (entry,) = attempt["artifacts"]["entries"]
+        assert (entry["name"], entry["kind"], entry["state"]) == (
+            iter_dirname(10),
+            "artifact",
+            "committed",
+        )
+        assert entry["components"] == ["model", "optimizer"]
+        assert entry["physical"] == ["model", "optim"]
+        assert [f["name"] for f in entry["files"]] == [
+            ARTIFACT_MANIFEST_NAME,
+            "model.pt",
+            "optim.pt",
+        ]
+        assert attempt["artifacts"]["newest_with_manifest"] == iter_dirname(10)
+        auto = report["resume_auto"]
+        assert (auto["action"], auto["pick"], auto["artifact"]) == (
+            "refuse",
+            None,
+            iter_dirname(10),
+        )
+        assert auto["checkpoint"] == iter_dirname(8)
+        assert auto["reason"].startswith("resume=auto refused: checkpoint local:")
+        assert str(where) in auto["reason"]
+        assert auto["would"] == f"refuse: {auto['reason']}"
+        code, text, _ = run_cli(capsys, str(job_dir(out)))
+        assert code == 0
+        assert f"{iter_dirname(10)}  artifact  committed  [model, optimizer]" in text
+        assert "resume=auto (verify=size) would: refuse: resume=auto refused:" in text
+        assert "resume=auto would refuse: resume=auto refused" in text
+        assert snapshot(out) == before
+
+    def test_older_artifact_adopts(self, out: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """An artifact older than the newest checkpoint: resume=auto would adopt it."""
+        self.artifact(out, 6)
+        report = inspect_path(job_dir(out))
+        auto = report["resume_auto"]
+        assert (auto["action"], auto["pick"], auto["stage"]) == ("adopt", iter_dirname(8), "none")
+        assert auto["would"] == f"adopt {iter_dirname(8)} (committed)"
+        _, text, _ = run_cli(capsys, str(job_dir(out)))
+        assert f"would: adopt {iter_dirname(8)} (committed)" in text
+
+    def test_partial_does_not_count_corrupt_does(self, out: Path) -> None:
+        """An artifact without a manifest is partial and ignored; one whose manifest is
+        damaged is corrupt and counts (fail closed)."""
+        write_artifact(artifacts_dir(attempt_dir(out)), 12, ("model",), manifest=False)
+        report = inspect_path(job_dir(out))
+        assert report["resume_auto"]["action"] == "adopt"
+        (entry,) = report["attempts"][0]["artifacts"]["entries"]
+        assert entry["state"] == "partial"
+        assert "has no artifact manifest" in entry["reason"]
+        bad = self.artifact(out, 10)
+        (bad / ARTIFACT_MANIFEST_NAME).write_bytes(b"{")
+        report = inspect_path(job_dir(out))
+        states_ = {e["name"]: e["state"] for e in report["attempts"][0]["artifacts"]["entries"]}
+        assert states_ == {iter_dirname(12): "partial", iter_dirname(10): "corrupt"}
+        assert report["resume_auto"]["action"] == "refuse"
+        assert "counted anyway" in report["resume_auto"]["reason"]
+
+    def test_artifacts_only_attempt_refuses(self, out: Path) -> None:
+        """An attempt with artifacts and no checkpoints/: resume=auto would refuse."""
+        self.artifact(out, 2)
+        shutil.rmtree(ckpt_dir(out))
+        auto = inspect_path(job_dir(out))["resume_auto"]
+        assert auto["action"] == "refuse"
+        assert "but no resumable checkpoint (checkpoint: none)" in auto["reason"]
+
+    def test_an_artifact_dir(self, out: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """PATH = one artifact: that artifact only, and resume=PATH would be refused."""
+        where = self.artifact(out, 10)
+        report = inspect_path(where)
+        assert report["kind"] == "artifact"
+        (attempt,) = report["attempts"]
+        assert attempt["checkpoints"] is None
+        assert [e["name"] for e in attempt["artifacts"]["entries"]] == [iter_dirname(10)]
+        explicit = report["explicit_resume"]
+        assert explicit["accepted"] is False
+        assert f"{where} is a partial artifact" in explicit["reason"]
+        assert "statecraft.load_weights(model, " in explicit["reason"]
+        code, text, _ = run_cli(capsys, str(where))
+        assert code == 0
+        assert f"resume={where} would be refused" in text
+
+    def test_the_artifacts_dir(self, out: Path) -> None:
+        """PATH = checkpoint_artifacts/: its attempt, with artifacts and checkpoints."""
+        self.artifact(out, 10)
+        report = inspect_path(artifacts_dir(attempt_dir(out)))
+        assert report["kind"] == "artifacts"
+        assert report["attempts"][0]["checkpoints"]["iterations"]
+        assert report["resume_auto"]["action"] == "refuse"
+
+    def test_iter_dir_behind_an_artifact(self, out: Path) -> None:
+        """An explicit resume of a checkpoint behind the newest artifact would be refused."""
+        self.artifact(out, 6)
+        report = inspect_path(iter_path(out, 4))
+        assert report["explicit_resume"]["accepted"] is False
+        assert "would be refused: resume=" in report["explicit_resume"]["reason"]
+        assert "is older than the committed partial artifact" in report["explicit_resume"]["reason"]
+        assert inspect_path(iter_path(out, 6))["explicit_resume"]["accepted"] is True
+
+
+class TestValidationStages:
+    """The validation stage of each checkpoint, its metrics and ignored records, and the
+    stage resume=auto would adopt."""
+
+    @pytest.fixture
+    def pending(self, out: Path) -> Path:
+        save_pending(out, data=False)
+        return out
+
+    def test_stages_and_the_auto_line(
+        self, pending: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """evaluation-pending, then publication-pending with metrics; auto would adopt it."""
+        report = inspect_path(job_dir(pending))
+        newest = checkpoints_of(report)["iterations"][0]
+        assert (newest["name"], newest["state"], newest["stage"]) == (
+            iter_dirname(PENDING),
+            "evaluation_pending",
+            "evaluation_pending",
+        )
+        assert (
+            report["resume_auto"]["would"] == f"adopt {iter_dirname(PENDING)} (evaluation_pending)"
+        )
+        write_evaluated(pending)
+        report = inspect_path(job_dir(pending), verify=True)
+        newest = checkpoints_of(report)["iterations"][0]
+        assert (newest["state"], newest["metrics"]) == ("publication_pending", METRICS)
+        assert report["resume_auto"]["stage"] == "publication_pending"
+        code, text, _ = run_cli(capsys, str(job_dir(pending)))
+        assert code == 0
+        assert f"{iter_dirname(PENDING)}  publication_pending" in text
+        assert "metrics: {'loss': 0.25}" in text
+        assert f"would: adopt {iter_dirname(PENDING)} (publication_pending)" in text
+
+    def test_ignored_records_are_noted(self, out: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """A record beside a regular checkpoint is shown as ignored."""
+        save_pending(out, data=False)
+        write_evaluated(out, 8)
+        it = next(
+            i
+            for i in checkpoints_of(inspect_path(job_dir(out)))["iterations"]
+            if i["iteration"] == 8
+        )
+        assert it["state"] == "committed"
+        assert it["notes"] == [
+            f"{iter_dirname(8)}/{EVALUATED_RECORD} ignored: {iter_dirname(8)} was saved without "
+            "a pending validation"
+        ]
+        _, text, _ = run_cli(capsys, str(job_dir(out)))
+        assert f"note: {iter_dirname(8)}/{EVALUATED_RECORD} ignored" in text

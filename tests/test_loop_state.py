@@ -167,7 +167,7 @@ class TestExactResumeWithLoopState:
         payload = torch.load(
             _checkpoints(tmp_path) / "iter_000000004" / "trainer.pt", weights_only=True
         )
-        assert payload["schema"] == "statecraft.trainer-state.v2"
+        assert payload["schema"] == "statecraft.trainer-state.v3"
         assert payload["optimizer_class"] == "torch.optim.adamw.AdamW"
         assert sorted(payload["stateful"]) == ["scaler"]
         assert payload["stateful"]["scaler"] == objects.scaler.state_dict()

@@ -134,3 +134,98 @@ class TestInfoLines:
         )
         assert result.source == f"local:{location}"
         assert f"resumed from {result.source} (iter 2)" in lines
+
+
+class TestStepEndValidation:
+    def test_new_fields_default_to_nothing_done(self) -> None:
+        """A StepEnd of a boundary that did nothing has no artifact, no metrics, no validation."""
+        end = StepEnd()
+        assert (end.artifact, end.metrics, end.validated, end.validation) == (
+            None,
+            None,
+            False,
+            None,
+        )
+
+    def test_an_ephemeral_validation_reports_metrics_and_saves_nothing(
+        self, tmp_path: Path
+    ) -> None:
+        """validation.every=3 (save_every=2): step 3 reports validated with the metrics and no
+        save; step 4 saves without validating; the final step 5 is saved and validated."""
+        torch.manual_seed(0)
+        model = torch.nn.Linear(8, 8)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        config = sc.CheckpointConfig.load(None, [*CONFIG, "validation.every=3"])
+        ckpt = sc.Checkpointer(config, run="mlp", output_root=tmp_path)
+        ckpt.track(model=model, optimizer=optimizer)
+        steps: list[int] = []
+
+        def evaluate(step: int) -> dict[str, float]:
+            steps.append(step)
+            return {"score": float(step)}
+
+        ckpt.validate_with(evaluate, source="steps")
+        ckpt.resume()
+        ends = [_step(ckpt, model) for _ in range(5)]
+        assert [e.validated for e in ends] == [False, False, True, False, False]
+        assert ends[2].metrics == {"score": 3.0}
+        assert ends[2].saved is None
+        assert ends[3].saved is not None
+        assert ends[3].metrics is None
+        final = ckpt.finalize()
+        assert final is not None
+        assert final.iteration == 5
+        assert ckpt.final is not None
+        assert ckpt.final.validated
+        assert steps == [3, 5]
+
+    def test_a_partial_run_plan_warns_at_construction_pointing_at_the_caller(
+        self, tmp_path: Path
+    ) -> None:
+        """An active partial plan is a UserWarning issued at Checkpointer(...), attributed to
+        the line that constructed it."""
+        config = sc.CheckpointConfig.load(None, [*CONFIG, "checkpoint_components=[model]"])
+        with pytest.warns(UserWarning, match="checkpoint_components") as caught:
+            sc.Checkpointer(config, run="mlp", output_root=tmp_path)
+        assert caught[0].filename == __file__
+        assert list(tmp_path.iterdir()) == []
+
+
+class TestBeforeTraining:
+    def test_runs_once_on_a_fresh_start_and_never_saves(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """validation.before_training evaluates step 0 in resume() of a fresh run (its
+        metrics in ResumeResult.metrics), writes no checkpoint, and is skipped on resume."""
+        config = sc.CheckpointConfig.load(
+            None, [*CONFIG, "validation.every=4", "validation.before_training=true"]
+        )
+        calls: list[int] = []
+
+        def evaluate(step: int) -> dict[str, float]:
+            calls.append(step)
+            return {"loss": 1.0}
+
+        def open_run() -> tuple[sc.Checkpointer, torch.nn.Module]:
+            torch.manual_seed(0)
+            model = torch.nn.Linear(8, 8)
+            ckpt = sc.Checkpointer(config, run="mlp", output_root=tmp_path)
+            ckpt.track(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+            ckpt.validate_with(evaluate, source="const")
+            return ckpt, model
+
+        ckpt, model = open_run()
+        with caplog.at_level(logging.INFO, logger="statecraft"):
+            start = ckpt.resume()
+        assert calls == [0]
+        assert start.metrics == {"loss": 1.0}
+        assert "validated step 0 (ephemeral): loss=1" in caplog.text
+        attempt = ckpt.attempt
+        assert attempt is not None
+        assert not list(attempt.checkpoints_dir.glob("iter_*"))
+        _step(ckpt, model)
+        _step(ckpt, model)  # a save at step 2
+        ckpt.close()
+        again, _ = open_run()
+        assert again.resume().step == 2
+        assert calls == [0]

@@ -30,6 +30,11 @@ from statecraft.checkpoint.state import (
     optimizer_is_pristine,
     restore_rng_state,
 )
+from statecraft.checkpoint.validation_records import (
+    ValidationIdentity,
+    ValidationStage,
+    ValidationState,
+)
 from statecraft.errors import TrainerStateError
 
 SOURCE = "run/checkpoints/iter_000000007/trainer.pt"
@@ -308,6 +313,7 @@ class TestTrainerState:
             "extra": {},
             "stateful": {},
             "optimizer_class": None,
+            "validation": None,
         }
 
     def test_pristine_marker_only_when_true(self) -> None:
@@ -499,24 +505,25 @@ class TestTrainerStateFromPayload:
         """A schema string this release does not know fails with expected vs got."""
         with pytest.raises(TrainerStateError) as info:
             TrainerState.from_payload(
-                valid_payload(schema="statecraft.trainer-state.v3"), source=SOURCE
+                valid_payload(schema="statecraft.trainer-state.v4"), source=SOURCE
             )
         assert problems_of(info)[0].startswith(
             "schema: expected one of ['statecraft.trainer-state.v1', "
-            "'statecraft.trainer-state.v2'] (or none, for a legacy file); "
-            "got 'statecraft.trainer-state.v3'"
+            "'statecraft.trainer-state.v2', 'statecraft.trainer-state.v3'] (or none, for a "
+            "legacy file); got 'statecraft.trainer-state.v4'"
         )
 
     def test_reads_a_v1_payload(self) -> None:
         """A v1 file (no stateful objects, no optimizer class) still reads."""
         payload = valid_payload(schema="statecraft.trainer-state.v1", extra={"best": 0.5})
-        del payload["stateful"], payload["optimizer_class"]
+        del payload["stateful"], payload["optimizer_class"], payload["validation"]
         state = TrainerState.from_payload(payload, source=SOURCE)
         assert (state.stateful, state.optimizer_class, state.extra) == ({}, None, {"best": 0.5})
 
     def test_a_v1_payload_with_v2_keys_is_refused(self) -> None:
         """v1 does not define stateful: a v1 file that holds it is refused, naming the key."""
         payload = valid_payload(schema="statecraft.trainer-state.v1")
+        del payload["validation"]
         with pytest.raises(TrainerStateError) as info:
             TrainerState.from_payload(payload, source=SOURCE)
         assert problems_of(info) == [
@@ -539,7 +546,7 @@ class TestTrainerStateFromPayload:
             weights_only_roundtrip(state.to_payload()), source=SOURCE
         )
         assert loaded == state
-        assert loaded.to_payload()["schema"] == "statecraft.trainer-state.v2"
+        assert loaded.to_payload()["schema"] == "statecraft.trainer-state.v3"
 
     def test_rejects_malformed_v2_fields(self) -> None:
         """A non-identifier stateful name and a non-str optimizer class are named."""
@@ -616,3 +623,85 @@ class TestTrainerStateFromPayload:
         assert loaded.rng is not None
         restore_rng_state(loaded.rng.ranks[0])
         assert random.random() == expected
+
+
+class TestValidationField:
+    """Schema v3: ``validation`` records the run's validation identity and the save's stage."""
+
+    PENDING = ValidationState(
+        ValidationIdentity(True, "heldout", ValidationIdentity.config_digest({"every": 2})),
+        ValidationStage.EVALUATION_PENDING,
+    )
+
+    def test_capture_records_disabled_identity_by_default(self) -> None:
+        """A capture without validation= records ValidationState() (disabled, stage none)."""
+        state = TrainerState.capture(clocks_after(Outcome.APPLIED), rng=None)
+        assert state.validation == ValidationState()
+        payload = weights_only_roundtrip(state.to_payload())
+        assert payload["validation"] == {
+            "schema": "statecraft.validation-state.v1",
+            "identity": {"enabled": False, "source": "", "config": ""},
+            "stage": "none",
+        }
+
+    def test_pending_state_round_trips_through_weights_only_load(self) -> None:
+        """An evaluation-pending state survives torch.save and a weights_only load."""
+        state = TrainerState.capture(
+            clocks_after(Outcome.APPLIED), rng=None, validation=self.PENDING
+        )
+        loaded = TrainerState.from_payload(
+            weights_only_roundtrip(state.to_payload()), source=SOURCE
+        )
+        assert loaded.validation == self.PENDING
+        assert loaded == state
+
+    def test_a_v2_payload_reads_without_validation(self) -> None:
+        """A v2 file (written before validation identities) reads with validation None."""
+        payload = valid_payload(schema="statecraft.trainer-state.v2")
+        del payload["validation"]
+        assert TrainerState.from_payload(payload, source=SOURCE).validation is None
+
+    def test_a_v2_payload_holding_validation_is_refused(self) -> None:
+        """v2 does not define validation: a v2 file that holds it is refused, naming the key."""
+        payload = valid_payload(
+            schema="statecraft.trainer-state.v2", validation=ValidationState().to_payload()
+        )
+        with pytest.raises(TrainerStateError) as info:
+            TrainerState.from_payload(payload, source=SOURCE)
+        assert problems_of(info) == [
+            "unexpected key 'validation' (not part of statecraft.trainer-state.v2)"
+        ]
+
+    def test_a_legacy_payload_ignores_validation(self) -> None:
+        """A schema-less legacy file's unknown keys are ignored, validation among them."""
+        payload = {"iter": 3, "validation": {"stage": "published"}}
+        assert TrainerState.from_payload(payload, source=SOURCE).validation is None
+
+    def test_v3_without_validation_is_refused(self) -> None:
+        """A v3 payload lacking validation fails naming the key and the schema."""
+        payload = valid_payload()
+        del payload["validation"]
+        with pytest.raises(TrainerStateError) as info:
+            TrainerState.from_payload(payload, source=SOURCE)
+        assert problems_of(info) == [
+            "validation: missing (required by statecraft.trainer-state.v3)"
+        ]
+
+    def test_malformed_validation_is_refused(self) -> None:
+        """A stage a save never writes and a malformed identity are both named."""
+        bad = {
+            "schema": "statecraft.validation-state.v1",
+            "identity": {"enabled": "yes", "source": "", "config": ""},
+            "stage": "published",
+        }
+        with pytest.raises(TrainerStateError) as info:
+            TrainerState.from_payload(valid_payload(validation=bad), source=SOURCE)
+        assert problems_of(info) == [
+            "validation.stage: 'published' (expected 'none' or 'evaluation_pending')",
+            "validation.identity: {'enabled': 'yes', 'source': '', 'config': ''}",
+        ]
+
+    def test_constructor_rejects_a_non_state(self) -> None:
+        """TrainerState(validation=...) must be a ValidationState or None."""
+        with pytest.raises(TrainerStateError, match="validation: expected a ValidationState"):
+            TrainerState(optimizer_step=0, attempt_id=0, rng=None, validation="pending")  # type: ignore[arg-type]

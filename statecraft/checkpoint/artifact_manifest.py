@@ -27,17 +27,21 @@ import cattrs
 from statecraft.checkpoint.components import ComponentPlan
 from statecraft.checkpoint.layout import ARTIFACT_MANIFEST_NAME, iter_dirname
 from statecraft.checkpoint.manifest import FileEntry
+from statecraft.checkpoint.schemas import schema_violations
 from statecraft.errors import CheckpointCorruptError, CheckpointError
 from statecraft.storage.base import Store
 
 __all__ = [
     "ARTIFACT_MANIFEST_SCHEMA",
+    "ARTIFACT_MANIFEST_SCHEMA_FILE",
     "ArtifactManifest",
     "decode_artifact_manifest",
     "read_artifact_manifest",
 ]
 
 ARTIFACT_MANIFEST_SCHEMA = "statecraft.artifact-manifest.v1"
+#: its JSON schema (named by ``specs/artifact.toml``), enforced on encode and decode.
+ARTIFACT_MANIFEST_SCHEMA_FILE = "artifact.manifest.schema.json"
 _converter = cattrs.Converter(forbid_extra_keys=True)
 _FIX = "The artifact is not usable; move it aside (it is never a resume source)."
 
@@ -109,8 +113,9 @@ class ArtifactManifest:
         """Canonical JSON bytes (sorted keys).
 
         Raises:
-            CheckpointError: the record is not a valid artifact manifest (a bug in the code
-                that built it); nothing is written.
+            CheckpointError: the record is not a valid artifact manifest, or breaks
+                ``specs/artifact.manifest.schema.json`` (a bug in the code that built it);
+                nothing is written.
         """
         problems = self.problems()
         if problems:
@@ -118,8 +123,15 @@ class ArtifactManifest:
                 f"refusing to write the artifact manifest of iteration {self.iteration}: "
                 + "; ".join(problems)
             )
-        data = _converter.unstructure(self)
-        return (json.dumps(data, sort_keys=True, indent=1) + "\n").encode()
+        text = json.dumps(_converter.unstructure(self), sort_keys=True, indent=1) + "\n"
+        violations = schema_violations(ARTIFACT_MANIFEST_SCHEMA_FILE, json.loads(text))
+        if violations:
+            raise CheckpointError(
+                f"refusing to write the artifact manifest of iteration {self.iteration}: it "
+                f"violates specs/{ARTIFACT_MANIFEST_SCHEMA_FILE}: {'; '.join(violations)}; this "
+                "is a bug in the code that built it (or the schema is behind the manifest)"
+            )
+        return text.encode()
 
 
 def decode_artifact_manifest(data: bytes, *, source: str) -> ArtifactManifest:
@@ -127,8 +139,9 @@ def decode_artifact_manifest(data: bytes, *, source: str) -> ArtifactManifest:
 
     Raises:
         CheckpointCorruptError: not JSON, another schema (a full-checkpoint manifest
-            included), malformed fields, or values :meth:`ArtifactManifest.problems` refuses;
-            the message names ``source`` and the problem.
+            included), malformed fields, values :meth:`ArtifactManifest.problems` refuses, or
+            anything ``specs/artifact.manifest.schema.json`` refuses (checked last); the
+            message names ``source`` and the problem.
     """
     try:
         raw: Any = json.loads(data)
@@ -158,6 +171,14 @@ def decode_artifact_manifest(data: bytes, *, source: str) -> ArtifactManifest:
     if problems:
         raise CheckpointCorruptError(
             source, "artifact manifest values are invalid: " + "; ".join(problems), _FIX
+        )
+    violations = schema_violations(ARTIFACT_MANIFEST_SCHEMA_FILE, raw)
+    if violations:
+        raise CheckpointCorruptError(
+            source,
+            f"artifact manifest violates specs/{ARTIFACT_MANIFEST_SCHEMA_FILE}: "
+            + "; ".join(violations),
+            _FIX,
         )
     return manifest
 

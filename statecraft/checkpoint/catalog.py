@@ -11,7 +11,11 @@ hashes only the checkpoints it tries.
     catalog = scan(store, level="digest")
     catalog.latest.state                 # LatestState.OK / MISSING / GARBAGE / DANGLING
     catalog.entry(100).state             # CheckpointState.COMMITTED / CORRUPT / PARTIAL / ABSENT
-    pick = catalog.pick()                # newest committed, with every newer one passed over
+                                         # / EVALUATION_PENDING / PUBLICATION_PENDING / PUBLISHED
+    pick = catalog.pick()                # newest adoptable, with every newer one passed over
+
+The partial artifacts beside the checkpoints (``checkpoint_artifacts/``) have their own
+catalog, :mod:`statecraft.checkpoint.artifact_catalog`.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Iterator
 import attrs
 
 from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname, parse_latest
+from statecraft.checkpoint.validation_records import ValidationStage, read_stage
 from statecraft.checkpoint.verify import (
     LEVELS,
     VerifiedCheckpoint,
@@ -57,10 +62,26 @@ class CheckpointState(enum.Enum):
       files missing / wrong size / wrong digest, a file that does not deserialize with
       ``torch.load(weights_only=True)``, ``trainer.pt`` malformed, clocks disagree, not the
       full plan); :attr:`CatalogEntry.reason` says which.
-    - ``COMMITTED``: the manifest is the commit and the checkpoint verifies at the scan level.
+    - ``COMMITTED``: the manifest is the commit and the checkpoint verifies at the scan level
+      (and, at levels ``size`` / ``digest``, was saved without a pending validation). At level
+      ``"manifest"`` every readable commit is ``COMMITTED``: its ``trainer.pt`` is not read, so
+      its validation stage is not known (the save machine's observation relies on this).
+    - ``EVALUATION_PENDING``: committed, saved by a durable validation whose evaluation has
+      not succeeded yet (``trainer.pt`` ``validation.stage``; no valid evaluated record).
+    - ``PUBLICATION_PENDING``: committed, evaluated (a valid
+      ``.validation-publication-evaluated.json``, its metrics in
+      :attr:`CatalogEntry.metrics`), not yet published.
+    - ``PUBLISHED``: committed, evaluated and published (a valid
+      ``.validation-publication-published.json`` after the evaluated record).
+
+    The three validation stages are read by
+    :func:`~statecraft.checkpoint.validation_records.read_stage`; a damaged visibility record
+    never advances a stage (fail closed) and is noted in :attr:`CatalogEntry.notes`. Every
+    committed state is adoptable: a pending checkpoint advances ``resume=auto`` (the resumed
+    run retries its pending stage).
 
     Later issues add members here without reshaping the catalog (each with its reason):
-    ``PENDING`` (an asynchronous save in flight), ``PUBLISHED``, ``UPLOADED``, ``INVALIDATED``,
+    ``PENDING`` (an asynchronous save in flight), ``UPLOADED``, ``INVALIDATED``,
     ``WEIGHTS_ONLY`` (a committed checkpoint that is not an exact-resume source).
     """
 
@@ -68,11 +89,34 @@ class CheckpointState(enum.Enum):
     PARTIAL = "partial"
     CORRUPT = "corrupt"
     COMMITTED = "committed"
+    EVALUATION_PENDING = "evaluation_pending"
+    PUBLICATION_PENDING = "publication_pending"
+    PUBLISHED = "published"
 
     @property
     def adoptable(self) -> bool:
-        """Resume may adopt a checkpoint in this state."""
-        return self is CheckpointState.COMMITTED
+        """Resume may adopt a checkpoint in this state (every committed one)."""
+        return self in _ADOPTABLE
+
+    @property
+    def validation_stage(self) -> ValidationStage:
+        """The validation stage this state stands for (``NONE`` unless a validation state)."""
+        return _STAGE_OF.get(self, ValidationStage.NONE)
+
+    @classmethod
+    def of_stage(cls, stage: ValidationStage) -> CheckpointState:
+        """The committed state of a checkpoint at validation ``stage``."""
+        return _STATE_OF[stage]
+
+
+_STATE_OF = {
+    ValidationStage.NONE: CheckpointState.COMMITTED,
+    ValidationStage.EVALUATION_PENDING: CheckpointState.EVALUATION_PENDING,
+    ValidationStage.PUBLICATION_PENDING: CheckpointState.PUBLICATION_PENDING,
+    ValidationStage.PUBLISHED: CheckpointState.PUBLISHED,
+}
+_STAGE_OF = {state: stage for stage, state in _STATE_OF.items()}
+_ADOPTABLE = frozenset(_STATE_OF.values())
 
 
 class LatestState(enum.Enum):
@@ -98,14 +142,25 @@ class LatestPointer:
 
 @attrs.frozen
 class CatalogEntry:
-    """One iteration's state and why; ``verified`` holds the proof when ``COMMITTED``, and
-    ``error`` the verification error behind the reason otherwise (resume re-raises it)."""
+    """One iteration's state and why; ``verified`` holds the proof when adoptable, and
+    ``error`` the verification error behind the reason otherwise (resume re-raises it).
+
+    Attributes:
+        kind: ``"checkpoint"`` (the artifact catalog's entries say ``"artifact"``).
+        metrics: the evaluated metrics of a ``PUBLICATION_PENDING`` / ``PUBLISHED``
+            checkpoint, else ``None``.
+        notes: visibility records that were ignored, and why (a damaged record, a record on
+            a checkpoint saved without a pending validation).
+    """
 
     iteration: int
     state: CheckpointState
     reason: str = ""
     verified: VerifiedCheckpoint | None = None
     error: Exception | None = attrs.field(default=None, eq=False, repr=False)
+    kind: str = "checkpoint"
+    metrics: dict[str, float] | None = attrs.field(default=None, hash=False)
+    notes: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -122,7 +177,7 @@ class PassedOver:
 
 @attrs.frozen
 class Pick:
-    """The auto-pick: the newest committed iteration (``None`` when there is none) and every
+    """The auto-pick: the newest adoptable iteration (``None`` when there is none) and every
     newer one passed over, newest first."""
 
     chosen: CatalogEntry | None
@@ -173,7 +228,7 @@ class Catalog:
             yield self.entry(iteration)
 
     def pick(self) -> Pick:
-        """Resume's auto-pick: verify newest first, stop at the first committed one."""
+        """Resume's auto-pick: verify newest first, stop at the first adoptable one."""
         passed: list[PassedOver] = []
         for entry in self.entries():
             if entry.state.adoptable:
@@ -195,8 +250,11 @@ def classify(
     The store operations are, in order: ``stat(iter_N)``, ``stat(iter_N/<manifest>)``, reading
     the manifest, then (levels ``size`` / ``digest``) the files' stats, digests, ``trainer.pt``
     and every other file parsed (``keep_payloads``: see
-    :func:`~statecraft.checkpoint.verify.verify_checkpoint`). An unreadable manifest is
-    ``CORRUPT`` at every level.
+    :func:`~statecraft.checkpoint.verify.verify_checkpoint`), and, for a verified checkpoint
+    at those levels, the listing of ``iter_N`` and its visibility records
+    (:func:`~statecraft.checkpoint.validation_records.read_stage`, from the verified
+    ``trainer.pt``'s ``validation`` state). An unreadable manifest is ``CORRUPT`` at every
+    level; at level ``"manifest"`` a readable one is ``COMMITTED`` (stage not read).
     """
     name = iter_dirname(iteration)
     if store.stat(name) is None:
@@ -214,7 +272,18 @@ def classify(
         )
     except Exception as exc:  # anything that fails verification is corrupt, with why
         return CatalogEntry(iteration, CheckpointState.CORRUPT, _reason(exc), error=exc)
-    return CatalogEntry(iteration, CheckpointState.COMMITTED, "", verified)
+    if level == "manifest":
+        return CatalogEntry(iteration, CheckpointState.COMMITTED, "", verified)
+    saved = getattr(verified.trainer, "validation", None)
+    reading = read_stage(store, iteration, saved)
+    return CatalogEntry(
+        iteration,
+        CheckpointState.of_stage(reading.stage),
+        "",
+        verified,
+        metrics=reading.metrics,
+        notes=reading.notes,
+    )
 
 
 def read_latest(store: Store, iterations: tuple[int, ...] | list[int]) -> LatestPointer:

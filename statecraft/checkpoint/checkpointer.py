@@ -5,25 +5,21 @@
     cfg = sc.CheckpointConfig.load("ckpt.yaml", overrides=["save_every=100"])
     ckpt = sc.Checkpointer(cfg, run=sc.RunIdentity("proj", "group", "name"), output_root=out)
     ckpt.track(model=model, optimizer=opt, scheduler=sched, data=sampler)
+    ckpt.validate_with(evaluate, source="heldout")   # optional: evaluate(step) -> metrics
     start = ckpt.resume()                  # ResumeResult: step, source, reason (logged)
     for step in range(start.step, max_steps):
         train_step()
         ckpt.record(sc.Outcome.APPLIED)    # or SKIPPED / ACCUMULATING: advances the clocks
-        if ckpt.step_end():                # StepEnd: saves when due; true means stop now
+        if ckpt.step_end():                # StepEnd: saves / validates when due; true: stop
             break
-    ckpt.finalize()                        # the normal-final save
+    ckpt.finalize()                        # the normal-final save and validation
 
-``run`` may also be one name (``run="mlp"`` is ``RunIdentity.named("mlp")``).
-``resume()`` is called once, before the first save; a save by a process that did not resume
-into an attempt holding checkpoints is refused, and a resume completes a lagging latest pointer
-(:mod:`statecraft.checkpoint.lifecycle`).
-
-Every save and resume runs the transaction tables in ``machines/`` (``save``, ``resume``);
-the loop never sees them. Under ``torch.distributed`` every rank calls every method in the
-same order; rank 0 resolves the attempt and writes the consolidated files (the whole ``save``
-run is rank 0's, its outcome broadcast by :func:`~statecraft.parallel.rank0.on_rank_zero`),
-every rank contributes its RNG streams; on resume the coordinator effects run on rank 0
-(:func:`~statecraft.parallel.coordinated.rank_zero_effects`) and every rank loads.
+``run`` may also be one name (``RunIdentity.named``). ``resume()`` is called once, before the
+first save (:mod:`statecraft.checkpoint.lifecycle`). Every save, validation and resume runs
+the tables in ``machines/`` (:mod:`statecraft.checkpoint.boundary_run`). Under
+``torch.distributed`` every rank calls every method in the same order; rank 0 resolves the
+attempt, writes and evaluates (its outcome broadcast by
+:func:`~statecraft.parallel.rank0.on_rank_zero`); every rank loads on resume.
 """
 
 from __future__ import annotations
@@ -31,32 +27,44 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from statecraft.checkpoint.artifact_saving import ArtifactReport
 from statecraft.checkpoint.attempt_open import checked_output_root, open_attempt, release_at_exit
+from statecraft.checkpoint.boundary import decide_boundary
+from statecraft.checkpoint.boundary_run import (
+    BoundaryRunner,
+    artifacts_store,
+    due_boundary,
+    execute,
+)
 from statecraft.checkpoint.config import CheckpointConfig
+from statecraft.checkpoint.config.plans import plan_warnings
+from statecraft.checkpoint.evaluation import Evaluation, Evaluator
 from statecraft.checkpoint.layout import RunAttempt, RunIdentity, as_run_identity
 from statecraft.checkpoint.lease import WriterLease
 from statecraft.checkpoint.lifecycle import Lifecycle, complete_adopted_attempt
 from statecraft.checkpoint.machines import load_machine
-from statecraft.checkpoint.saving import SaveReport, gather_into, save_full_checkpoint
-from statecraft.checkpoint.state import (
-    Outcome,
-    SchedulerIdentity,
-    gather_data_state,
-    gather_rng_inventory,
-)
+from statecraft.checkpoint.saving import SaveReport
+from statecraft.checkpoint.state import Outcome, SchedulerIdentity
 from statecraft.checkpoint.step import StepEnd
 from statecraft.checkpoint.tracking import require_stateful, stateful_objects
 from statecraft.checkpoint.transactions.resume import ResumeContext, ResumeResult, Tracked
+from statecraft.checkpoint.validation_resume import after_resume, identity_hint, validation_identity
 from statecraft.engine import RunResult
-from statecraft.errors import CheckpointError, ConfigError, ConfigIssue, TrackingError
+from statecraft.errors import (
+    CheckpointError,
+    ConfigError,
+    ConfigIssue,
+    TrackingError,
+    ValidationIdentityError,
+)
 from statecraft.logs import configure_default_output
 from statecraft.parallel.collectives import Collective, default_collective
 from statecraft.parallel.coordinated import rank_zero_effects
-from statecraft.parallel.rank0 import on_rank_zero
 from statecraft.storage.base import Store
 from statecraft.storage.filesystem import Filesystem
 
@@ -77,15 +85,13 @@ class Checkpointer:
         filesystem: what the local store acts through (default: the real OS). Tests pass an
             ``OsFilesystem(gate=...)`` to inject faults (a full disk) into the real code path.
         quiet: ``True`` silences the default ``statecraft:`` lines on stderr, ``False`` shows
-            them, ``None`` (default) follows the ``quiet`` knob. Only applies when the script
-            configured no logging itself (:mod:`statecraft.logs`).
+            them, ``None`` follows the ``quiet`` knob (only without the script's own logging).
 
     Raises:
         NotSupportedYetError: a knob asks for a feature this release does not build.
         TrackingError: ``config`` is not a ``CheckpointConfig``.
-        ConfigError: ``output_root`` is not a ``str`` / ``os.PathLike`` path (``bytes``
-            included), or is empty or holds a NUL byte; ``run`` is neither a
-            ``RunIdentity`` nor a plain run name.
+        ConfigError: ``output_root`` is not a ``str`` / ``os.PathLike`` path (not ``bytes``),
+            or empty, or holds a NUL; ``run`` is neither a ``RunIdentity`` nor a run name.
         WriterLeaseError: (at the first ``resume`` / ``save``) another live process writes
             this attempt; and at a save whose lease was taken over since.
     """
@@ -129,9 +135,15 @@ class Checkpointer:
         self.last_saved_step: int | None = None
         self.last_resume_run: RunResult | None = None  # the resume machine's run and trace
         self._exit_release: Callable[[], None] | None = None  # the lease's release at exit
+        self.artifacts: list[ArtifactReport] = []
+        self.last_validated_step: int | None = None
+        self.final: StepEnd | None = None  # what finalize() did
         self._lifecycle = Lifecycle()  # resume once, before saving (lifecycle.py)
         self._resume_machine = load_machine("resume")
-        self._save = load_machine("save")
+        self._boundaries = BoundaryRunner(collective, filesystem)  # boundary_run.py
+        self._save = self._boundaries.machine("save")
+        for line in plan_warnings(config):  # an active partial plan: not exact-resume capable
+            warnings.warn(line, UserWarning, stacklevel=2)
 
     def __repr__(self) -> str:
         where = self.attempt.run_dir if self.attempt else None
@@ -180,6 +192,27 @@ class Checkpointer:
         self.tracked.scheduler_identity = scheduler_identity
         self.tracked.stateful = named
 
+    def validate_with(self, evaluate: Evaluator, *, source: str | None = None) -> None:
+        """Register the loop's evaluation: ``evaluate(step) -> {name: number}`` (raising is a
+        failed evaluation). It runs on rank 0 at every ``validation.every`` step and the final
+        step (see docs/checkpointing.md, "Validation"); ``source`` names the held-out data
+        (default: the callable's qualified name) and is part of the validation identity
+        recorded in every ``trainer.pt``.
+
+        Raises:
+            TrackingError: called after ``resume()`` (the identity was already checked), or
+                ``evaluate`` is not callable, or ``source`` is not a non-empty str.
+        """
+        if self._lifecycle.resumed or self._lifecycle.saved is not None:
+            raise TrackingError(
+                "validate_with() after resume() or a save: the validation identity was "
+                "already checked against the checkpoint; call ckpt.validate_with(evaluate) "
+                "before ckpt.resume()"
+            )
+        evaluation = Evaluation.of(evaluate, source=source)
+        self._boundaries.evaluation = evaluation
+        self._boundaries.identity = validation_identity(self.config, evaluation)
+
     @property
     def loop_state(self) -> dict[str, Any]:
         """The loop's own values, saved with every checkpoint and restored by ``resume()``.
@@ -208,9 +241,8 @@ class Checkpointer:
             )
 
     def close(self) -> None:
-        """Release the writer lease (remove its record, drop the lock) so another process may
-        write this attempt; the checkpointer must not save or resume afterwards. Safe to call
-        twice; a process that exits releases the lock anyway."""
+        """Release the writer lease so another process may write this attempt; no save or
+        resume afterwards. Safe to call twice; an exiting process releases the lock anyway."""
         lease, self.lease = self.lease, None
         self._closed = True
         if self._exit_release is not None:
@@ -245,24 +277,21 @@ class Checkpointer:
 
     # ----------------------------------------------------------------- resume
     def resume(self) -> ResumeResult:
-        """Decide where training starts and load it (see ``machines/resume.toml``).
-
-        Call it once, before the training loop and before any save. When ``resume=auto``
-        adopts a committed iteration newer than ``latest_checkpoint.txt`` names (a kill
-        between a save's commit and its pointer update), the pointer is completed through the
-        save machine's reconcile path before this returns, and temporaries of dead writers in
-        the attempt are removed (this process holds the writer lease).
-
-        Returns:
-            the :class:`ResumeResult`; ``step`` is where the loop continues.
+        """Decide where training starts and load it (``machines/resume.toml``). Call it once,
+        after ``track`` / ``validate_with``, before the loop and any save. It completes a
+        lagging latest pointer, removes dead writers' temporaries, finishes the pending stage
+        of an adopted checkpoint whose validation is pending (the evaluation only if it had
+        not succeeded), and on a fresh start runs the ``validation.before_training`` pass.
 
         Raises:
-            ResumeError: ``resume()`` was already called, or this process already saved (its
-                state would be replaced mid-run); or (with CheckpointCorruptError /
-                TrainerStateError) an explicit checkpoint is missing or does not verify, or a
-                chosen one cannot be loaded exactly.
-            WriterLeaseError / StoreError: completing the latest pointer failed (the tracked
-                objects hold the checkpoint's state; ``latest`` is as it was).
+            ResumeError: a second ``resume()``, or one after a save; (with
+                CheckpointCorruptError / TrainerStateError / ArtifactResumeError) an explicit
+                checkpoint is missing, does not verify or is an artifact, or the attempt holds
+                artifacts newer than any resumable checkpoint. Nothing was loaded.
+            ValidationIdentityError: saved under another validation setup (nothing loaded).
+            ValidationFailedError: the pending (or before-training) evaluation failed; the
+                checkpoint stays evaluation-pending.
+            WriterLeaseError / StoreError: completing the latest pointer failed.
         """
         self._require_tracked("resume")
         self._lifecycle.before_resume(
@@ -270,25 +299,32 @@ class Checkpointer:
         )
         mode = self.config.resume
         kind = mode if mode in ("auto", "off") else "explicit"
-        # An explicit source is verified and loaded before a new attempt is minted for the
-        # run's own saves: a bad path must not leave an empty attempt that resume=auto would
-        # adopt next time (shadowing the older attempt's checkpoints).
+        # An explicit source is loaded before an attempt is minted: a bad path must not leave
+        # an empty attempt that resume=auto would adopt next time.
         store = self._ensure_attempt() if kind != "explicit" else None
         attempt = self.attempt
+        adopted = None if attempt is None or attempt.minted else store
+        boundaries = self._boundaries
         ctx = ResumeContext(
             mode=kind,
             tracked=self.tracked,
-            store=None if attempt is None or attempt.minted else store,
+            store=adopted,
             explicit=mode if kind == "explicit" else None,
             verify_level=self.config.verify,
             cursor_resume=self.config.data.cursor_resume,
             collective=self.collective,
             filesystem=self.filesystem,
+            artifacts=None if adopted is None else artifacts_store(attempt, self.filesystem),
+            validation_identity=boundaries.identity,
         )
         machine = self._resume_machine
-        self.last_resume_run = machine.run(
-            ctx, call=rank_zero_effects(self.collective, machine.bindings.roles)
-        ).raise_for_failure()
+        try:
+            self.last_resume_run = machine.run(
+                ctx, call=rank_zero_effects(self.collective, machine.bindings.roles)
+            ).raise_for_failure()
+        except ValidationIdentityError as exc:  # name the missing validate_with, if it is that
+            identity_hint(boundaries, exc)
+            raise
         if kind == "explicit":
             self._ensure_attempt()
         result = ctx.result
@@ -300,6 +336,9 @@ class Checkpointer:
             )
         self.last_saved_step = result.step if result.resumed else None
         self._lifecycle.after_resume(result, self.attempt)
+        result, self.last_validated_step = after_resume(
+            boundaries, self.config, result, ctx.store, lease=self.lease
+        )
         return result
 
     # ------------------------------------------------------------------ steps
@@ -308,93 +347,54 @@ class Checkpointer:
         self.tracked.clocks.record(outcome)
 
     def step_end(self) -> StepEnd:
-        """Call at every step boundary. Saves when ``save_every`` is due at a quiescent
-        boundary.
+        """Call at every step boundary: runs what is due at a quiescent boundary (a
+        ``save_every`` save, a ``validation.every`` validation, or their union as one save;
+        :func:`~statecraft.checkpoint.boundary.decide_boundary`).
 
         Returns:
-            a :class:`StepEnd`: ``saved`` is the save's report (rank 0) or ``None``; ``stop``
-            (also its truth value) says the loop must stop now, with ``reason`` (termination
-            handling arrives with emergency saves; this release never stops).
+            a :class:`StepEnd` (``saved`` / ``artifact`` reports on rank 0, ``metrics``,
+            ``validated``); true when the loop must stop (this release never stops).
 
         Raises:
-            ResumeRequiredError: a save was due in an attempt holding committed checkpoints
-                and this process did not call ``resume()``; nothing was written.
-            (and what :meth:`save` raises)
+            ResumeRequiredError: a save was due in an attempt holding commits and this process
+                did not call ``resume()``; nothing was written.
+            ValidationFailedError: the evaluation failed (every rank); a checkpoint or
+                artifact committed before it stays committed.
         """
-        every = self.config.save_every
-        clocks = self.tracked.clocks
-        saved = None
-        if (
-            every > 0
-            and clocks.quiescent
-            and clocks.optimizer_step > 0
-            and clocks.optimizer_step % every == 0
-            and clocks.optimizer_step != self.last_saved_step
-        ):
-            saved = self.save()
-        return StepEnd(saved=saved, stop=False, reason=None)
+        return execute(self, due_boundary(self, final=False), self.step)
 
-    def finalize(self) -> SaveReport | None:
-        """Normal completion: save the final step even off cadence (unless ``save_every=0``
-        or it is already saved).
+    def finalize(self) -> SaveReport | ArtifactReport | None:
+        """Normal completion: the final step's save (even off cadence, unless
+        ``save_every=0`` or it is already saved) and its validation (unless already
+        validated), through the same decision as :meth:`step_end` (``final=True``). The
+        whole outcome is ``self.final``.
 
         Returns:
-            the final save's report (rank 0), or ``None`` when nothing was saved.
+            the final save's report (rank 0; a checkpoint's or an artifact's), or ``None``.
 
         Raises:
-            ResumeRequiredError: as :meth:`save`.
+            ResumeRequiredError / ValidationFailedError: as :meth:`step_end`.
         """
-        if self.config.save_every > 0 and self.step != self.last_saved_step and self.step > 0:
-            return self.save()
-        return None
+        self.final = execute(self, due_boundary(self, final=True), self.step)
+        return self.final.saved or self.final.artifact
 
     # ------------------------------------------------------------------- save
-    def save(self) -> SaveReport | None:
-        """Write a full checkpoint of the current step (see ``machines/save.toml``).
+    def save(self) -> SaveReport | ArtifactReport | None:
+        """Save the current step with the run plan (``checkpoint_components``): a full
+        checkpoint (``machines/save.toml``), or a partial artifact under
+        ``checkpoint_artifacts/`` (``machines/artifact.toml``). No evaluation runs.
 
         Returns:
             the report on rank 0; ``None`` on other ranks.
 
         Raises:
-            ResumeRequiredError: the attempt already holds committed checkpoints and this
-                process did not call ``resume()``, or started fresh in it (nothing is written;
-                call ``resume()`` before the loop, or set ``resume=off`` for a new attempt).
+            ResumeRequiredError: the attempt holds committed checkpoints or artifacts and this
+                process did not resume into it (nothing is written).
             TrainerStateError: the accumulation window is open.
+            ArtifactCommittedError: a partial plan and the step's artifact is committed.
             StoreError / PlanDriftError / CheckpointCorruptError: the save failed; the previous
                 checkpoint is intact and ``latest`` still names it.
         """
-        self._require_tracked("save")
-        store = self._ensure_attempt()
-        self._lifecycle.before_save(self.collective, self.attempt, store)
-        clocks = self.tracked.clocks
-        clocks.require_quiescent("save a checkpoint")
-        rng = gather_rng_inventory(
-            rank=self.collective.rank,
-            world_size=self.collective.world_size,
-            all_gather_object=None
-            if self.collective.world_size == 1
-            else gather_into(self.collective),
-        )
-        source = self.tracked.data
-        data = None if source is None else gather_data_state(source, collective=self.collective)
-        report: list[SaveReport] = []  # filled on rank 0 only; only ok/error is broadcast
-        where = str(self.attempt.checkpoints_dir) if self.attempt else store.describe()
-
-        def save_here() -> None:
-            report.append(
-                save_full_checkpoint(
-                    self.tracked,
-                    store,
-                    rng=rng,
-                    data=data,
-                    step=self.step,
-                    lease=self.lease,
-                    machine=self._save,
-                    location=where,
-                )
-            )
-            self.saves.append(report[-1])
-
-        on_rank_zero(self.collective, save_here)
-        self.last_saved_step = self._lifecycle.saved = self.step
-        return report[0] if report else None
+        boundary = decide_boundary(self.config, regular_due=True, validation_due=False)
+        end = execute(self, boundary, self.step)
+        return end.saved or end.artifact

@@ -94,7 +94,8 @@ class ComponentPlan:
     def union(self, other: ComponentPlan) -> ComponentPlan:
         """Both plans' components, canonical (the same-step union of a regular save and a
         validation save)."""
-        return ComponentPlan((*self.components, *other.components))
+        both = set(self.components) | set(other.components)
+        return ComponentPlan(tuple(c for c in FULL_COMPONENTS if c in both))
 
     def covers(self, other: ComponentPlan) -> bool:
         """Every component of ``other`` is in this plan."""

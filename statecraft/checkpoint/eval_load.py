@@ -14,7 +14,20 @@
 - a **job dir** ``<root>/<project>/<group>/<name>``: its newest attempt that holds a committed
   checkpoint (a legacy flat ``<name>/checkpoints/`` counts as the newest);
 - an **attempt dir** ``.../<RUN_TS>`` or a **checkpoints/ dir**;
-- an **iter_* dir**: exactly that checkpoint (it must verify; there is no fallback).
+- an **iter_* dir**: exactly that checkpoint (it must verify; there is no fallback);
+- an **artifact dir** ``.../checkpoint_artifacts/iter_*`` (or an ``iter_*`` dir holding
+  ``.posttrain-checkpoint-artifact.json``): exactly that partial artifact, whose plan must
+  include ``model`` (an artifact of ``[optimizer]`` or ``[training_state]`` is refused, saying
+  so); verified with :func:`~statecraft.checkpoint.artifact_verify.verify_artifact`;
+- a **checkpoint_artifacts/ dir**: its newest committed artifact with ``model`` that verifies
+  (artifacts without ``model`` are skipped, ones that do not verify passed over with a
+  warning).
+
+A run, attempt or ``checkpoints/`` source only ever loads full checkpoints: artifacts are
+read only when pointed at. The loop state of an artifact is its ``trainer.pt`` ``extra`` when
+its plan holds ``training_state``, else ``{}``; ``model.pt`` of an artifact is the same
+ordinary ``torch.save`` file as a checkpoint's (plain ``torch.load(weights_only=True)`` reads
+it).
 
 The newest committed checkpoint that verifies is used; newer ones that do not verify are
 passed over with a warning (logger ``statecraft.eval``). Verification is model-only: the
@@ -36,10 +49,14 @@ from typing import Any
 
 import attrs
 
+from statecraft.checkpoint.artifact_verify import verify_artifact
 from statecraft.checkpoint.compatibility import check_fit
 from statecraft.checkpoint.layout import (
+    ARTIFACT_MANIFEST_NAME,
+    ARTIFACTS_DIR,
     CHECKPOINTS_DIR,
     LATEST_POINTER,
+    iter_dirname,
     list_attempts,
     parse_iter_dirname,
 )
@@ -59,7 +76,7 @@ _VERIFY = ("digest", "size")
 _FS = OsFilesystem()
 _KINDS = (
     "an output root with one run, a run dir <root>/<project>/<group>/<name>, an attempt dir, "
-    "a checkpoints/ dir or an iter_* dir"
+    "a checkpoints/ dir, an iter_* dir, or a checkpoint_artifacts/ dir or one artifact in it"
 )
 
 
@@ -70,12 +87,26 @@ class LoadedCheckpoint:
     Attributes:
         location: the ``iter_*`` directory (a filesystem path).
         iteration: its optimizer step.
-        loop_state: the loop's own values saved with it (``trainer.pt`` ``extra``; a copy).
+        loop_state: the loop's own values saved with it (``trainer.pt`` ``extra``; a copy;
+            ``{}`` for an artifact without ``training_state``).
+        kind: ``"checkpoint"`` (a full checkpoint) or ``"artifact"`` (a partial artifact).
     """
 
     location: str
     iteration: int
     loop_state: dict[str, Any]
+    kind: str = "checkpoint"
+
+
+@attrs.frozen
+class _Chosen:
+    """A verified checkpoint or artifact: what loading needs of either."""
+
+    location: str  # a filesystem path
+    iteration: int
+    trainer: Any  # TrainerState | None
+    payloads: dict[str, Any] = attrs.field(eq=False, repr=False)
+    kind: str = "checkpoint"
 
 
 def _is_dir(path: Path, fs: Filesystem = _FS) -> bool:
@@ -146,9 +177,9 @@ def _checkpoint_dirs(source: Path, given: str) -> tuple[list[Path], int | None]:
     return dirs, None
 
 
-def _choose(source: str | os.PathLike[str], verify: str) -> VerifiedCheckpoint:
+def _choose(source: str | os.PathLike[str], verify: str) -> _Chosen:
     """The newest committed checkpoint under ``source`` whose model and trainer state
-    verify (see the module docstring)."""
+    verify, or the artifact ``source`` names (see the module docstring)."""
     if verify not in _VERIFY:
         raise CheckpointError(f"verify must be one of {list(_VERIFY)}, got {verify!r}")
     given = str(source)
@@ -157,6 +188,9 @@ def _choose(source: str | os.PathLike[str], verify: str) -> VerifiedCheckpoint:
         raise CheckpointSourceError(
             f"{given}: no such directory; point at {_KINDS}", source=given, runs=[]
         )
+    artifacts = _artifact_source(path)
+    if artifacts is not None:
+        return _choose_artifact(*artifacts, verify=verify, given=given)
     dirs, pinned = _checkpoint_dirs(path, given)
     passed_over: list[str] = []
     for directory in dirs:
@@ -164,7 +198,9 @@ def _choose(source: str | os.PathLike[str], verify: str) -> VerifiedCheckpoint:
         iterations = [pinned] if pinned is not None else list_iterations(store)
         for iteration in iterations:
             try:
-                return verify_checkpoint(store, iteration, level=verify, only=(_MODEL,))
+                return _of_checkpoint(
+                    verify_checkpoint(store, iteration, level=verify, only=(_MODEL,))
+                )
             except (StatecraftError, OSError) as exc:  # does not verify: pass over, with why
                 if pinned is not None:
                     raise
@@ -181,15 +217,75 @@ def _choose(source: str | os.PathLike[str], verify: str) -> VerifiedCheckpoint:
     )
 
 
-def _path(chosen: VerifiedCheckpoint) -> str:
-    return chosen.location.removeprefix("local:")
+def _of_checkpoint(verified: VerifiedCheckpoint) -> _Chosen:
+    location = verified.location.removeprefix("local:")
+    return _Chosen(location, verified.iteration, verified.trainer, verified.payloads)
+
+
+def _artifact_source(path: Path) -> tuple[Path, int | None] | None:
+    """``(checkpoint_artifacts root, pinned iteration or None)`` when ``path`` is a
+    ``checkpoint_artifacts/`` dir or an artifact in one (or an ``iter_*`` dir holding an
+    artifact manifest); ``None`` for any other source."""
+    if path.name == ARTIFACTS_DIR:
+        return path, None
+    iteration = parse_iter_dirname(path.name)
+    if iteration is None:
+        return None
+    manifest = _FS.stat(str(path / ARTIFACT_MANIFEST_NAME))
+    if path.parent.name == ARTIFACTS_DIR or manifest is not None:
+        return path.parent, iteration
+    return None
+
+
+def _choose_artifact(root: Path, pinned: int | None, *, verify: str, given: str) -> _Chosen:
+    """The artifact ``pinned`` under ``root`` (or the newest with ``model`` that verifies),
+    verified model-only. ``root`` exists (the source was stat'ed), so the store creates
+    nothing."""
+    store = LocalStore(str(root.resolve()), fs=_FS)
+    iterations = [pinned] if pinned is not None else list_iterations(store)
+    passed_over: list[str] = []
+    for iteration in iterations:
+        try:
+            record = verify_artifact(store, iteration, level="manifest")
+            plan = record.manifest.plan
+            if "model" not in plan.components:
+                if pinned is None:
+                    continue
+                raise CheckpointSourceError(
+                    f"{root / iter_dirname(iteration)}: is an artifact of plan {plan}, which "
+                    f"holds no model weights ({_MODEL}); load_weights needs an artifact whose plan "
+                    "includes model, or a full checkpoint",
+                    source=given,
+                    passed_over=[],
+                )
+            verified = verify_artifact(
+                store, iteration, level=verify, keep_payloads=True, only=(_MODEL,)
+            )
+        except (StatecraftError, OSError) as exc:  # does not verify: pass over, with why
+            if pinned is not None:
+                raise
+            passed_over.append(str(exc))
+            log.warning("passed over %s/iter_%09d: %s", root, iteration, exc)
+            continue
+        location = verified.where.removeprefix("local:")
+        return _Chosen(location, iteration, verified.trainer, verified.payloads, "artifact")
+    raise CheckpointSourceError(
+        f"{given}: no committed artifact with model that verifies (verify={verify}; "
+        f"{len(passed_over)} passed over"
+        + (f", the newest because {passed_over[0]}" if passed_over else "")
+        + "); run statecraft inspect on the attempt to see every artifact's state",
+        source=given,
+        passed_over=passed_over,
+    )
 
 
 def load_weights(
     model: Any, source: str | os.PathLike[str], *, verify: str = "digest"
 ) -> LoadedCheckpoint:
     """Load the weights of the newest committed checkpoint under ``source`` (or the given
-    ``iter_*`` one) into ``model``; see the module docstring for ``source``.
+    ``iter_*`` one, or the given partial artifact ``checkpoint_artifacts/iter_*`` whose plan
+    includes ``model``) into ``model``; see the module docstring for ``source``. Reads only:
+    no attempt, lease, pointer or directory is created.
 
     Args:
         model: an ``nn.Module`` built with the saving run's shapes and dtypes.
@@ -200,18 +296,20 @@ def load_weights(
 
     Raises:
         CheckpointSourceError: ``source`` does not exist, holds no run or several, or no
-            checkpoint under it verifies.
-        CheckpointCorruptError / TrainerStateError: an ``iter_*`` source does not verify.
+            checkpoint under it verifies; an artifact source whose plan has no ``model``.
+        CheckpointCorruptError / TrainerStateError: an ``iter_*`` or artifact source does
+            not verify (not committed, damaged, a full-checkpoint manifest in an artifact
+            directory, ...).
         ResumeError: the model does not fit the checkpoint (names, shapes, dtypes; the model
             is unchanged).
     """
     chosen = _choose(source, verify)
     state = chosen.payloads.pop(_MODEL)
-    location = _path(chosen)
+    location = chosen.location
     check_fit(_Model(model), chosen.trainer, Components(state, None, None), location=location)
     model.load_state_dict(state)
-    log.info("loaded the weights of %s (iter %d)", location, chosen.iteration)
-    return LoadedCheckpoint(location, chosen.iteration, _loop_state(chosen))
+    log.info("loaded the weights of %s %s (iter %d)", chosen.kind, location, chosen.iteration)
+    return LoadedCheckpoint(location, chosen.iteration, _loop_state(chosen), chosen.kind)
 
 
 def read_loop_state(source: str | os.PathLike[str], *, verify: str = "digest") -> dict[str, Any]:
@@ -225,7 +323,7 @@ def read_loop_state(source: str | os.PathLike[str], *, verify: str = "digest") -
     return _loop_state(_choose(source, verify))
 
 
-def _loop_state(chosen: VerifiedCheckpoint) -> dict[str, Any]:
+def _loop_state(chosen: _Chosen) -> dict[str, Any]:
     trainer = chosen.trainer
     return copy.deepcopy(dict(trainer.extra)) if trainer is not None else {}
 

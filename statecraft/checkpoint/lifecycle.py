@@ -3,10 +3,11 @@
 Two rules keep a checkpoint series one trajectory and leave ``latest`` correct:
 
 - **No save without a resume.** A process that did not call ``Checkpointer.resume()`` must not
-  save into an attempt that already holds committed checkpoints: its live state is not their
-  continuation, and its saves would be skipped as retries at the committed iterations and
-  written at the others, mixing two runs. :func:`resume_required` builds the refusal
-  (:class:`~statecraft.errors.ResumeRequiredError`); :func:`newest_committed` is the check.
+  save into an attempt that already holds committed checkpoints or committed partial
+  artifacts: its live state is not their continuation, and its saves would be skipped as
+  retries at the committed iterations and written at the others, mixing two runs.
+  :func:`resume_required` builds the refusal (:class:`~statecraft.errors.ResumeRequiredError`);
+  :func:`newest_committed` and :func:`newest_committed_artifact` are the checks.
 - **A resume completes the pointer.** A kill after a save's manifest commit and before its
   pointer update leaves ``latest_checkpoint.txt`` naming an older iteration (or nothing) and a
   ``.latest_checkpoint.txt.tmp-*`` file behind. When resume adopts a committed iteration newer
@@ -29,6 +30,7 @@ from typing import Any
 
 import attrs
 
+from statecraft.checkpoint.artifact_manifest import read_artifact_manifest
 from statecraft.checkpoint.catalog import (
     CheckpointState,
     LatestPointer,
@@ -36,7 +38,13 @@ from statecraft.checkpoint.catalog import (
     classify,
     read_latest,
 )
-from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, RunAttempt, iter_dirname
+from statecraft.checkpoint.layout import (
+    ARTIFACTS_DIR,
+    LATEST_POINTER,
+    MANIFEST_NAME,
+    RunAttempt,
+    iter_dirname,
+)
 from statecraft.checkpoint.lease import WriterLease
 from statecraft.checkpoint.transactions.save import SaveContext
 from statecraft.checkpoint.verify import list_iterations, read_manifest
@@ -50,6 +58,7 @@ __all__ = [
     "Lifecycle",
     "complete_adopted_attempt",
     "newest_committed",
+    "newest_committed_artifact",
     "pointer_behind",
     "resume_again",
     "resume_required",
@@ -101,11 +110,19 @@ class Lifecycle:
         if problem is not None:
             raise problem
 
-    def before_save(self, collective: Collective, attempt: RunAttempt | None, store: Store) -> None:
+    def before_save(
+        self,
+        collective: Collective,
+        attempt: RunAttempt | None,
+        store: Store,
+        *,
+        artifacts: Store | None = None,
+    ) -> None:
         """Refuse a save by a process that did not resume, or started fresh, into an attempt
-        that holds committed checkpoints (rank 0 looks; every rank raises the same error).
-        Once allowed, later saves are not looked at again (they continue this process's own
-        series).
+        that holds committed checkpoints, or committed artifacts (``artifacts``: the
+        attempt's ``checkpoint_artifacts`` root, ``None`` when it does not exist) (rank 0
+        looks; every rank raises the same error). Once allowed, later saves are not looked
+        at again (they continue this process's own series).
 
         Raises:
             ResumeRequiredError: the attempt holds a commit and ``resume()`` was not called,
@@ -114,10 +131,19 @@ class Lifecycle:
         if self.may_save:
             return
         minted = attempt is not None and attempt.minted
-        newest = None if minted else on_rank_zero(collective, lambda: newest_committed(store))
-        if newest is not None:
+
+        def newest() -> tuple[int, str] | None:
+            checkpoint = newest_committed(store)
+            if checkpoint is not None:
+                return checkpoint, "checkpoints"
+            artifact = None if artifacts is None else newest_committed_artifact(artifacts)
+            return None if artifact is None else (artifact, "artifacts")
+
+        found = None if minted else on_rank_zero(collective, newest)
+        if found is not None:
             where = attempt.run_dir if attempt is not None else store.describe()
-            raise resume_required(str(where), newest, fresh_reason=self.fresh_reason)
+            iteration, kind = found
+            raise resume_required(str(where), iteration, fresh_reason=self.fresh_reason, kind=kind)
         self.may_save = True
 
 
@@ -157,14 +183,29 @@ def newest_committed(store: Store) -> int | None:
     return None
 
 
+def newest_committed_artifact(artifacts: Store) -> int | None:
+    """The newest iteration of the ``checkpoint_artifacts`` root ``artifacts`` that holds a
+    readable artifact manifest (a commit), or ``None``. Only manifests are read."""
+    for iteration in list_iterations(artifacts):
+        try:
+            read_artifact_manifest(artifacts, iteration)
+        except (FileNotFoundError, CheckpointError):
+            continue
+        return iteration
+    return None
+
+
 def resume_required(
-    attempt: str, iteration: int, *, fresh_reason: str | None = None
+    attempt: str, iteration: int, *, fresh_reason: str | None = None, kind: str = "checkpoints"
 ) -> ResumeRequiredError:
     """The refusal of a save by a process that did not resume (or that started fresh for
-    ``fresh_reason``) into ``attempt``, whose newest committed iteration is ``iteration``."""
+    ``fresh_reason``) into ``attempt``, whose newest committed iteration is ``iteration``
+    (``kind``: ``"checkpoints"``, or ``"artifacts"`` when it holds only partial artifacts,
+    under ``checkpoint_artifacts/``)."""
+    what = "checkpoints" if kind == "checkpoints" else f"partial artifacts (under {ARTIFACTS_DIR}/)"
     if fresh_reason is not None:
         return ResumeRequiredError(
-            f"refusing to save: {attempt} already holds committed checkpoints (newest "
+            f"refusing to save: {attempt} already holds committed {what} (newest "
             f"{iter_dirname(iteration)}) but this process started fresh in it ({fresh_reason}),"
             " so its saves would collide with those iterations and mix two trajectories in one "
             "checkpoint series. Nothing was written. Set resume=off without a pinned run_ts to "
@@ -173,7 +214,7 @@ def resume_required(
             iteration=iteration,
         )
     return ResumeRequiredError(
-        f"refusing to save: {attempt} already holds committed checkpoints (newest "
+        f"refusing to save: {attempt} already holds committed {what} (newest "
         f"{iter_dirname(iteration)}) and this process did not call Checkpointer.resume(), so "
         "its state is not their continuation and its saves would mix two trajectories in one "
         "checkpoint series. Nothing was written. Call ckpt.resume() before the training loop "

@@ -20,6 +20,7 @@ from statecraft.checkpoint.lease import WriterLease
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN
 from statecraft.checkpoint.state import DataState, TrainerState
 from statecraft.checkpoint.transactions.save import SaveContext
+from statecraft.checkpoint.validation_records import ValidationState
 from statecraft.engine import RunResult
 from statecraft.parallel.collectives import Collective
 from statecraft.storage.base import Store
@@ -51,6 +52,7 @@ def save_full_checkpoint(
     lease: WriterLease | None,
     machine: Any,
     location: str,
+    validation: ValidationState | None = None,
 ) -> SaveReport:
     """Capture the trainer state and run the save machine for iteration ``step``.
 
@@ -62,6 +64,9 @@ def save_full_checkpoint(
         lease: this process's writer lease, checked before every publication.
         machine: the loaded ``save`` machine.
         location: the checkpoints directory, for the report and the log line.
+        validation: the run's validation identity and the stage ``trainer.pt`` records
+            (``EVALUATION_PENDING`` for the save of a durable validation); ``None`` records
+            ``ValidationState()`` (disabled, stage ``NONE``).
 
     Raises:
         UnsafeStateError: a value to save could not be loaded back (nothing written).
@@ -77,6 +82,7 @@ def save_full_checkpoint(
         extra=tracked.loop_state,
         stateful=tracked.stateful,
         unsafe_elsewhere=() if data is None else data.problems,
+        validation=validation,
     )
     plan = CHECKPOINT_PLAN.save_plan(step, with_data=tracked.data is not None)
     from statecraft import __version__

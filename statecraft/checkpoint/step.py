@@ -5,6 +5,10 @@
     end = ckpt.step_end()
     if end.saved is not None:
         print(f"saved iter {end.saved.iteration}")
+    if end.artifact is not None:        # a partial plan: checkpoint_artifacts/iter_*
+        print(f"artifact iter {end.artifact.iteration}: {end.artifact.components}")
+    if end.validated:                   # the evaluation ran at this step
+        print(f"validated: {end.metrics}")
     if end:                     # bool(end) is end.stop: the loop must stop now
         break
 
@@ -18,8 +22,10 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-if TYPE_CHECKING:  # the facade imports this module; the report type is only annotated
+if TYPE_CHECKING:  # the facade imports this module; the report types are only annotated
+    from statecraft.checkpoint.artifact_saving import ArtifactReport
     from statecraft.checkpoint.saving import SaveReport
+    from statecraft.checkpoint.validation_saving import ValidationReport
 
 __all__ = ["StepEnd"]
 
@@ -29,8 +35,14 @@ class StepEnd:
     """The outcome of one ``Checkpointer.step_end()`` call.
 
     Attributes:
-        saved: the report of the save this boundary made (on rank 0; ``None`` on other ranks,
-            and ``None`` when no save was due).
+        saved: the report of the full checkpoint this boundary saved (a regular save, or the
+            evaluation-pending save of a durable validation); on rank 0 (``None`` on other
+            ranks, and ``None`` when no checkpoint was saved).
+        artifact: the report of the partial artifact this boundary committed
+            (``checkpoint_artifacts/iter_*``, a partial plan), on rank 0; else ``None``.
+        metrics: the evaluation's metrics when it ran at this boundary (``None`` otherwise).
+        validated: the evaluation ran and succeeded at this boundary (every rank).
+        validation: the durable validation's report (its stage: published), on rank 0.
         stop: the loop must stop now (termination handling arrives with emergency saves; this
             release never asks to stop).
         reason: why the loop must stop (``None`` while ``stop`` is false).
@@ -45,6 +57,10 @@ class StepEnd:
     saved: SaveReport | None = None
     stop: bool = False
     reason: str | None = None
+    artifact: ArtifactReport | None = None
+    metrics: dict[str, float] | None = None
+    validated: bool = False
+    validation: ValidationReport | None = None
 
     def __bool__(self) -> bool:
         return self.stop

@@ -2,12 +2,17 @@
 
 ::
 
-    python -m statecraft.cli.demo_train --out DIR --steps N --save-every K [--seed S]
+    python -m statecraft.cli.demo_train --out DIR --steps N --save-every K [--validate-every V]
+        [--seed S]
 
 A small real training run (an MLP with dropout on synthetic regression data, AdamW, a warmup +
 cosine ``LambdaLR``, a shuffled data source) checkpointed through the public API with
-``save_every=K save_async=false keep_optim_last=0 resume=auto``. Running the same command again
-after a kill resumes from the newest checkpoint that verifies.
+``save_every=K save_async=false keep_optim_last=0 resume=auto``. With ``--validate-every V``
+the run also validates (``validation.every=V validation.save_checkpoint=true``): the held-out
+MSE of a fixed held-out set is evaluated at every V-th step through the durable validation
+transaction (an evaluation-pending checkpoint, then the evaluation, then publication).
+Running the same command again after a kill resumes from the newest checkpoint that verifies,
+and first finishes its validation when it was pending.
 
 Progress protocol: one line per event on stdout, flushed at once, so a parent can kill the
 process at a chosen point and know where it was::
@@ -16,6 +21,11 @@ process at a chosen point and know where it was::
     step <n>                         after optimizer step n is applied and recorded
     save-begin <n>                   right before the checkpoint of step n is written
     save-end <n> <seconds>           after it is committed (seconds of the save transaction)
+    evaluated <n> <val_loss>         the evaluation of step n returns (printed by the evaluation
+                                     callable, so before its result is recorded)
+    pending <n> <stage>              after the resume decision, when the adopted checkpoint's
+                                     validation was pending (finished by resume() since)
+    published <n> <val_loss>         after iter n's validation is published
     done <step>                      after finalize(); the process then exits 0
 
 The model, data and data source live here (not in ``examples/``) so that ``statecraft demo``
@@ -55,6 +65,7 @@ INPUT_DIM = 32
 HIDDEN_DIM = 256
 BATCH_SIZE = 64
 WARMUP_STEPS = 5
+HELDOUT = 256  # held-out examples the validation evaluates on
 
 
 class ShuffledBatches:
@@ -175,8 +186,25 @@ def _say(stream: TextIO, *fields: object) -> None:
     print(*fields, file=stream, flush=True)
 
 
+def heldout_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    """The model's MSE on the held-out set, in eval mode (no dropout, so no random numbers are
+    drawn: validating does not change the training trajectory)."""
+    model.eval()
+    try:
+        with torch.no_grad():
+            return float(nn.functional.mse_loss(model(x), y))
+    finally:
+        model.train()
+
+
 def train(
-    out: str, *, steps: int, save_every: int, seed: int = 0, stream: TextIO | None = None
+    out: str,
+    *,
+    steps: int,
+    save_every: int,
+    validate_every: int = 0,
+    seed: int = 0,
+    stream: TextIO | None = None,
 ) -> int:
     """Train (or resume) the demo run under ``out`` to ``steps`` steps; return the final step.
 
@@ -187,8 +215,11 @@ def train(
         ValueError: ``steps`` or ``save_every`` is not a positive int.
         CheckpointError: a save or a resume failed (see the checkpoint modules).
     """
-    if steps < 1 or save_every < 1:
-        raise ValueError(f"steps and save_every must be >= 1, got {steps} and {save_every}")
+    if steps < 1 or save_every < 1 or validate_every < 0:
+        raise ValueError(
+            f"steps and save_every must be >= 1 and validate_every >= 0, got {steps}, "
+            f"{save_every} and {validate_every}"
+        )
     stream = stream or sys.stdout
     torch.set_num_threads(1)  # determinism and no oversubscription on small machines
     random.seed(seed)
@@ -209,6 +240,11 @@ def train(
             "save_async=false",
             "keep_optim_last=0",
             "resume=auto",
+            *(
+                [f"validation.every={validate_every}", "validation.save_checkpoint=true"]
+                if validate_every
+                else []
+            ),
         ],
     )
     ckpt = sc.Checkpointer(config, run=DEMO_RUN, output_root=out)
@@ -219,8 +255,20 @@ def train(
         data=data,
         scheduler_identity=identity,
     )
+    held_x, held_y = (t[:HELDOUT] for t in make_dataset(seed + 1))
+
+    def evaluate(step: int) -> dict[str, float]:
+        loss = heldout_loss(model, held_x, held_y)
+        _say(stream, "evaluated", step, f"{loss:.6f}")
+        return {"val_loss": loss}
+
+    if validate_every:
+        ckpt.validate_with(evaluate, source=f"demo-heldout-{HELDOUT}")
     start = ckpt.resume()
     _say(stream, "resumed", start.step, start.source or "-")
+    if start.validation_stage.value in ("evaluation_pending", "publication_pending"):
+        _say(stream, "pending", start.step, start.validation_stage.value)
+        _say(stream, "published", start.step, f"{(start.metrics or {})['val_loss']:.6f}")
 
     model.train()
     for step in range(start.step, steps):
@@ -233,22 +281,29 @@ def train(
         ckpt.record(sc.Outcome.APPLIED)
         _say(stream, "step", step + 1)
         saves_before = len(ckpt.saves)
-        if (step + 1) % save_every == 0:
+        validating = validate_every > 0 and (step + 1) % validate_every == 0
+        if (step + 1) % save_every == 0 or validating:
             _say(stream, "save-begin", step + 1)
-        stop = ckpt.step_end()
-        if len(ckpt.saves) > saves_before:
-            _say(stream, "save-end", step + 1, f"{ckpt.saves[-1].seconds:.4f}")
-        if stop:
+        end = ckpt.step_end()
+        _report(stream, ckpt, end, saves_before)
+        if end:
             break
     final_save_due = ckpt.step > 0 and ckpt.last_saved_step != ckpt.step
     if final_save_due:
         _say(stream, "save-begin", ckpt.step)
     saves_before = len(ckpt.saves)
     ckpt.finalize()
-    if len(ckpt.saves) > saves_before:
-        _say(stream, "save-end", ckpt.step, f"{ckpt.saves[-1].seconds:.4f}")
+    if ckpt.final is not None:
+        _report(stream, ckpt, ckpt.final, saves_before)
     _say(stream, "done", ckpt.step)
     return ckpt.step
+
+
+def _report(stream: TextIO, ckpt: sc.Checkpointer, end: sc.StepEnd, saves_before: int) -> None:
+    if len(ckpt.saves) > saves_before:
+        _say(stream, "save-end", ckpt.step, f"{ckpt.saves[-1].seconds:.4f}")
+    if end.validation is not None and end.metrics is not None:
+        _say(stream, "published", ckpt.step, f"{end.metrics['val_loss']:.6f}")
 
 
 def _positive(text: str) -> int:
@@ -266,9 +321,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="output root of the run")
     parser.add_argument("--steps", type=_positive, required=True, help="optimizer steps in total")
     parser.add_argument("--save-every", type=_positive, required=True, help="checkpoint cadence")
+    parser.add_argument(
+        "--validate-every", type=int, default=0, help="validation cadence (0: no validation)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of data, init and dropout")
     args = parser.parse_args(argv)
-    train(args.out, steps=args.steps, save_every=args.save_every, seed=args.seed)
+    train(
+        args.out,
+        steps=args.steps,
+        save_every=args.save_every,
+        validate_every=args.validate_every,
+        seed=args.seed,
+    )
     return 0
 
 

@@ -33,6 +33,7 @@ from statecraft.checkpoint.state import (
     capture_rng_state,
     gather_rng_inventory,
 )
+from statecraft.checkpoint.transactions.resume_records import Tracked
 
 __all__ = [
     "SALT_RETRY",
@@ -43,6 +44,8 @@ __all__ = [
     "expected_payloads",
     "fresh_objects",
     "preserved_rng",
+    "rng_at",
+    "tracked_at",
 ]
 
 SALT_SETUP = 0  # checkpoints committed by the scenario's setup
@@ -202,3 +205,40 @@ class LoadedState:
                 "skips_consecutive": clocks.skips_consecutive,
             },
         )
+
+
+@functools.lru_cache(maxsize=64)
+def tracked_at(iteration: int, *, salt: int) -> Tracked:
+    """The live objects of a run at ``iteration`` as the facade tracks them (no data
+    source), holding the state :func:`expected_payloads` describes: for scenarios that save
+    through the production :func:`~statecraft.checkpoint.saving.save_full_checkpoint`.
+    Saving never changes them, so they are built once per (iteration, salt)."""
+    with preserved_rng():
+        model = _model()
+    with torch.no_grad():
+        model.weight.fill_(float(iteration))
+        model.bias.fill_(float(iteration))
+    optimizer = _optimizer(model)
+    for p in model.parameters():
+        optimizer.state[p] = {
+            "step": torch.tensor(float(iteration)),
+            "exp_avg": torch.full_like(p, iteration + 0.25),
+            "exp_avg_sq": torch.full_like(p, iteration + 0.5),
+        }
+    scheduler = _scheduler(optimizer)
+    scheduler.last_epoch = iteration
+    clocks = UpdateClocks(
+        optimizer_step=iteration, attempt_id=iteration + 1, skips_total=1, skips_consecutive=0
+    )
+    return Tracked(
+        model=model,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        clocks=clocks,
+        loop_state={"salt": salt},
+    )
+
+
+def rng_at(iteration: int) -> RngInventory:
+    """The RNG inventory a run saves at ``iteration`` (seeded from it)."""
+    return _rng_inventory(iteration)

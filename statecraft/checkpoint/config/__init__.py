@@ -13,7 +13,9 @@ Loading protocol (who calls what):
        :class:`~statecraft.errors.ConfigError` whose ``issues`` name each dotted knob;
     3. the caller then calls :meth:`CheckpointConfig.require_supported`, which raises
        :class:`~statecraft.errors.NotSupportedYetError` for a valid knob whose feature is not built
-       yet and returns warnings for defaults that are safe to continue with.
+       yet and returns warnings for defaults that are safe to continue with;
+    4. :func:`plan_warnings` returns one line per partial component plan the config makes
+       active (issued by the facade as a ``UserWarning``).
 
 Example:
     >>> cfg = CheckpointConfig.load(None, ["save_every=100", "save_async=false"])
@@ -31,6 +33,7 @@ from statecraft.checkpoint.config.knobs import (
     StoreBackend,
     VerifyMode,
 )
+from statecraft.checkpoint.config.plans import plan_warnings, run_plan, validation_plan
 from statecraft.checkpoint.config.rows import KnobRow, knob_rows
 from statecraft.checkpoint.config.schema import (
     CheckpointConfig,
@@ -61,4 +64,7 @@ __all__ = [
     "VerifyMode",
     "declared_features",
     "knob_rows",
+    "plan_warnings",
+    "run_plan",
+    "validation_plan",
 ]

@@ -92,18 +92,34 @@ class UploadConfig:
 
 @attrs.frozen(kw_only=True)
 class ValidationConfig:
-    """Whether validation requests its own save, and which components (``validation.*``).
+    """When model validation runs, whether it requests its own save, and which components
+    (``validation.*``).
 
-    ``checkpoint_components`` is canonicalized into :data:`FULL_PLAN` order and is inactive
-    unless ``save_checkpoint`` is true.
+    - ``every``: validate at every optimizer step that is a multiple of it, and at the final
+      step when not already validated there; ``0`` (the default) never validates on a
+      cadence. Validation runs only when the loop registered an evaluation
+      (``Checkpointer.validate_with``).
+    - ``before_training``: one checkpoint-free pass before the first step of a fresh run that
+      has steps left (it never saves, whatever ``save_checkpoint`` says).
+    - ``save_checkpoint``: validation requests a save of ``checkpoint_components`` (full plan:
+      the durable evaluation-pending checkpoint; partial: an artifact committed after a
+      successful evaluation).
+    - ``checkpoint_components`` is canonicalized into :data:`FULL_PLAN` order and is inactive
+      unless ``save_checkpoint`` is true.
+
+    ``save_checkpoint=true`` with ``every=0`` requests no save by itself (only
+    ``before_training`` could validate, and that pass never saves): not an error, but
+    :func:`~statecraft.checkpoint.config.plans.plan_warnings` says so.
 
     Raises:
-        ConfigError: a knob has the wrong type, or the plan is empty, has duplicates or unknown
-            names.
+        ConfigError: a knob has the wrong type, ``every`` is not a count, or the plan is
+            empty, has duplicates, non-strings or unknown names.
     """
 
     _knob_prefix = "validation."
 
+    every: int = attrs.field(default=0, metadata={_CHECK: _COUNT})
+    before_training: bool = attrs.field(default=False, metadata={_CHECK: _flag})
     save_checkpoint: bool = attrs.field(default=False, metadata={_CHECK: _flag})
     checkpoint_components: tuple[Component, ...] = attrs.field(
         default=FULL_PLAN, metadata={_CHECK: _components}
@@ -247,9 +263,9 @@ class CheckpointConfig:
             (``save_async=true``, ``keep_optim_last=null``); the caller logs them.
 
         Raises:
-            NotSupportedYetError: for the first knob (backend, format, upload, validation save,
-                partial plan, emergency plan, retention, strict cursor) whose value would change
-                behaviour this release cannot deliver.
+            NotSupportedYetError: for the first knob (backend, format, upload, emergency
+                plan, retention) whose value would change behaviour this release cannot
+                deliver.
         """
         from statecraft.checkpoint.config.support import require_supported
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from statecraft.checkpoint.config.knobs import FULL_PLAN, _knob_value
+from statecraft.checkpoint.config.knobs import _knob_value
 from statecraft.errors import NotSupportedYetError
 
 if TYPE_CHECKING:
@@ -139,25 +139,6 @@ UPLOAD = Feature(
     requests=(
         KnobRequest(
             "upload.enabled", bool, "set upload.enabled=false and copy checkpoints out of band"
-        ),
-    ),
-)
-
-VALIDATION_SAVES = Feature(
-    "validation saves",
-    requests=(
-        KnobRequest("validation.save_checkpoint", bool, "set validation.save_checkpoint=false"),
-    ),
-)
-
-PARTIAL_PLANS = Feature(
-    "partial (non-resumable) artifacts",
-    requests=(
-        KnobRequest(
-            "checkpoint_components",
-            lambda v: v != FULL_PLAN,
-            "partial (non-resumable) artifacts are not built yet; "
-            "set checkpoint_components=[model,optimizer,training_state]",
         ),
     ),
 )

@@ -1,6 +1,11 @@
 """Reading a ``trainer.pt`` payload: every schema version's keys and the checks that turn a
 loaded payload into the fields of a :class:`~statecraft.checkpoint.state.TrainerState`, or one
-error naming every bad field."""
+error naming every bad field.
+
+Versions: ``v3`` (written) = ``v2`` + ``validation`` (a ``statecraft.validation-state.v1``
+mapping, :class:`~statecraft.checkpoint.validation_records.ValidationState`, or ``None``);
+``v2`` = ``v1`` + ``stateful`` and ``optimizer_class``; legacy files carry no schema. A file
+older than v3 reads with ``validation=None``."""
 
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from statecraft.checkpoint.state.problems import (
 from statecraft.checkpoint.state.rng_inventory import RngInventory
 from statecraft.checkpoint.state.safe_values import unsafe_paths
 from statecraft.checkpoint.state.scheduler_identity import SchedulerIdentity
+from statecraft.checkpoint.validation_records import ValidationState
 from statecraft.errors import TrainerStateError
 
 __all__ = [
@@ -27,9 +33,10 @@ __all__ = [
     "value_problems",
 ]
 
-TRAINER_STATE_SCHEMA = "statecraft.trainer-state.v2"
+TRAINER_STATE_SCHEMA = "statecraft.trainer-state.v3"
 _V1 = "statecraft.trainer-state.v1"
-READABLE_TRAINER_SCHEMAS = (_V1, TRAINER_STATE_SCHEMA)
+_V2 = "statecraft.trainer-state.v2"
+READABLE_TRAINER_SCHEMAS = (_V1, _V2, TRAINER_STATE_SCHEMA)
 
 _V1_KEYS = frozenset(
     {
@@ -47,7 +54,8 @@ _V1_KEYS = frozenset(
         "extra",
     }
 )
-_PAYLOAD_KEYS = {_V1: _V1_KEYS, TRAINER_STATE_SCHEMA: _V1_KEYS | {"stateful", "optimizer_class"}}
+_V2_KEYS = _V1_KEYS | {"stateful", "optimizer_class"}
+_PAYLOAD_KEYS = {_V1: _V1_KEYS, _V2: _V2_KEYS, TRAINER_STATE_SCHEMA: _V2_KEYS | {"validation"}}
 
 
 def value_problems(value: Any, name: str) -> list[str]:
@@ -170,6 +178,13 @@ def payload_fields(payload: object, *, source: str) -> dict[str, Any]:
     optimizer_class = payload.get("optimizer_class")
     if optimizer_class is not None and type(optimizer_class) is not str:
         problems.append(f"optimizer_class: expected a str or None; got {describe(optimizer_class)}")
+    validation = None  # v2, v1 and legacy files: recorded before validation identities
+    if schema == TRAINER_STATE_SCHEMA:
+        if "validation" not in payload:
+            problems.append(f"validation: missing (required by {TRAINER_STATE_SCHEMA})")
+        elif payload["validation"] is not None:
+            validation, found = ValidationState.from_payload(payload["validation"])
+            problems += found
     if problems:
         raise state_error(source, "trainer state", problems, TRAINER_CORRUPT_FIX)
     return {
@@ -181,4 +196,5 @@ def payload_fields(payload: object, *, source: str) -> dict[str, Any]:
         "extra": extra,
         "stateful": stateful,
         "optimizer_class": optimizer_class,
+        "validation": validation,
     }

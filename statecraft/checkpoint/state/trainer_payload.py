@@ -22,10 +22,13 @@ The call order of a training loop, and who calls each step:
    then ``state.to_clocks()`` for the loop and :func:`~statecraft.checkpoint.state.restore_rank_rng`
    on every rank.
 
-Schema versions: ``statecraft.trainer-state.v2`` (written) adds ``stateful`` (name ->
-``state_dict()`` of each named stateful object) and ``optimizer_class`` and lets ``extra`` (the
-loop state) hold any weights_only-safe value, tensors included; ``v1`` files and legacy
-(schema-less) files are still read (no stateful objects, no optimizer class).
+Schema versions: ``statecraft.trainer-state.v3`` (written) adds ``validation`` (the run's
+validation identity and the checkpoint's validation stage at save time,
+:class:`~statecraft.checkpoint.validation_records.ValidationState`); ``v2`` added ``stateful``
+(name -> ``state_dict()`` of each named stateful object) and ``optimizer_class`` and let
+``extra`` (the loop state) hold any weights_only-safe value, tensors included; ``v2``, ``v1``
+and legacy (schema-less) files are still read (``validation=None``; v1 and legacy: no stateful
+objects, no optimizer class).
 """
 
 from __future__ import annotations
@@ -61,6 +64,7 @@ from statecraft.checkpoint.state.trainer_fields import (
     stateful_problems,
     value_problems,
 )
+from statecraft.checkpoint.validation_records import ValidationState
 from statecraft.errors import TrainerStateError
 
 __all__ = [
@@ -99,6 +103,9 @@ class TrainerState:
             (``track(stateful={"scaler": scaler})``); names are identifiers.
         optimizer_class: the tracked optimizer's ``"<module>.<qualname>"``, or ``None``
             (not recorded: a v1 or legacy file).
+        validation: the run's validation identity and this checkpoint's validation stage at
+            save time (``NONE`` for a regular save, ``EVALUATION_PENDING`` for a durable
+            validation checkpoint), or ``None`` (not recorded: a file older than v3).
 
     Raises:
         TrainerStateError: on construction, listing every bad field.
@@ -119,6 +126,7 @@ class TrainerState:
         factory=dict, eq=attrs.cmp_using(eq=deep_equal), hash=False
     )
     optimizer_class: str | None = None
+    validation: ValidationState | None = None
 
     def __attrs_post_init__(self) -> None:
         problems = []
@@ -153,6 +161,10 @@ class TrainerState:
             problems.append(
                 f"optimizer_class: expected a str or None; got {describe(self.optimizer_class)}"
             )
+        if self.validation is not None and not isinstance(self.validation, ValidationState):
+            problems.append(
+                f"validation: expected a ValidationState or None; got {describe(self.validation)}"
+            )
         if problems:
             raise state_error(
                 "TrainerState(...)", "trainer state", problems, "Pass the values listed above."
@@ -170,6 +182,7 @@ class TrainerState:
         extra: Mapping[str, Any] | None = None,
         stateful: Mapping[str, Any] | None = None,
         unsafe_elsewhere: tuple[str, ...] = (),
+        validation: ValidationState | None = None,
     ) -> TrainerState:
         """Snapshot the live training objects; later mutation of them does not change it.
 
@@ -189,6 +202,9 @@ class TrainerState:
             stateful: name -> named stateful object (its ``state_dict()`` is deep-copied).
             unsafe_elsewhere: lines already found in state captured with this one (every rank's
                 data state), reported in the same refusal.
+            validation: the run's validation identity and the stage this save records;
+                ``None`` records ``ValidationState()`` (validation disabled, stage ``NONE``):
+                every save records the run's identity.
 
         Raises:
             TrainerStateError: the accumulation window is open.
@@ -219,6 +235,7 @@ class TrainerState:
             extra=loop_state,
             stateful=objects,
             optimizer_class=None if optimizer is None else optimizer_class_name(optimizer),
+            validation=ValidationState() if validation is None else validation,
         )
 
     def to_clocks(self) -> UpdateClocks:
@@ -237,8 +254,9 @@ class TrainerState:
             Keys ``schema``, ``optimizer_step``, ``iter`` (legacy alias, same value),
             ``attempt_id``, ``skips_total``, ``skips_consecutive``, ``open_microbatches`` (always
             0), ``rng``, ``scheduler``, ``scheduler_identity``, ``extra``, ``stateful``,
-            ``optimizer_class``, and ``optimizer_pristine`` only when True. Containers are
-            copies.
+            ``optimizer_class``, ``validation`` (``ValidationState.to_payload()``, or
+            ``None`` when not recorded), and ``optimizer_pristine`` only when True. Containers
+            are copies.
         """
         payload: dict[str, Any] = {
             "schema": TRAINER_STATE_SCHEMA,
@@ -256,6 +274,7 @@ class TrainerState:
             "extra": copy.deepcopy(self.extra),
             "stateful": copy.deepcopy(self.stateful),
             "optimizer_class": self.optimizer_class,
+            "validation": None if self.validation is None else self.validation.to_payload(),
         }
         if self.optimizer_pristine:
             payload["optimizer_pristine"] = True

@@ -6,7 +6,15 @@ well-formed and agreeing with the iteration); every newer one passed over is log
 reason. ``latest_checkpoint.txt`` names the newest committed iteration for outside readers;
 resume does not trust it blindly: a pointer that is garbage or dangles is reported and
 ignored, because the verified manifests are the ground truth. An explicit path must verify
-or the resume fails; it never falls back and never trains from scratch.
+or the resume fails; it never falls back and never trains from scratch
+(:mod:`.resume_explicit`).
+
+The attempt's partial artifacts (``checkpoint_artifacts/``) are never adopted, but the
+checkpoint resumed must be at or beyond the newest one, and ``resume=auto`` refuses a fresh
+start while one exists (:mod:`.resume_rules`, the same rules ``statecraft inspect`` shows).
+A checkpoint saved under another validation identity is refused before anything loads. A
+pending validation stage of the adopted checkpoint is reported in
+:attr:`ResumeResult.validation_stage` (the facade then finishes it).
 
 What is on disk comes from the checkpoint catalog (:mod:`statecraft.checkpoint.catalog`);
 verification from :mod:`statecraft.checkpoint.verify`; which files load into which tracked
@@ -24,26 +32,24 @@ from __future__ import annotations
 import copy
 import logging
 import sys
-from pathlib import Path
 
+from statecraft.checkpoint.artifact_catalog import scan_artifacts
 from statecraft.checkpoint.catalog import PassedOver, scan
-from statecraft.checkpoint.layout import parse_iter_dirname
 from statecraft.checkpoint.loading import load_all_or_nothing, read_components
-from statecraft.checkpoint.plan import CHECKPOINT_PLAN
 from statecraft.checkpoint.state import (
-    DataState,
-    TrainerState,
     check_scheduler_identity,
     restore_rank_rng,
 )
+from statecraft.checkpoint.transactions.resume_data import add_note, data_status, fit_problem
+from statecraft.checkpoint.transactions.resume_explicit import verify_explicit_source
 from statecraft.checkpoint.transactions.resume_records import ResumeContext, ResumeResult, Tracked
+from statecraft.checkpoint.transactions.resume_rules import artifact_refusal
+from statecraft.checkpoint.validation_records import check_validation_identity
 from statecraft.checkpoint.verify import VerifiedCheckpoint, list_iterations, verify_checkpoint
 from statecraft.engine import Bindings
 from statecraft.engine.tagging import Role, collect_bindings, effect, guard
 from statecraft.errors import CheckpointCorruptError, ResumeError
-from statecraft.storage.base import Store
-from statecraft.storage.filesystem import Filesystem, OsFilesystem
-from statecraft.storage.local import LocalStore
+from statecraft.storage.filesystem import OsFilesystem
 
 __all__ = [
     "PassedOver",
@@ -83,8 +89,9 @@ def has_candidate(ctx: ResumeContext) -> bool:
 # ----------------------------------------------------------------------------- effects
 @effect(role=Role.COORDINATOR)
 def list_candidates(ctx: ResumeContext) -> None:
-    """Scan the attempt's catalog: its iterations, newest first, and a note on a bad latest
-    pointer."""
+    """Scan the attempt's catalog (its iterations, newest first, and a note on a bad latest
+    pointer) and its artifacts."""
+    _scan_artifacts(ctx)
     if ctx.store is None:
         iterations: list[int] = []
     else:
@@ -115,9 +122,13 @@ def verify_next_candidate(ctx: ResumeContext) -> None:
         raise ResumeError("verify_next_candidate ran without a checkpoints store")
     catalog = ctx.catalog or scan(ctx.store, level=ctx.verify_level, writer=ctx.writer)
     entry = catalog.entry(iteration)
-    unfit = _fit_problem(ctx, entry.verified) if entry.verified is not None else None
+    unfit = fit_problem(ctx, entry.verified) if entry.verified is not None else None
     if entry.state.adoptable and unfit is None:
         ctx.chosen = entry.verified
+        ctx.chosen_stage = entry.state.validation_stage
+        ctx.chosen_metrics = entry.metrics
+        for note in entry.notes:
+            add_note(ctx, note)
         return
     reason = unfit or entry.reason
     ctx.passed_over.append(PassedOver(entry.name, reason))
@@ -134,78 +145,83 @@ def verify_next_candidate(ctx: ResumeContext) -> None:
     )
 
 
-def _resolve_explicit(path_text: str, fs: Filesystem) -> tuple[Store, int | None, str]:
-    """The store, iteration (``None`` for a legacy ``.pt``) and name of an explicit path,
-    resolved through ``fs``."""
-    path = Path(path_text).expanduser().absolute()
-    stat = fs.stat(str(path))
-    if stat is not None and stat.is_dir:
-        iteration = parse_iter_dirname(path.name)
-        if iteration is None:
-            raise ResumeError(
-                f"resume={path_text}: a directory must be an iter_<9 digits> checkpoint directory"
-                f" (got {path.name!r}); point resume at one, or use resume=auto"
-            )
-        return LocalStore(str(path.parent.resolve()), fs=fs), iteration, path.name
-    if stat is not None and path.suffix == ".pt":
-        return LocalStore(str(path.parent.resolve()), fs=fs), None, path.name
-    raise ResumeError(
-        f"resume={path_text}: no such checkpoint (expected an existing iter_<9 digits> directory "
-        "or a legacy .pt file). Refusing to train from scratch; fix the path or use resume=auto"
-    )
+def _scan_artifacts(ctx: ResumeContext) -> None:
+    """Find the attempt's newest artifact with a manifest (manifests only: a damaged one
+    still counts), once."""
+    if not ctx.artifacts_scanned:
+        newest = scan_artifacts(ctx.artifacts, level="manifest").newest_with_manifest()
+        ctx.newest_artifact = newest.light() if newest is not None else None
+        ctx.artifacts_scanned = True
 
 
 @effect(role=Role.COORDINATOR)
 def verify_explicit(ctx: ResumeContext) -> None:
-    """Verify the explicitly named checkpoint; any problem fails the resume (no fallback)."""
+    """Verify the explicitly named checkpoint (:mod:`.resume_explicit`); any problem fails
+    the resume (no fallback). An artifact path is refused before anything is read.
 
-    def verify() -> VerifiedCheckpoint:
-        store, iteration, name = _resolve_explicit(
-            ctx.explicit or "", ctx.filesystem or OsFilesystem()
-        )
-        if iteration is not None:
-            return verify_checkpoint(store, iteration, level=ctx.verify_level, writer=ctx.writer)
-        payload = ctx.writer.read(store, name, mmap=False)
-        if not isinstance(payload, dict) or "model" not in payload:
-            raise CheckpointCorruptError(
-                f"{store.describe()}/{name}",
-                "is not a legacy checkpoint (expected a dict with a 'model' state dict)",
-                "Point resume at an iter_* directory instead.",
-            )
-        if "trainer" not in payload:
-            raise ResumeError(
-                f"resume={ctx.explicit}: the legacy file has no trainer state, so its iteration "
-                "cannot be derived; use it as model initialisation instead of exact resume"
-            )
-        trainer = TrainerState.from_payload(payload["trainer"], source=f"{store.describe()}/{name}")
-        log.warning(
-            "resume=%s is a legacy .pt without a manifest: integrity is not verified", ctx.explicit
-        )
-        return VerifiedCheckpoint(
-            store, trainer.optimizer_step, f"{store.describe()}/{name}", trainer, None, payload
-        )
-
-    ctx.chosen = verify()
-
-
-def _fit_problem(ctx: ResumeContext, chosen: VerifiedCheckpoint) -> str | None:
-    """Why ``chosen`` verifies but cannot be this resume's source, or ``None``: the process
-    tracks a data source under ``data.cursor_resume=strict`` and the checkpoint has no
-    ``data.pt`` (a resume that requires the exact data cursor must not restart it)."""
-    if ctx.tracked.data is None or ctx.cursor_resume != "strict":
-        return None
-    if chosen.legacy_payload is not None:
-        has_data = chosen.legacy_payload.get("data") is not None
-    else:
-        has_data = chosen.manifest is not None and "data.pt" in chosen.manifest.files
-    if has_data:
-        return None
-    return (
-        f"{chosen.location}: data.cursor_resume=strict and a data source is tracked, but the "
-        "checkpoint has no data.pt (its data cursor was not saved), so the data source would "
-        "restart; resume from a checkpoint saved with the data source tracked, or set "
-        "data.cursor_resume=auto to accept a non-exact data restart"
+    Raises:
+        ArtifactResumeError: the path is a partial artifact, or a legacy file with no
+            derivable iteration while the attempt holds an artifact.
+        ResumeError / CheckpointCorruptError / TrainerStateError: it does not resolve or
+            verify.
+    """
+    _scan_artifacts(ctx)
+    chosen, reading = verify_explicit_source(
+        ctx.explicit or "",
+        fs=ctx.filesystem or OsFilesystem(),
+        writer=ctx.writer,
+        level=ctx.verify_level,
+        newest_artifact=ctx.newest_artifact,
     )
+    ctx.chosen = chosen
+    ctx.chosen_stage = reading.stage
+    ctx.chosen_metrics = reading.metrics
+    for note in reading.notes:
+        add_note(ctx, note)
+
+
+@effect(role=Role.COORDINATOR)
+def require_no_artifacts(ctx: ResumeContext) -> None:
+    """``resume=auto`` found nothing to adopt: refuse a fresh start while the attempt holds
+    an artifact with a manifest (:func:`~.resume_rules.artifact_refusal`).
+
+    Raises:
+        ArtifactResumeError: naming the artifact, "no resumable checkpoint" and the fixes.
+    """
+    _scan_artifacts(ctx)
+    refusal = artifact_refusal(
+        ctx.newest_artifact, source="resume=auto", checkpoint=None, iteration=None
+    )
+    if refusal is not None:
+        raise refusal
+
+
+@effect(role=Role.COORDINATOR)
+def require_admissible(ctx: ResumeContext) -> None:
+    """The verified checkpoint may be this run's source: at or beyond the attempt's newest
+    artifact, and saved under this run's validation identity (when the context names one).
+    Checked before anything loads.
+
+    Raises:
+        ArtifactResumeError: the checkpoint is older than the newest artifact.
+        ValidationIdentityError: its recorded validation identity differs from this run's.
+    """
+    chosen = ctx.chosen
+    if chosen is None:
+        raise ResumeError("require_admissible ran without a verified checkpoint")
+    _scan_artifacts(ctx)
+    source = "resume=auto" if ctx.mode == "auto" else f"resume={ctx.explicit}"
+    refusal = artifact_refusal(
+        ctx.newest_artifact, source=source, checkpoint=chosen.location, iteration=chosen.iteration
+    )
+    if refusal is not None:
+        raise refusal
+    if ctx.validation_identity is not None:
+        check_validation_identity(
+            getattr(chosen.trainer, "validation", None),
+            ctx.validation_identity,
+            source=f"{chosen.location}/trainer.pt",
+        )
 
 
 @effect(role=Role.EVERY_RANK)
@@ -245,11 +261,11 @@ def load_checkpoint(ctx: ResumeContext) -> None:
             f"{chosen.location}: the checkpoint saved scheduler state but no scheduler is "
             "tracked; pass scheduler= to Checkpointer.track()"
         )
-    problem = _fit_problem(ctx, chosen)
+    problem = fit_problem(ctx, chosen)
     if problem:
         raise ResumeError(problem)
     parts = read_components(chosen, ctx.writer, read_data=ctx.cursor_resume != "off")
-    data_status = _data_status(ctx, chosen, parts.data)
+    data_outcome = data_status(ctx, chosen, parts.data)
     rng_status = load_all_or_nothing(
         tracked,
         trainer,
@@ -261,10 +277,12 @@ def load_checkpoint(ctx: ResumeContext) -> None:
         restore_rng=restore_rank_rng,
     )
     reason = f"resumed from {chosen.location} (iter {chosen.iteration})"
+    if ctx.chosen_stage.value != "none":
+        reason += f", validation {ctx.chosen_stage.value.replace('_', '-')}"
     if ctx.passed_over:
         reason += f"; passed over {', '.join(p.name for p in ctx.passed_over)}"
     if ctx.verify_level != "digest" and chosen.manifest is not None:
-        _note(
+        add_note(
             ctx,
             f"verify={ctx.verify_level}: file sizes were checked but not content digests, so "
             "silent corruption of same-sized bytes would not be detected",
@@ -275,74 +293,13 @@ def load_checkpoint(ctx: ResumeContext) -> None:
         reason,
         tuple(ctx.passed_over),
         rng_status,
-        data_status,
+        data_outcome,
         tuple(ctx.notes),
         copy.deepcopy(trainer.extra),
+        ctx.chosen_stage,
+        dict(ctx.chosen_metrics) if ctx.chosen_metrics is not None else None,
     )
     log.info(reason)
-
-
-def _note(ctx: ResumeContext, note: str) -> None:
-    """Log ``note`` as a warning and return it in the result's notes."""
-    log.warning(note)
-    ctx.notes.append(note)
-
-
-def _data_status(ctx: ResumeContext, chosen: VerifiedCheckpoint, state: DataState | None) -> str:
-    """What will happen to this rank's data source (nothing is loaded here).
-
-    Raises:
-        ResumeError: ``data.cursor_resume=strict`` and ``data.pt`` was saved at another world
-            size (refused before anything loads).
-    """
-    tracked = ctx.tracked
-    if ctx.cursor_resume == "off":
-        log.info("data.cursor_resume=off: the data source starts fresh (not exact)")
-        return "off"
-    if tracked.data is None:
-        if state is not None:
-            log.warning(
-                "%s holds data source state but no data source is tracked; ignored", chosen.location
-            )
-        return "untracked"
-    if state is None:  # strict was refused by _fit_problem before anything was read
-        _note(
-            ctx,
-            f"{chosen.location} has no data.pt: the tracked data source restarts from its "
-            "current position (not exact); set data.cursor_resume=strict to refuse such a "
-            "checkpoint",
-        )
-        return "missing"
-    world_size = ctx.collective.world_size
-    if state.state_for(ctx.collective.rank, world_size) is None:
-        where = f"{chosen.location}/{CHECKPOINT_PLAN.for_tracked('data').name}"
-        if ctx.cursor_resume == "strict":
-            raise ResumeError(
-                f"{where} holds the data state of {state.describe_saver()} and this job runs "
-                f"{world_size}: data.cursor_resume=strict requires each rank's own saved data "
-                "cursor, so nothing was loaded. Relaunch with the same number of ranks "
-                f"({state.world_size}), or set data.cursor_resume=auto to resume with the data "
-                "sources restarted (not exact)",
-                path=where,
-                saved_world_size=state.world_size,
-                world_size=world_size,
-            )
-        if ctx.collective.rank == 0:
-            log.warning(
-                "%s was saved by %s and this job has %d: no saved data state is this rank's "
-                "own, so every data source keeps its fresh state (not exact); resume at the "
-                "saving world size for the exact data cursor, or set data.cursor_resume=strict "
-                "to refuse",
-                where,
-                state.describe_saver(),
-                world_size,
-            )
-        ctx.notes.append(
-            f"{where} was saved by {state.describe_saver()} and this job has {world_size}: "
-            "the data sources keep their fresh state (not exact)"
-        )
-        return "topology_changed"
-    return "restored"
 
 
 @effect(role=Role.EVERY_RANK)

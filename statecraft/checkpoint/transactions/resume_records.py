@@ -9,8 +9,10 @@ from typing import Any, ClassVar
 
 import attrs
 
+from statecraft.checkpoint.artifact_catalog import ArtifactEntry
 from statecraft.checkpoint.catalog import Catalog, PassedOver
 from statecraft.checkpoint.state import UpdateClocks
+from statecraft.checkpoint.validation_records import ValidationIdentity, ValidationStage
 from statecraft.checkpoint.verify import VerifiedCheckpoint
 from statecraft.parallel.collectives import Collective, SingleProcess
 from statecraft.storage.base import Store
@@ -39,6 +41,11 @@ class ResumeResult:
             not verified); each was also logged.
         loop_state: a copy of the loop state restored into ``Checkpointer.loop_state`` (empty
             for a fresh start).
+        validation_stage: the adopted checkpoint's validation stage (``NONE`` for a fresh
+            start, a regular checkpoint, or a legacy file); a pending stage means the resumed
+            run must finish that checkpoint's validation.
+        metrics: the evaluated metrics of a publication-pending or published checkpoint,
+            else ``None``.
     """
 
     step: int
@@ -49,6 +56,8 @@ class ResumeResult:
     data: str = "fresh"
     notes: tuple[str, ...] = ()
     loop_state: dict[str, Any] = attrs.field(factory=dict, hash=False)
+    validation_stage: ValidationStage = ValidationStage.NONE
+    metrics: dict[str, float] | None = attrs.field(default=None, hash=False)
 
     @property
     def resumed(self) -> bool:
@@ -81,7 +90,15 @@ class ResumeContext:
         verify_level: ``"digest"`` or ``"size"``.
         cursor_resume: ``data.cursor_resume`` (``auto`` / ``strict`` / ``off``).
         filesystem: what an explicit path is resolved and read through (default: the OS).
+        artifacts: the attempt's ``checkpoint_artifacts`` root, ``None`` when it has none
+            (:func:`~statecraft.checkpoint.artifact_catalog.open_artifacts`); its artifacts
+            constrain what may be resumed (:mod:`.resume_rules`).
+        validation_identity: this run's validation identity, checked against the chosen
+            checkpoint's before anything loads; ``None``: not checked.
         catalog: the attempt's catalog (rank 0 only; set by ``list_candidates``).
+        newest_artifact: the attempt's newest artifact with a manifest (set when the
+            artifacts are scanned).
+        chosen_stage / chosen_metrics: the chosen checkpoint's validation stage and metrics.
     """
 
     #: the fields a coordinator effect sets on rank 0 that every rank needs afterwards
@@ -91,6 +108,9 @@ class ResumeContext:
         "chosen",
         "fresh_reason",
         "notes",
+        "newest_artifact",
+        "chosen_stage",
+        "chosen_metrics",
     )
 
     mode: str
@@ -102,7 +122,13 @@ class ResumeContext:
     collective: Collective = attrs.field(factory=SingleProcess)
     writer: Writer = attrs.field(factory=ConsolidatedWriter)
     filesystem: Filesystem | None = None
+    artifacts: Store | None = None
+    validation_identity: ValidationIdentity | None = None
     catalog: Catalog | None = None
+    artifacts_scanned: bool = False
+    newest_artifact: ArtifactEntry | None = None
+    chosen_stage: ValidationStage = ValidationStage.NONE
+    chosen_metrics: dict[str, float] | None = None
     candidates: list[int] = attrs.field(factory=list)
     passed_over: list[PassedOver] = attrs.field(factory=list)
     chosen: VerifiedCheckpoint | None = None

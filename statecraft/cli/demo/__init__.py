@@ -10,6 +10,13 @@ each in its own output root under the demo's root:
   relaunched unchanged each time until it completes. After every kill the latest pointer is
   checked: the iteration it names must verify.
 
+Both runs validate every ``2 * save_every`` steps through the durable validation transaction
+(``validation.save_checkpoint=true``: an evaluation-pending checkpoint, the evaluation of a
+fixed held-out set, then publication). The first kill is aimed inside a validation, right
+after its evaluation returned: the relaunch adopts the pending checkpoint, finishes exactly its
+pending stage (the evaluation again only if it had not been recorded) and publishes it. Every
+validation checkpoint must end published in both runs.
+
 Then every committed checkpoint of both runs is compared payload by payload
 (:func:`compare_checkpoints`): each tensor by dtype, shape and bits, every other value by type
 and value. Exit 0 when the killed run's checkpoints are bit-identical to the reference's.
@@ -73,8 +80,14 @@ def run_demo(args: argparse.Namespace) -> int:
         )
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     out = args.out or tempfile.mkdtemp(prefix="statecraft-demo-")
+    validate_every = getattr(args, "validate_every", None) or 2 * args.save_every
     report = run_kill_demo(
-        out, steps=args.steps, save_every=args.save_every, kills=args.kills, seed=seed
+        out,
+        steps=args.steps,
+        save_every=args.save_every,
+        kills=args.kills,
+        seed=seed,
+        validate_every=validate_every,
     )
     errors = [("demo_failed", e) for e in report.errors]
     if not report.errors and not report.bit_exact:

@@ -18,7 +18,24 @@ from statecraft.cli.demo.records import Launch
 from statecraft.cli.demo_train import DEMO_RUN
 from statecraft.storage.local import LocalStore
 
-__all__ = ["checkpoints_dir", "committed_iterations", "inspect_after_kill", "save_state"]
+__all__ = [
+    "checkpoints_dir",
+    "committed_iterations",
+    "inspect_after_kill",
+    "published_iterations",
+    "save_state",
+    "validation_state",
+]
+
+#: the catalog states of a checkpoint resume may adopt (committed, with its validation stage)
+ADOPTABLE = frozenset(
+    {
+        CheckpointState.COMMITTED,
+        CheckpointState.EVALUATION_PENDING,
+        CheckpointState.PUBLICATION_PENDING,
+        CheckpointState.PUBLISHED,
+    }
+)
 
 
 def checkpoints_dir(root: str | os.PathLike[str]) -> Path | None:
@@ -41,15 +58,36 @@ def committed_iterations(directory: Path | None) -> list[int]:
     return sorted(e.iteration for e in catalog.entries() if e.state is CheckpointState.COMMITTED)
 
 
+def published_iterations(directory: Path | None) -> list[int]:
+    """Iterations under ``directory`` whose validation is published (verified at digest
+    level), oldest first."""
+    if directory is None or not directory.is_dir():
+        return []
+    catalog = scan(_store(directory), level="digest")
+    return sorted(e.iteration for e in catalog.entries() if e.state is CheckpointState.PUBLISHED)
+
+
+def validation_state(directory: Path, iteration: int) -> str:
+    """The catalog state of ``iteration`` (``evaluation_pending``, ``publication_pending``,
+    ``published``, ``committed``, ``partial``, ...)."""
+    return str(classify(_store(directory), iteration, level="digest").state.value)
+
+
 def inspect_after_kill(launch: Launch, directory: Path | None) -> None:
-    """Record what a kill left: the latest pointer, whether it verifies, partial iterations."""
+    """Record what a kill left: the latest pointer, whether it verifies, partial iterations,
+    and the stage of a validation the kill interrupted."""
     if launch.last_line and launch.last_line.startswith("save-begin"):
         launch.killed_in_save = int(launch.last_line.split()[1])
+    if launch.trigger and launch.trigger.startswith("evaluated"):
+        launch.killed_in_validation = int(launch.trigger.split()[1])
+        launch.killed_in_save = None
     if directory is None or not directory.is_dir():
         return
     store = _store(directory)
     if launch.killed_in_save is not None:
         launch.save_state = save_state(directory, launch.killed_in_save)
+    if launch.killed_in_validation is not None:
+        launch.validation_state = validation_state(directory, launch.killed_in_validation)
     catalog = scan(store, level="manifest")
     launch.partial = sorted(e.name for e in catalog.entries() if e.state is CheckpointState.PARTIAL)
     latest = catalog.latest
@@ -61,7 +99,7 @@ def inspect_after_kill(launch: Launch, directory: Path | None) -> None:
         launch.latest_problem = latest.problem or latest.note
         return
     entry = classify(store, latest.iteration, level="digest")
-    launch.latest_verified = entry.state is CheckpointState.COMMITTED
+    launch.latest_verified = entry.state in ADOPTABLE
     if not launch.latest_verified:
         launch.latest_problem = entry.reason
 

@@ -19,7 +19,12 @@ from typing import Any
 
 from statecraft.checkpoint.layout import LATEST_POINTER, parse_latest
 from statecraft.cli.demo.compare import compare_checkpoints
-from statecraft.cli.demo.disk import checkpoints_dir, committed_iterations, inspect_after_kill
+from statecraft.cli.demo.disk import (
+    checkpoints_dir,
+    committed_iterations,
+    inspect_after_kill,
+    published_iterations,
+)
 from statecraft.cli.demo.records import (
     _FIRST_SAVE_DELAY_S,
     LAUNCH_TIMEOUT_S,
@@ -41,10 +46,19 @@ def _choose_trigger(
     save_every: int,
     *,
     max_delay_s: float = SAVE_KILL_DELAY_S,
+    validate_every: int = 0,
 ) -> tuple[str, float] | None:
-    """A line of this launch to kill on -- ``step <n>`` or ``save-begin <n>`` after
-    ``resumed`` -- and, for a save, a delay in seconds up to ``max_delay_s`` (a point inside
-    the save). None when nothing is left to kill."""
+    """A line of this launch to kill on -- ``step <n>``, ``save-begin <n>`` or (kind
+    ``evaluated``: inside a validation, right after its evaluation returned and before its
+    result is recorded) ``evaluated <n>`` after ``resumed`` -- and, for a save, a delay in
+    seconds up to ``max_delay_s`` (a point inside the save). None when nothing is left to
+    kill. A validation kill falls back to a step kill when no validation step (before the
+    last) is left."""
+    if kind == "evaluated":
+        targets = [v for v in range(validate_every, steps, validate_every or steps) if v > resumed]
+        if validate_every and targets:
+            return f"evaluated {rng.choice(targets)}", 0.0
+        kind = "step"
     saves = [s for s in range(save_every, steps, save_every) if s > resumed]
     if not saves and steps > resumed:
         # the final save only when nothing else is left: a delayed kill aimed at it may
@@ -68,7 +82,9 @@ def _delay_cap(launches: list[Launch]) -> float:
     return min(SAVE_KILL_DELAY_S, 0.8 * statistics.median(seen))
 
 
-_PROGRESS = re.compile(r"^(resumed|step|save-begin|save-end|done) (\d+)(?: (.+))?$")
+_PROGRESS = re.compile(
+    r"^(resumed|step|save-begin|save-end|evaluated|pending|published|done) (\d+)(?: (.+))?$"
+)
 
 
 def _parse_progress(line: str) -> tuple[str, int, str] | None:
@@ -175,9 +191,15 @@ def _follow(
             launch.last_step = number
         elif kind == "save-end":
             launch.saves.append([number, float(rest)])
+        elif kind == "evaluated":
+            launch.evaluated.append(number)
+        elif kind == "pending":
+            launch.resumed_stage = rest
+        elif kind == "published":
+            launch.published.append(number)
         elif kind == "done":
             launch.done_step = number
-        if launch.trigger is not None and line == launch.trigger and not launch.killed:
+        if launch.trigger == f"{kind} {number}" and not launch.killed:
             if launch.kill_delay_ms:
                 time.sleep(launch.kill_delay_ms / 1000)
             os.kill(proc.pid, signal.SIGKILL)  # the process this launch started, by its pid
@@ -192,10 +214,15 @@ def run_kill_demo(
     save_every: int,
     kills: int,
     seed: int,
+    validate_every: int = 0,
     on_kill: Callable[[Launch, Path | None], None] | None = None,
     timeout_s: float = LAUNCH_TIMEOUT_S,
 ) -> DemoReport:
     """Run the reference and the killed run under ``out`` and compare their checkpoints.
+
+    With ``validate_every`` both runs validate (durably) every that many steps, and the first
+    kill is aimed inside a validation (on its ``evaluated`` line), so the relaunch shows the
+    pending -> published path; every validation checkpoint must end published in both runs.
 
     The reference runs in the background while the killed run is driven, so the demo costs
     about one run's worth of process start-ups less. ``on_kill(launch, checkpoints_dir)`` is
@@ -214,12 +241,14 @@ def run_kill_demo(
             f"demo output root {root} is not an empty directory; the runs would resume what is "
             "there instead of training. Pass a new or empty --out, or omit it for a temporary one"
         )
-    report = DemoReport(str(root), seed, steps, save_every, kills)
+    report = DemoReport(str(root), seed, steps, save_every, kills, validate_every)
     rng = random.Random(seed)
     kinds = [rng.choice(("step", "save-begin")) for _ in range(kills)]
     if kills >= 2 and len(set(kinds)) == 1:  # show both kinds of kill
         flip = rng.randrange(kills)
         kinds[flip] = "step" if kinds[flip] == "save-begin" else "save-begin"
+    if validate_every and kills:  # show the pending -> published path after a kill
+        kinds[0] = "evaluated"
     logs = root / "logs"
     logs.mkdir(parents=True, exist_ok=True)
 
@@ -234,6 +263,8 @@ def run_kill_demo(
             str(steps),
             "--save-every",
             str(save_every),
+            "--validate-every",
+            str(validate_every),
             "--seed",
             str(TRAINING_SEED),
         ]
@@ -268,6 +299,7 @@ def run_kill_demo(
                         steps,
                         save_every,
                         max_delay_s=_delay_cap([reference, *launches]),
+                        validate_every=validate_every,
                     )
                 )
             )
@@ -318,6 +350,9 @@ def _compare(report: DemoReport, root: Path) -> None:
     run_dir = checkpoints_dir(root / "killed")
     report.reference_checkpoints = committed_iterations(ref_dir)
     report.killed_checkpoints = committed_iterations(run_dir)
+    report.reference_published = published_iterations(ref_dir)
+    report.killed_published = published_iterations(run_dir)
+    report.errors += report.publication_problems()
     if ref_dir is None or run_dir is None or not report.reference_checkpoints:
         report.errors.append("no checkpoints to compare")
         return

@@ -45,6 +45,14 @@ class Launch:
         latest_problem: why it does not verify.
         partial: after a kill: ``iter_*`` directories without a manifest (never adopted).
         save_state: after a kill inside a save: what that iteration looked like on disk.
+        killed_in_validation: the iteration whose validation the kill interrupted (a kill on
+            its ``evaluated`` line), or None.
+        validation_state: after such a kill: that checkpoint's validation stage on disk
+            (``evaluation_pending``, ``publication_pending`` or ``published``).
+        resumed_stage: the validation stage the adopted checkpoint was in when this launch
+            resumed it, when pending (``resume()`` finished it), else None.
+        evaluated: the steps whose evaluation this launch ran (``evaluated`` lines).
+        published: the iterations whose validation this launch published.
         error: what went wrong (timeout, crash), or None.
     """
 
@@ -68,6 +76,11 @@ class Launch:
     latest_problem: str | None = None
     partial: list[str] = attrs.field(factory=list)
     save_state: str | None = None
+    killed_in_validation: int | None = None
+    validation_state: str | None = None
+    resumed_stage: str | None = None
+    evaluated: list[int] = attrs.field(factory=list)
+    published: list[int] = attrs.field(factory=list)
     error: str | None = None
 
 
@@ -80,9 +93,12 @@ class DemoReport:
     steps: int
     save_every: int
     kills_requested: int
+    validate_every: int = 0
     launches: list[Launch] = attrs.field(factory=list)
     reference_checkpoints: list[int] = attrs.field(factory=list)
     killed_checkpoints: list[int] = attrs.field(factory=list)
+    reference_published: list[int] = attrs.field(factory=list)
+    killed_published: list[int] = attrs.field(factory=list)
     final_iteration: int | None = None
     compared: list[int] = attrs.field(factory=list)
     differences: list[str] = attrs.field(factory=list)
@@ -102,7 +118,30 @@ class DemoReport:
             and not self.differences
             and self.final_iteration == self.steps
             and self.reference_checkpoints == self.killed_checkpoints
+            and self.reference_published == self.killed_published
         )
+
+    @property
+    def expected_published(self) -> list[int]:
+        """The validation checkpoints a completed run publishes: every ``validate_every``-th
+        step and the final one."""
+        every = self.validate_every
+        if every <= 0:
+            return []
+        steps = list(range(every, self.steps + 1, every))
+        return steps if self.steps % every == 0 else [*steps, self.steps]
+
+    def publication_problems(self) -> list[str]:
+        """One line per run whose published validation checkpoints are not the expected."""
+        return [
+            f"{name} run: published validation checkpoints {published}, expected "
+            f"{self.expected_published} (every {self.validate_every} steps and the final one)"
+            for name, published in (
+                ("reference", self.reference_published),
+                ("killed", self.killed_published),
+            )
+            if self.validate_every and published != self.expected_published
+        ]
 
     def to_dict(self) -> dict[str, Any]:
         data = attrs.asdict(self)

@@ -16,23 +16,49 @@ def _short(source: str) -> str:
     return "/".join(parts[-3:]) if len(parts) > 3 else source
 
 
+_STAGE = {
+    "evaluation_pending": "evaluation-pending",
+    "publication_pending": "publication-pending",
+    "published": "published",
+}
+
+
+def _stage(value: str | None) -> str:
+    return _STAGE.get(value or "", value or "unknown")
+
+
 def _describe_launch(launch: Launch) -> str:
     start = (
         "fresh start"
         if launch.resume_source is None
         else f"resumed at step {launch.resumed_step} from {_short(launch.resume_source)}"
     )
+    if launch.resumed_stage is not None:
+        again = (
+            "evaluated again, "
+            if launch.resumed_stage == "evaluation_pending"
+            and launch.resumed_step in launch.evaluated
+            else "evaluation not repeated, "
+        )
+        start += f" ({_stage(launch.resumed_stage)} -> {again}published)"
     saved = (
         ", saved " + ", ".join(f"{int(i)} ({s * 1000:.0f} ms)" for i, s in launch.saves)
         if launch.saves
         else ""
     )
+    published = [
+        i for i in launch.published if i != launch.resumed_step or not launch.resumed_stage
+    ]
+    if published:
+        saved += ", validated (pending -> published) " + ", ".join(map(str, published))
     text = f"  launch {launch.index}: {start}{saved}"
     if launch.error:
         return f"{text}\n    ERROR: {launch.error}"
     if not launch.killed:
         return f"{text}\n    completed: done {launch.done_step} ({launch.wall_s:.1f} s)"
-    if launch.killed_in_save is not None:
+    if launch.killed_in_validation is not None:
+        where = f"INSIDE the validation of iter {launch.killed_in_validation}"
+    elif launch.killed_in_save is not None:
         where = f"INSIDE the save of iter {launch.killed_in_save}"
     elif launch.last_line and launch.last_line.startswith("save-end"):
         where = f"just after the save of iter {launch.last_line.split()[1]} completed"
@@ -47,6 +73,13 @@ def _describe_launch(launch: Launch) -> str:
     ]
     if launch.save_state:
         lines.append(f"    iter {launch.killed_in_save} on disk: {launch.save_state}")
+    if launch.validation_state:
+        lines.append(
+            f"    iter {launch.killed_in_validation} on disk: committed, validation "
+            f"{_stage(launch.validation_state)} (adopted by resume=auto, not yet published)"
+            if launch.validation_state != "published"
+            else f"    iter {launch.killed_in_validation} on disk: committed and published"
+        )
     if launch.latest is None:
         pointer = f"no {LATEST_POINTER} yet"
     else:
@@ -60,8 +93,11 @@ def _describe_launch(launch: Launch) -> str:
 
 def render(report: DemoReport) -> str:
     """The human-readable account of a demo."""
+    validation = (
+        f", validate every {report.validate_every} (durable)" if report.validate_every else ""
+    )
     lines = [
-        f"statecraft demo: {report.steps} steps, save every {report.save_every}, "
+        f"statecraft demo: {report.steps} steps, save every {report.save_every}{validation}, "
         f"{report.kills_requested} SIGKILL(s), kill seed {report.seed}"
     ]
     for run in ("reference", "killed"):
@@ -82,6 +118,11 @@ def render(report: DemoReport) -> str:
         lines.append(
             f"save times: {s['count']} saves, min {s['min'] * 1000:.0f} ms, median "
             f"{s['median'] * 1000:.0f} ms, max {s['max'] * 1000:.0f} ms"
+        )
+    if report.validate_every:
+        lines.append(
+            f"validation: published iterations: reference {report.reference_published}, "
+            f"killed run {report.killed_published}"
         )
     lines.append(
         f"compared bit-for-bit (model.pt, optim.pt, trainer.pt, data.pt): iterations "

@@ -12,17 +12,27 @@ reports each ``iter_*`` as
 - ``partial``: no manifest — an interrupted save, never adopted;
 - ``corrupt``: anything else that fails verification (malformed manifest, missing or resized
   file, a file that does not deserialize with ``torch.load(weights_only=True)`` the way resume
-  loads it, malformed ``trainer.pt``; with ``--verify`` also a digest mismatch),
+  loads it, malformed ``trainer.pt``; with ``--verify`` also a digest mismatch);
+- ``evaluation_pending`` / ``publication_pending`` / ``published``: committed by a durable
+  validation, at that stage (with the evaluated metrics, and notes on ignored records),
 
 with its files and sizes, what ``latest_checkpoint.txt`` names (or that it is missing, garbage
 or dangling), and which iteration ``resume=auto`` would adopt, listing every newer one it passes
-over with the reason. Classification is exactly resume's: both read the checkpoint catalog
+over with the reason. Each attempt's partial artifacts (``checkpoint_artifacts/iter_*``) are
+listed too (kind ``artifact``, components, ``committed`` / ``partial`` / ``corrupt``), and
+"resume=auto would: adopt iter_N (stage) / start fresh / refuse: <reason>" is decided by the
+resume machine's own artifact rules
+(:func:`~statecraft.checkpoint.transactions.resume_rules.auto_outcome`). PATH may also be a
+``checkpoint_artifacts/`` dir or one artifact (then it says why ``resume=PATH`` is refused).
+
+Classification is exactly resume's: both read the checkpoint catalog
 (:func:`~statecraft.checkpoint.catalog.scan`, level ``"digest"`` with ``--verify``, ``"size"``
 without) and the layout's RUN_TS rule, so a checkpoint shown ``committed`` is one resume (at
 that verification level) would accept.
 
-Modules: :mod:`.report` builds the data, :mod:`.render` the text, :mod:`.readonly` the
-filesystem it reads through; this module is the command.
+Modules: :mod:`.report` builds the data (:mod:`.artifacts` the artifact part, :mod:`.disk`
+the file listings), :mod:`.render` the text, :mod:`.readonly` the filesystem it reads through;
+this module is the command.
 
 Exit status: 0 when PATH holds a checkpoints layout (whatever state the checkpoints are in);
 1 when PATH does not exist or holds no checkpoints layout. ``--json`` prints the same data in

@@ -6,6 +6,7 @@ import posixpath
 from typing import Any
 
 from statecraft.checkpoint.layout import (
+    ARTIFACT_MANIFEST_NAME,
     ARTIFACTS_DIR,
     CHECKPOINTS_DIR,
     LATEST_POINTER,
@@ -25,6 +26,45 @@ def _size(n: int | None) -> str:
     return f"{n} B"
 
 
+def _file_lines(it: dict[str, Any], manifest_name: str) -> list[str]:
+    """The files of one iteration or artifact, with what differs from its manifest."""
+    lines = []
+    width = max((len(f["name"]) for f in it["files"]), default=0)
+    for f in it["files"]:
+        note = ""
+        if not f["in_manifest"] and f["name"] != manifest_name and it["state"] != PARTIAL:
+            note = "  (not in the manifest)"
+        elif f["size"] is None:
+            note = f"  (MISSING; manifest recorded {f['recorded_size']} B)"
+        elif f["recorded_size"] is not None and f["recorded_size"] != f["size"]:
+            note = f"  (manifest recorded {f['recorded_size']} B)"
+        lines.append(f"      {f['name']:<{width}}  {_size(f['size'])}{note}")
+    return lines
+
+
+def _artifacts_lines(report: dict[str, Any]) -> list[str]:
+    """An attempt's partial artifacts (never resume sources)."""
+    lines = [f"  {ARTIFACTS_DIR}: {report['path']} (partial artifacts; never resume sources)"]
+    if not report["entries"]:
+        lines.append("    (no iter_* directories)")
+    for a in report["entries"]:
+        components = f"[{', '.join(a['components'])}]" if a["components"] else "[?]"
+        lines.append(
+            f"    {a['name']}  artifact  {a['state']:<9}  {components}  {_size(a['total_bytes'])}"
+        )
+        if a["reason"]:
+            lines.append(f"      why: {a['reason']}")
+        if a["metrics"]:
+            lines.append(f"      metrics: {a['metrics']}")
+        lines.extend(_file_lines(a, ARTIFACT_MANIFEST_NAME))
+    if report["newest_with_manifest"]:
+        lines.append(
+            f"    newest with a manifest: {report['newest_with_manifest']} (a resume must be at "
+            "or beyond it)"
+        )
+    return lines
+
+
 def _checkpoints_lines(report: dict[str, Any]) -> list[str]:
     lines = [f"  checkpoints: {report['path']}"]
     if not report["iterations"]:
@@ -33,16 +73,11 @@ def _checkpoints_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"    {it['name']}  {it['state']:<9}  {_size(it['total_bytes'])}")
         if it["reason"]:
             lines.append(f"      why: {it['reason']}")
-        width = max((len(f["name"]) for f in it["files"]), default=0)
-        for f in it["files"]:
-            note = ""
-            if not f["in_manifest"] and f["name"] != MANIFEST_NAME and it["state"] != PARTIAL:
-                note = "  (not in the manifest)"
-            elif f["size"] is None:
-                note = f"  (MISSING; manifest recorded {f['recorded_size']} B)"
-            elif f["recorded_size"] is not None and f["recorded_size"] != f["size"]:
-                note = f"  (manifest recorded {f['recorded_size']} B)"
-            lines.append(f"      {f['name']:<{width}}  {_size(f['size'])}{note}")
+        if it["metrics"]:
+            lines.append(f"      metrics: {it['metrics']}")
+        for note in it["notes"]:
+            lines.append(f"      note: {note}")
+        lines.extend(_file_lines(it, MANIFEST_NAME))
     for name in report["other_entries"]:
         lines.append(f"    {name}  (not a checkpoint)")
     lines.append(
@@ -53,8 +88,11 @@ def _checkpoints_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"    {LATEST_POINTER}: {latest['status']}: {latest['detail']}")
     if report.get("auto") is not None:
         auto = report["auto"]
-        pick = auto["pick"] or "nothing (fresh start)"
-        lines.append(f"    resume=auto would pick {pick}: {auto['reason']}")
+        if auto["action"] == "refuse":
+            lines.append(f"    resume=auto would refuse: {auto['reason']}")
+        else:
+            pick = auto["pick"] or "nothing (fresh start)"
+            lines.append(f"    resume=auto would pick {pick}: {auto['reason']}")
         for p in auto["passed_over"]:
             lines.append(f"      passed over {p['name']}: {p['reason']}")
     if report.get("explicit") is not None:
@@ -104,17 +142,23 @@ def render_text(data: dict[str, Any]) -> str:
         label = a["run_ts"] or "legacy flat layout"
         lines.append("")
         lines.append(f"attempt {label}: {a['path']}")
-        if a["has_artifacts"]:
-            lines.append(f"  {ARTIFACTS_DIR}/ present (partial artifacts; never resume sources)")
-        if a["checkpoints"] is None:
-            lines.append(f"  no {CHECKPOINTS_DIR}/ yet")
-        else:
+        if a["artifacts"] is not None:
+            lines.extend(_artifacts_lines(a["artifacts"]))
+        if a["checkpoints"] is not None:
             lines.extend(_checkpoints_lines(a["checkpoints"]))
+        elif data["kind"] != "artifact":
+            lines.append(f"  no {CHECKPOINTS_DIR}/ yet")
+    if data.get("explicit_resume") is not None and data["kind"] == "artifact":
+        lines.append("")
+        lines.append(data["explicit_resume"]["reason"])
     auto = data.get("resume_auto")
     if auto is not None:
         lines.append("")
         where = data["adopted_attempt"]
-        if auto["pick"]:
+        lines.append(f"resume=auto (verify={level}) would: {auto['would']}")
+        if auto["action"] == "refuse":
+            pass  # the line above is the refusal with its reason and fixes
+        elif auto["pick"]:
             lines.append(
                 f"resume=auto (verify={level}) would resume from "
                 f"{posixpath.join(where, CHECKPOINTS_DIR, auto['pick'])}"

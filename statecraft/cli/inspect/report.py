@@ -1,7 +1,9 @@
 """The data of ``statecraft inspect``: what is on disk in a checkpoints layout, read through
-the checkpoint catalog (:func:`~statecraft.checkpoint.catalog.scan`) and the layout's RUN_TS
-rule (:func:`~statecraft.checkpoint.layout.list_attempts`), so a checkpoint shown
-``committed`` is one resume (at that verification level) would accept."""
+the checkpoint catalog (:func:`~statecraft.checkpoint.catalog.scan`), the artifact catalog
+(:mod:`.artifacts`) and the layout's RUN_TS rule
+(:func:`~statecraft.checkpoint.layout.list_attempts`), so a checkpoint shown ``committed`` (or
+in a validation stage) is one resume (at that verification level) would accept, and "resume=auto
+would" is decided by resume's own rules."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from statecraft.checkpoint.artifact_catalog import ArtifactCatalog
 from statecraft.checkpoint.catalog import Catalog, CatalogEntry, CheckpointState, LatestState, scan
 from statecraft.checkpoint.eval_load import find_runs
 from statecraft.checkpoint.layout import (
@@ -21,8 +24,14 @@ from statecraft.checkpoint.layout import (
     parse_iter_dirname,
 )
 from statecraft.checkpoint.manifest import Manifest
+from statecraft.checkpoint.transactions.resume_rules import (
+    artifact_refusal,
+    artifact_source_refusal,
+)
 from statecraft.checkpoint.verify import read_manifest
-from statecraft.cli.inspect.readonly import ReadOnlyFilesystem
+from statecraft.cli.inspect.artifacts import artifacts_of, artifacts_report, auto_record
+from statecraft.cli.inspect.disk import FS as _FS
+from statecraft.cli.inspect.disk import file_records, files_on_disk, is_dir
 from statecraft.errors import CheckpointError, InspectError
 from statecraft.storage.local import LocalStore
 
@@ -37,31 +46,8 @@ COMMITTED, PARTIAL, CORRUPT = (
 )
 
 
-_FS = ReadOnlyFilesystem()  # every read of inspect goes through it; every write is refused
-
-
-def _is_dir(path: Path) -> bool:
-    stat = _FS.stat(str(path))
-    return stat is not None and stat.is_dir
-
-
-def _files_on_disk(store: LocalStore, directory: str) -> dict[str, int]:
-    """Relative path -> size of every file under store directory ``directory`` (sorted,
-    recursive)."""
-    found: dict[str, int] = {}
-    pending = [""]
-    while pending:
-        below = pending.pop()
-        for name in store.list(f"{directory}/{below}".rstrip("/")):
-            relative = f"{below}/{name}" if below else name
-            stat = store.stat(f"{directory}/{relative}")
-            if stat is None:  # vanished meanwhile
-                continue
-            if stat.is_dir:
-                pending.append(relative)
-            else:
-                found[relative] = stat.size
-    return dict(sorted(found.items()))
+_ADOPTABLE = {state.value for state in CheckpointState if state.adoptable}
+_is_dir = is_dir
 
 
 def _iteration_report(store: LocalStore, entry: CatalogEntry) -> dict[str, Any]:
@@ -73,26 +59,19 @@ def _iteration_report(store: LocalStore, entry: CatalogEntry) -> dict[str, Any]:
             manifest = read_manifest(store, entry.iteration)
         except (CheckpointError, OSError):
             manifest = None
-    on_disk = _files_on_disk(store, name) if store.stat(name) else {}
-    recorded = dict(manifest.files) if manifest else {}
-    files = []
-    for file_name in sorted(set(on_disk) | set(recorded)):
-        recorded_entry = recorded.get(file_name)
-        files.append(
-            {
-                "name": file_name,
-                "size": on_disk.get(file_name),
-                "recorded_size": recorded_entry.size if recorded_entry else None,
-                "in_manifest": recorded_entry is not None,
-            }
-        )
+    on_disk = files_on_disk(store, name) if store.stat(name) else {}
+    recorded = {n: f.size for n, f in manifest.files.items()} if manifest else {}
     return {
         "name": name,
         "iteration": entry.iteration,
         "path": store.abspath(name),
+        "kind": entry.kind,
         "state": entry.state.value,
+        "stage": entry.state.validation_stage.value if entry.state.adoptable else None,
         "reason": entry.reason or None,
-        "files": files,
+        "metrics": dict(entry.metrics) if entry.metrics is not None else None,
+        "notes": list(entry.notes),
+        "files": file_records(on_disk, recorded),
         "total_bytes": sum(on_disk.values()),
     }
 
@@ -126,34 +105,16 @@ def _latest_report(catalog: Catalog, iterations: list[dict[str, Any]]) -> dict[s
     present = {it["iteration"]: it for it in iterations}
     detail = f"names {name} ({present[named]['state']})"
     newer = [
-        it["name"] for it in iterations if it["iteration"] > named and it["state"] == COMMITTED
+        it["name"] for it in iterations if it["iteration"] > named and it["state"] in _ADOPTABLE
     ]
     if newer:
         detail += f"; newer committed {', '.join(newer)} not yet named (pointer update pending)"
     return {"status": "ok", "names": name, "detail": detail}
 
 
-def _auto_pick(catalog: Catalog, level: str) -> dict[str, Any]:
-    """Resume's auto-pick, from the catalog (the same rule resume runs)."""
-    pick = catalog.pick()
-    passed_over = [{"name": p.name, "reason": p.reason} for p in pick.passed_over]
-    if pick.chosen is not None:
-        return {
-            "pick": pick.chosen.name,
-            "iteration": pick.chosen.iteration,
-            "reason": f"the newest iteration that verifies (verify={level})"
-            + (f"; {len(passed_over)} newer passed over" if passed_over else ""),
-            "passed_over": passed_over,
-        }
-    why = (
-        f"no iteration verifies (verify={level}; {len(passed_over)} passed over)"
-        if catalog.iterations
-        else "no iter_* directory exists"
-    )
-    return {"pick": None, "iteration": None, "reason": why, "passed_over": passed_over}
-
-
-def _checkpoints_report(path: Path, level: str, *, only: int | None = None) -> dict[str, Any]:
+def _checkpoints_report(
+    path: Path, level: str, artifacts: ArtifactCatalog, *, only: int | None = None
+) -> dict[str, Any]:
     store = LocalStore(str(path.resolve()), fs=_FS)
     catalog = scan(store, level=level, keep_payloads=False)
     numbers = [n for n in catalog.iterations if only is None or n == only]
@@ -167,20 +128,26 @@ def _checkpoints_report(path: Path, level: str, *, only: int | None = None) -> d
         "iterations": iterations,
         "other_entries": extras,
         "total_bytes": sum(it["total_bytes"] for it in iterations),
-        "auto": _auto_pick(catalog, level) if only is None else None,
+        "auto": auto_record(catalog, artifacts, level) if only is None else None,
         "explicit": None,
     }
     if only is not None and iterations:
         it = iterations[0]
-        accepted = it["state"] == COMMITTED
-        report["explicit"] = {
-            "accepted": accepted,
-            "reason": (
-                f"resume={it['path']} would load {it['name']} (verify={level})"
-                if accepted
-                else f"resume={it['path']} would fail (no fallback): {it['reason']}"
-            ),
-        }
+        entry = catalog.entry(it["iteration"])
+        refusal = artifact_refusal(
+            artifacts.newest_with_manifest(),
+            source=f"resume={it['path']}",
+            checkpoint=entry.verified.location if entry.verified else None,
+            iteration=entry.iteration,
+        )
+        accepted = it["state"] in _ADOPTABLE and refusal is None
+        if accepted:
+            reason = f"resume={it['path']} would load {it['name']} (verify={level})"
+        elif refusal is not None and it["state"] in _ADOPTABLE:
+            reason = f"resume={it['path']} would be refused: {refusal}"
+        else:
+            reason = f"resume={it['path']} would fail (no fallback): {it['reason']}"
+        report["explicit"] = {"accepted": accepted, "reason": reason}
     return report
 
 
@@ -190,16 +157,24 @@ def _attempt_entry(
     level: str,
     *,
     legacy: bool,
-    checkpoints: dict[str, Any] | None = None,
+    checkpoints_dir: Path | None = None,
+    only: int | None = None,
+    only_artifact: int | None = None,
 ) -> dict[str, Any]:
-    """One attempt's record; ``checkpoints`` defaults to the report of its checkpoints dir."""
-    if checkpoints is None and _is_dir(run_dir / CHECKPOINTS_DIR):
-        checkpoints = _checkpoints_report(run_dir / CHECKPOINTS_DIR, level)
+    """One attempt's record: its artifacts and the report of its checkpoints dir
+    (``checkpoints_dir``, default ``run_dir/checkpoints``; only iteration ``only``; none when
+    ``only_artifact`` names the one artifact shown)."""
+    artifacts = artifacts_of(run_dir, level)
+    where = checkpoints_dir or run_dir / CHECKPOINTS_DIR
+    checkpoints = None
+    if only_artifact is None and _is_dir(where):
+        checkpoints = _checkpoints_report(where, level, artifacts, only=only)
     return {
         "run_ts": run_ts,
         "legacy": legacy,
         "path": str(run_dir.resolve()),
         "has_artifacts": _is_dir(run_dir / ARTIFACTS_DIR),
+        "artifacts": artifacts_report(artifacts, only=only_artifact),
         "checkpoints": checkpoints,
     }
 
@@ -268,12 +243,19 @@ def inspect_path(path: str | os.PathLike[str], *, verify: bool = False) -> dict[
         ``newest_committed_iteration`` in the attempt ``resume=auto`` adopts, ``latest`` /
         ``latest_status`` of its pointer) and ``attempts`` is empty; for every other kind ``runs``
         is empty. Each attempt (``run_ts``, ``legacy``, ``path``, ``has_artifacts``) holds its
-        ``checkpoints`` report — ``iterations`` newest first, each with ``state``, ``reason``,
-        ``files`` (``size`` on disk, ``recorded_size`` in the manifest) and ``total_bytes``;
-        ``latest`` (``status``: ok / missing / garbage / dangling); ``total_bytes``; ``auto``
-        (``pick``, ``reason``, ``passed_over``) — or ``None`` when the attempt has no
-        ``checkpoints/`` yet. ``resume_auto`` is the adopted attempt's pick; for an ``iteration``
+        ``artifacts`` (:func:`~.artifacts.artifacts_report`, ``None`` without
+        ``checkpoint_artifacts/``) and its ``checkpoints`` report — ``iterations`` newest first,
+        each with ``kind`` (``checkpoint``), ``state``, ``stage`` (the validation stage of an
+        adoptable one, else ``None``), ``reason``, ``metrics``, ``notes``, ``files`` (``size``
+        on disk, ``recorded_size`` in the manifest) and ``total_bytes``; ``latest`` (``status``:
+        ok / missing / garbage / dangling); ``total_bytes``; ``auto``
+        (:func:`~.artifacts.auto_record`: ``action`` adopt / fresh / refuse, ``would``,
+        ``pick``, ``iteration``, ``stage``, ``reason``, ``passed_over``, ``checkpoint``,
+        ``artifact``) — or ``None`` when the attempt has no ``checkpoints/`` yet.
+        ``resume_auto`` is the adopted attempt's ``auto``; for an ``iteration`` or ``artifact``
         PATH it is ``None`` and ``explicit_resume`` says whether ``resume=PATH`` would load it.
+        ``kind`` is also ``artifacts`` (a ``checkpoint_artifacts/`` PATH: its attempt) or
+        ``artifact`` (one artifact).
 
     Example:
         >>> inspect_path("out/proj/group/name")["resume_auto"]["pick"]  # doctest: +SKIP
@@ -310,28 +292,32 @@ def inspect_path(path: str | os.PathLike[str], *, verify: bool = False) -> dict[
         "runs": [],
     }
     iteration = parse_iter_dirname(target.name)
+    if iteration is not None and target.parent.name == ARTIFACTS_DIR:
+        return _artifact_path(data, target, iteration, level)
     if iteration is not None:
         data["kind"] = "iteration"
-        checkpoints = _checkpoints_report(target.parent, level, only=iteration)
         parent_run = target.parent.parent
         run_ts = parent_run.name if _valid_run_ts(parent_run) else ""
-        data["attempts"] = [
-            _attempt_entry(parent_run, run_ts, level, legacy=not run_ts, checkpoints=checkpoints)
-        ]
-        data["explicit_resume"] = checkpoints.get("explicit")
+        attempt = _attempt_entry(
+            parent_run, run_ts, level, legacy=not run_ts, checkpoints_dir=target.parent,
+            only=iteration,
+        )  # fmt: skip
+        data["attempts"] = [attempt]
+        data["explicit_resume"] = attempt["checkpoints"].get("explicit")
         return data
-    if _looks_like_checkpoints(target):
-        data["kind"] = "checkpoints"
+    if target.name == ARTIFACTS_DIR or _looks_like_checkpoints(target):
         run_dir = target.parent
         run_ts = run_dir.name if _valid_run_ts(run_dir) else ""
+        artifacts = target.name == ARTIFACTS_DIR
+        data["kind"] = "artifacts" if artifacts else "checkpoints"
         data["attempts"] = [
             _attempt_entry(
                 run_dir, run_ts, level, legacy=not run_ts,
-                checkpoints=_checkpoints_report(target, level),
+                checkpoints_dir=None if artifacts else target,
             )
         ]  # fmt: skip
         data["adopted_attempt"] = str(run_dir)
-        data["adoption_reason"] = f"PATH is the checkpoints dir of {run_dir.name}"
+        data["adoption_reason"] = f"PATH is the {target.name} dir of {run_dir.name}"
     elif _valid_run_ts(target):
         data["kind"] = "attempt"
         data["attempts"] = [_attempt_entry(target, target.name, level, legacy=False)]
@@ -369,11 +355,26 @@ def inspect_path(path: str | os.PathLike[str], *, verify: bool = False) -> dict[
     data["resume_auto"] = (
         checkpoints["auto"]
         if checkpoints
-        else {
-            "pick": None,
-            "iteration": None,
-            "passed_over": [],
-            "reason": "the adopted attempt has no checkpoints/ yet",
-        }
+        else auto_record(None, artifacts_of(Path(adopted["path"]), level), level)
     )
+    return data
+
+
+def _artifact_path(
+    data: dict[str, Any], target: Path, iteration: int, level: str
+) -> dict[str, Any]:
+    """PATH is one ``checkpoint_artifacts/iter_*``: that artifact, and why ``resume=PATH``
+    is refused (the resume rule itself)."""
+    run_dir = target.parent.parent
+    run_ts = run_dir.name if _valid_run_ts(run_dir) else ""
+    data["kind"] = "artifact"
+    data["attempts"] = [
+        _attempt_entry(run_dir, run_ts, level, legacy=not run_ts, only_artifact=iteration)
+    ]
+    newest = artifacts_of(run_dir, "manifest").newest_with_manifest()
+    refusal = artifact_source_refusal(str(target), _FS, newest)
+    data["explicit_resume"] = {
+        "accepted": False,
+        "reason": f"resume={target} would be refused: {refusal}",
+    }
     return data

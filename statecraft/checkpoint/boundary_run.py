@@ -1,0 +1,390 @@
+"""Running one boundary decision: what ``Checkpointer.step_end()`` / ``finalize()`` /
+``save()`` do once :func:`~statecraft.checkpoint.boundary.decide_boundary` said what is due.
+
+::
+
+    kind                      what runs (rank 0, through on_rank_zero)
+    NOTHING                   nothing
+    SAVE                      save_full_checkpoint          (machines/save.toml)
+    ARTIFACT                  save_artifact                 (machines/artifact.toml)
+    DURABLE_VALIDATION        run_durable_validation        (machines/validation.toml)
+    ARTIFACT_THEN_EVALUATE    save_artifact(evaluation=..., evaluate_first=False)
+    EVALUATE_THEN_ARTIFACT    save_artifact(evaluation=..., evaluate_first=True)
+    EVALUATE                  run_evaluation                (ephemeral: metrics only)
+
+Every rank gathers its RNG streams and data state (collectives) before rank 0 runs the
+machine; the outcome (a report, or the exception) reaches every rank, so a
+:class:`~statecraft.errors.ValidationFailedError` is raised on every rank. The evaluation
+callable runs on rank 0 only (a documented limitation of this release).
+
+The partial-artifact store (``<run>/checkpoint_artifacts``) is created at the first artifact
+save only: a reader never creates it (:func:`artifacts_store`).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from statecraft.checkpoint.artifact_saving import ArtifactReport, save_artifact
+from statecraft.checkpoint.boundary import (
+    Boundary,
+    BoundaryKind,
+    decide_boundary,
+    regular_save_due,
+    validation_due,
+)
+from statecraft.checkpoint.components import ComponentPlan
+from statecraft.checkpoint.evaluation import Evaluation, run_evaluation
+from statecraft.checkpoint.layout import ARTIFACTS_DIR, RunAttempt
+from statecraft.checkpoint.lease import WriterLease
+from statecraft.checkpoint.machines import load_machine
+from statecraft.checkpoint.saving import SaveReport, gather_into, save_full_checkpoint
+from statecraft.checkpoint.state import gather_data_state, gather_rng_inventory
+from statecraft.checkpoint.step import StepEnd
+from statecraft.checkpoint.validation_records import (
+    ValidationIdentity,
+    ValidationStage,
+    ValidationState,
+)
+from statecraft.checkpoint.validation_saving import ValidationReport, run_durable_validation
+from statecraft.engine import Machine
+from statecraft.errors import ValidationFailedError
+from statecraft.parallel.collectives import Collective
+from statecraft.parallel.rank0 import on_rank_zero
+from statecraft.storage.base import Store
+from statecraft.storage.filesystem import Filesystem
+from statecraft.storage.local import LocalStore
+
+if TYPE_CHECKING:  # the facade imports this module
+    from statecraft.checkpoint.checkpointer import Checkpointer
+
+__all__ = [
+    "BoundaryOutcome",
+    "BoundaryRunner",
+    "artifacts_store",
+    "due_boundary",
+    "execute",
+]
+
+log = logging.getLogger("statecraft")
+
+#: the kinds that write something (and therefore need the save-without-resume check)
+WRITING = frozenset(
+    {
+        BoundaryKind.SAVE,
+        BoundaryKind.ARTIFACT,
+        BoundaryKind.DURABLE_VALIDATION,
+        BoundaryKind.ARTIFACT_THEN_EVALUATE,
+        BoundaryKind.EVALUATE_THEN_ARTIFACT,
+    }
+)
+#: the kinds that call the evaluation
+EVALUATING = frozenset(
+    {
+        BoundaryKind.DURABLE_VALIDATION,
+        BoundaryKind.ARTIFACT_THEN_EVALUATE,
+        BoundaryKind.EVALUATE_THEN_ARTIFACT,
+        BoundaryKind.EVALUATE,
+    }
+)
+
+
+def artifacts_store(
+    attempt: RunAttempt | None, filesystem: Filesystem | None, *, create: bool = False
+) -> Store | None:
+    """The attempt's ``checkpoint_artifacts`` root store, or ``None`` when the directory does
+    not exist and ``create`` is false (a ``LocalStore`` creates its root, so readers look
+    first and never create it), or when there is no attempt."""
+    if attempt is None:
+        return None
+    if not create:
+        stat = LocalStore(str(attempt.run_dir), fs=filesystem).stat(ARTIFACTS_DIR)
+        if stat is None or not stat.is_dir:
+            return None
+    return LocalStore(str(attempt.artifacts_dir), fs=filesystem)
+
+
+@attrs.frozen
+class BoundaryOutcome:
+    """What one executed boundary produced (on rank 0; reports are ``None`` elsewhere).
+
+    Attributes:
+        saved: the full checkpoint's report (a regular save, or the durable validation's
+            evaluation-pending save).
+        artifact: the partial artifact's report.
+        validation: the durable validation's report (its final stage and metrics).
+        metrics: the evaluation's metrics (``None`` when no evaluation ran, and on ranks
+            other than 0).
+        validated: an evaluation ran and succeeded at this boundary (every rank).
+        wrote: a checkpoint or artifact of the step was committed (every rank).
+    """
+
+    saved: SaveReport | None = None
+    artifact: ArtifactReport | None = None
+    validation: ValidationReport | None = None
+    metrics: dict[str, float] | None = None
+    validated: bool = False
+    wrote: bool = False
+
+
+class BoundaryRunner:
+    """Runs the decided boundary for one ``Checkpointer`` (holds its loaded machines, the
+    registered evaluation and the lazily created artifacts store)."""
+
+    def __init__(self, collective: Collective, filesystem: Filesystem | None) -> None:
+        self.collective = collective
+        self.filesystem = filesystem
+        self.evaluation: Evaluation | None = None
+        self.identity = ValidationIdentity()
+        self.artifacts: Store | None = None
+        self._machines: dict[str, Machine] = {}
+
+    def machine(self, name: str) -> Machine:
+        """The loaded ``machines/<name>.toml`` (loaded once)."""
+        if name not in self._machines:
+            self._machines[name] = load_machine(name)
+        return self._machines[name]
+
+    def _gather(self, tracked: Any) -> tuple[Any, Any]:
+        """Every rank's RNG streams and data state (a collective: every rank calls it)."""
+        collective = self.collective
+        rng = gather_rng_inventory(
+            rank=collective.rank,
+            world_size=collective.world_size,
+            all_gather_object=None if collective.world_size == 1 else gather_into(collective),
+        )
+        source = tracked.data
+        data = None if source is None else gather_data_state(source, collective=collective)
+        return rng, data
+
+    def _artifacts(self, attempt: RunAttempt) -> Store:
+        if self.artifacts is None:  # created by the first artifact save, never by a reader
+            self.artifacts = artifacts_store(attempt, self.filesystem, create=True)
+        assert self.artifacts is not None
+        return self.artifacts
+
+    def run(
+        self,
+        boundary: Boundary,
+        *,
+        tracked: Any,
+        attempt: RunAttempt,
+        store: Store,
+        lease: WriterLease | None,
+        step: int,
+    ) -> BoundaryOutcome:
+        """Execute ``boundary`` for ``step`` (every rank calls it; rank 0 writes).
+
+        Raises:
+            ValidationFailedError: the evaluation failed (every rank); what was committed
+                before it (an evaluation-pending checkpoint, an artifact committed before an
+                ephemeral evaluation) stays committed, and nothing after it was written.
+            (and what the save / artifact / validation machines raise)
+        """
+        kind = boundary.kind
+        if kind is BoundaryKind.NOTHING:
+            return BoundaryOutcome()
+        evaluation = self.evaluation
+        if kind in EVALUATING and evaluation is None:  # pragma: no cover - decide_boundary bug
+            raise AssertionError(f"{kind} decided with no registered evaluation")
+        if kind is BoundaryKind.EVALUATE:
+            assert evaluation is not None
+            metrics = on_rank_zero(self.collective, lambda: self.evaluate(evaluation, step))
+            return BoundaryOutcome(metrics=metrics, validated=True)
+        rng, data = self._gather(tracked)
+        out: list[BoundaryOutcome] = []
+
+        def write_here() -> None:
+            out.append(self._write(boundary, tracked, attempt, store, lease, step, rng, data))
+
+        on_rank_zero(self.collective, write_here)
+        if out:
+            return out[0]
+        return BoundaryOutcome(validated=kind in EVALUATING, wrote=True)
+
+    def evaluate(self, evaluation: Evaluation, step: int) -> dict[str, float]:
+        """An ephemeral evaluation of ``step`` (rank 0): its metrics, logged."""
+        metrics = run_evaluation(evaluation, step)
+        log.info("validated step %d (ephemeral): %s", step, _show(metrics))
+        return metrics
+
+    def _write(
+        self,
+        boundary: Boundary,
+        tracked: Any,
+        attempt: RunAttempt,
+        store: Store,
+        lease: WriterLease | None,
+        step: int,
+        rng: Any,
+        data: Any,
+    ) -> BoundaryOutcome:
+        kind = boundary.kind
+        if kind is BoundaryKind.SAVE:
+            report = save_full_checkpoint(
+                tracked,
+                store,
+                rng=rng,
+                data=data,
+                step=step,
+                lease=lease,
+                machine=self.machine("save"),
+                location=str(attempt.checkpoints_dir),
+                validation=ValidationState(self.identity, ValidationStage.NONE),
+            )
+            return BoundaryOutcome(saved=report, wrote=True)
+        if kind is BoundaryKind.DURABLE_VALIDATION:
+            assert self.evaluation is not None
+            validation = run_durable_validation(
+                tracked,
+                store,
+                evaluation=self.evaluation,
+                identity=self.identity,
+                rng=rng,
+                data=data,
+                step=step,
+                lease=lease,
+                save_machine=self.machine("save"),
+                machine=self.machine("validation"),
+                location=str(attempt.checkpoints_dir),
+            )
+            return BoundaryOutcome(
+                saved=validation.save,
+                validation=validation,
+                metrics=validation.metrics,
+                validated=True,
+                wrote=True,
+            )
+        evaluate = kind in EVALUATING
+        plan = boundary.plan
+        if plan is None:  # pragma: no cover - decide_boundary names the plan of an artifact
+            raise AssertionError(f"{kind} decided without a component plan")
+        artifact = self.save_artifact(
+            tracked,
+            attempt,
+            plan=plan,
+            rng=rng,
+            data=data,
+            step=step,
+            lease=lease,
+            evaluation=self.evaluation if evaluate else None,
+            evaluate_first=kind is BoundaryKind.EVALUATE_THEN_ARTIFACT,
+        )
+        return BoundaryOutcome(
+            artifact=artifact, metrics=artifact.metrics, validated=evaluate, wrote=True
+        )
+
+    def save_artifact(
+        self,
+        tracked: Any,
+        attempt: RunAttempt,
+        *,
+        plan: ComponentPlan,
+        rng: Any,
+        data: Any,
+        step: int,
+        lease: WriterLease | None,
+        evaluation: Evaluation | None,
+        evaluate_first: bool,
+    ) -> ArtifactReport:
+        """One partial artifact of ``step`` through ``machines/artifact.toml`` (rank 0)."""
+        return save_artifact(
+            tracked,
+            self._artifacts(attempt),
+            plan=plan,
+            rng=rng,
+            data=data,
+            step=step,
+            lease=lease,
+            machine=self.machine("artifact"),
+            location=str(attempt.artifacts_dir),
+            evaluation=evaluation,
+            evaluate_first=evaluate_first,
+        )
+
+
+def _show(metrics: dict[str, float]) -> str:
+    return ", ".join(f"{name}={value:.6g}" for name, value in sorted(metrics.items()))
+
+
+def due_boundary(ckpt: Checkpointer, *, final: bool) -> Boundary:
+    """What is due at ``ckpt``'s current step (a step boundary, or ``finalize()`` with
+    ``final``): the regular save and the validation, each only at a quiescent boundary after
+    at least one applied update, unioned by :func:`decide_boundary`. A validation of a step
+    this run already saved (the final validation of a step the cadence saved) is ephemeral:
+    the committed checkpoint is not saved again."""
+    clocks, step = ckpt.tracked.clocks, ckpt.step
+    ready = clocks.quiescent and step > 0
+    regular = ready and regular_save_due(
+        ckpt.config,
+        step=step,
+        quiescent=clocks.quiescent,
+        last_saved_step=ckpt.last_saved_step,
+        final=final,
+    )
+    due = ready and validation_due(
+        ckpt.config,
+        step=step,
+        registered=ckpt._boundaries.evaluation is not None,
+        last_validated_step=ckpt.last_validated_step,
+        final=final,
+    )
+    if due and not regular and step == ckpt.last_saved_step:
+        # The step is committed already (a cadence save, then the final validation at
+        # finalize()): committed files are never rewritten, so the evaluation is ephemeral.
+        return Boundary(BoundaryKind.EVALUATE, None, regular_due=False, validation_due=True)
+    return decide_boundary(ckpt.config, regular_due=regular, validation_due=due)
+
+
+def execute(ckpt: Checkpointer, boundary: Boundary, step: int) -> StepEnd:
+    """Run ``boundary`` for ``ckpt`` at ``step`` and record it (``ckpt.saves``,
+    ``ckpt.artifacts``, ``last_saved_step``, ``last_validated_step``).
+
+    Raises:
+        ResumeRequiredError: a writing boundary in an attempt that holds committed checkpoints
+            or artifacts, by a process that did not resume (nothing written).
+        TrainerStateError: a writing boundary while the accumulation window is open.
+        ValidationFailedError: the evaluation failed; a checkpoint or artifact committed
+            before it stays committed and counts as this step's save.
+    """
+    if boundary.kind is BoundaryKind.NOTHING:
+        return StepEnd()
+    ckpt._require_tracked("save")
+    store = ckpt._ensure_attempt()
+    attempt = ckpt.attempt
+    assert attempt is not None
+    if boundary.kind in WRITING:
+        existing = ckpt._boundaries.artifacts or artifacts_store(attempt, ckpt.filesystem)
+        ckpt._lifecycle.before_save(ckpt.collective, attempt, store, artifacts=existing)
+        ckpt.tracked.clocks.require_quiescent("save a checkpoint")
+    try:
+        out = ckpt._boundaries.run(
+            boundary,
+            tracked=ckpt.tracked,
+            attempt=attempt,
+            store=store,
+            lease=ckpt.lease,
+            step=step,
+        )
+    except ValidationFailedError:  # what committed before the evaluation stays committed
+        if boundary.kind in (BoundaryKind.DURABLE_VALIDATION, BoundaryKind.ARTIFACT_THEN_EVALUATE):
+            ckpt.last_saved_step = ckpt._lifecycle.saved = step
+        raise
+    if out.saved is not None:
+        ckpt.saves.append(out.saved)
+    if out.artifact is not None:
+        ckpt.artifacts.append(out.artifact)
+    if out.wrote:
+        ckpt.last_saved_step = ckpt._lifecycle.saved = step
+    if out.validated:
+        ckpt.last_validated_step = step
+    return StepEnd(
+        saved=out.saved,
+        artifact=out.artifact,
+        metrics=out.metrics,
+        validated=out.validated,
+        validation=out.validation,
+    )
