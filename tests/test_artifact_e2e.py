@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from artifact_files import write_artifact
 from checkpoint_runs import RUN, Objects, train
 
 import statecraft as sc
@@ -261,3 +262,26 @@ def test_final_validation_of_a_step_the_cadence_saved_is_ephemeral(tmp_path):
     assert [s.iteration for s in ckpt.saves] == [3, 4, 6, 8]
     assert tree_bytes(iter_8) == before
     assert trainer_stage(tmp_path, 8) is ValidationStage.NONE
+
+
+def test_explicit_resume_into_a_pinned_attempt_behind_its_artifact_is_refused(tmp_path):
+    """An explicit resume with a pinned run_ts continues in that attempt, so the attempt's
+    artifacts count: a source behind its newest artifact is refused, naming both, and
+    nothing changes; an explicit resume without a pin continues in a new sibling and loads."""
+    ckpt, objects = open_checkpointer(tmp_path)
+    ckpt.resume()
+    train(ckpt, objects, 2)
+    ckpt.close()
+    attempt = attempt_dir(tmp_path)
+    write_artifact(attempt / ARTIFACTS_DIR, 4, ["model"])
+    source = str(attempt / "checkpoints" / "iter_000000002")
+    before = tree_bytes(tmp_path)
+    pinned, _ = open_checkpointer(tmp_path, f"resume={source}", f"run_ts={attempt.name}")
+    with pytest.raises(ArtifactResumeError, match="iter_000000004") as caught:
+        pinned.resume()
+    assert "iter_000000002" in str(caught.value)
+    pinned.close()
+    assert tree_bytes(tmp_path) == before
+    sibling, _ = open_checkpointer(tmp_path, f"resume={source}")
+    assert sibling.resume().step == 2
+    sibling.close()

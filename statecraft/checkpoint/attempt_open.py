@@ -11,7 +11,9 @@ import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from statecraft.checkpoint.artifact_catalog import open_artifacts
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.layout import RunAttempt, RunIdentity, resolve_run_attempt
 from statecraft.checkpoint.lease import WriterLease, acquire_lease, launch_lock
@@ -22,7 +24,16 @@ from statecraft.storage.base import Store
 from statecraft.storage.filesystem import Filesystem, OsFilesystem
 from statecraft.storage.local import LocalStore
 
-__all__ = ["checked_output_root", "open_attempt", "release_at_exit"]
+if TYPE_CHECKING:  # the facade imports this module
+    from statecraft.checkpoint.checkpointer import Checkpointer
+
+__all__ = [
+    "artifacts_store",
+    "checked_output_root",
+    "open_attempt",
+    "release_at_exit",
+    "resume_artifacts",
+]
 
 
 def checked_output_root(output_root: object) -> str:
@@ -111,3 +122,31 @@ def release_at_exit(
 
     atexit.register(release)
     return release
+
+
+def artifacts_store(
+    attempt: RunAttempt | None, filesystem: Filesystem | None, *, create: bool = False
+) -> Store | None:
+    """The attempt's ``checkpoint_artifacts`` root store, or ``None`` when the directory does
+    not exist and ``create`` is false (a ``LocalStore`` creates its root, so readers look
+    first and never create it), or when there is no attempt."""
+    if attempt is None:
+        return None
+    if not create:
+        return open_artifacts(attempt.run_dir, filesystem=filesystem)
+    return LocalStore(str(attempt.artifacts_dir), fs=filesystem)
+
+
+def resume_artifacts(ckpt: Checkpointer) -> Store | None:
+    """The artifacts the resume rules weigh: those of the attempt this run continues in. That
+    is the adopted attempt (``resume=auto``); for an explicit source (no attempt is opened
+    before it loads) the pinned ``run_ts`` attempt, when pinned. An explicit resume otherwise
+    continues in a newly minted sibling, which holds none, as does a minted attempt. Nothing
+    is created."""
+    attempt, fs = ckpt.attempt, ckpt.filesystem
+    if attempt is not None:
+        return None if attempt.minted else open_artifacts(attempt.run_dir, filesystem=fs)
+    if not ckpt.config.run_ts:
+        return None
+    pinned = ckpt.run.job_dir(Path(ckpt.output_root)) / ckpt.config.run_ts
+    return open_artifacts(pinned, filesystem=fs)

@@ -18,7 +18,8 @@ machine; the outcome (a report, or the exception) reaches every rank, so a
 callable runs on rank 0 only (a documented limitation of this release).
 
 The partial-artifact store (``<run>/checkpoint_artifacts``) is created at the first artifact
-save only: a reader never creates it (:func:`artifacts_store`).
+save only: a reader never creates it
+(:func:`~statecraft.checkpoint.attempt_open.artifacts_store`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from statecraft.checkpoint.artifact_saving import ArtifactReport, save_artifact
+from statecraft.checkpoint.attempt_open import artifacts_store
 from statecraft.checkpoint.boundary import (
     Boundary,
     BoundaryKind,
@@ -38,7 +40,7 @@ from statecraft.checkpoint.boundary import (
 )
 from statecraft.checkpoint.components import ComponentPlan
 from statecraft.checkpoint.evaluation import Evaluation, run_evaluation
-from statecraft.checkpoint.layout import ARTIFACTS_DIR, RunAttempt
+from statecraft.checkpoint.layout import RunAttempt
 from statecraft.checkpoint.lease import WriterLease
 from statecraft.checkpoint.machines import load_machine
 from statecraft.checkpoint.saving import SaveReport, gather_into, save_full_checkpoint
@@ -56,7 +58,6 @@ from statecraft.parallel.collectives import Collective
 from statecraft.parallel.rank0 import on_rank_zero
 from statecraft.storage.base import Store
 from statecraft.storage.filesystem import Filesystem
-from statecraft.storage.local import LocalStore
 
 if TYPE_CHECKING:  # the facade imports this module
     from statecraft.checkpoint.checkpointer import Checkpointer
@@ -64,7 +65,6 @@ if TYPE_CHECKING:  # the facade imports this module
 __all__ = [
     "BoundaryOutcome",
     "BoundaryRunner",
-    "artifacts_store",
     "due_boundary",
     "execute",
 ]
@@ -90,21 +90,6 @@ EVALUATING = frozenset(
         BoundaryKind.EVALUATE,
     }
 )
-
-
-def artifacts_store(
-    attempt: RunAttempt | None, filesystem: Filesystem | None, *, create: bool = False
-) -> Store | None:
-    """The attempt's ``checkpoint_artifacts`` root store, or ``None`` when the directory does
-    not exist and ``create`` is false (a ``LocalStore`` creates its root, so readers look
-    first and never create it), or when there is no attempt."""
-    if attempt is None:
-        return None
-    if not create:
-        stat = LocalStore(str(attempt.run_dir), fs=filesystem).stat(ARTIFACTS_DIR)
-        if stat is None or not stat.is_dir:
-            return None
-    return LocalStore(str(attempt.artifacts_dir), fs=filesystem)
 
 
 @attrs.frozen

@@ -274,7 +274,7 @@ def classify(
         return CatalogEntry(iteration, CheckpointState.CORRUPT, _reason(exc), error=exc)
     if level == "manifest":
         return CatalogEntry(iteration, CheckpointState.COMMITTED, "", verified)
-    saved = getattr(verified.trainer, "validation", None)
+    saved = verified.trainer.validation if verified.trainer is not None else None
     reading = read_stage(store, iteration, saved)
     return CatalogEntry(
         iteration,

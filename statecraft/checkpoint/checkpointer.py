@@ -33,14 +33,14 @@ from pathlib import Path
 from typing import Any
 
 from statecraft.checkpoint.artifact_saving import ArtifactReport
-from statecraft.checkpoint.attempt_open import checked_output_root, open_attempt, release_at_exit
-from statecraft.checkpoint.boundary import decide_boundary
-from statecraft.checkpoint.boundary_run import (
-    BoundaryRunner,
-    artifacts_store,
-    due_boundary,
-    execute,
+from statecraft.checkpoint.attempt_open import (
+    checked_output_root,
+    open_attempt,
+    release_at_exit,
+    resume_artifacts,
 )
+from statecraft.checkpoint.boundary import decide_boundary
+from statecraft.checkpoint.boundary_run import BoundaryRunner, due_boundary, execute
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.config.plans import plan_warnings
 from statecraft.checkpoint.evaluation import Evaluation, Evaluator
@@ -314,7 +314,7 @@ class Checkpointer:
             cursor_resume=self.config.data.cursor_resume,
             collective=self.collective,
             filesystem=self.filesystem,
-            artifacts=None if adopted is None else artifacts_store(attempt, self.filesystem),
+            artifacts=resume_artifacts(self),
             validation_identity=boundaries.identity,
         )
         machine = self._resume_machine

@@ -255,17 +255,32 @@ def validation_artifact_only_after_success(ctx: CheckContext) -> None:
 
 def resume_never_adopts_an_artifact(ctx: CheckContext) -> None:
     """ART-RESUME-NEVER-ADOPTS: resume=auto adopts the newest full checkpoint (or starts
-    fresh without one, or refuses because of a newer artifact), never an artifact."""
+    fresh without one), never an artifact; it refuses exactly when an artifact directory
+    holding a manifest (committed, or damaged: fail closed) is newer than that checkpoint."""
     s = _scenario(ctx)
     for seen in _recovery(ctx).resumes:
         ctx.exercised()
         verified = seen.seen.verified(s.checkpoint_files)
+        newest = max(verified) if verified else None
+        marked = [
+            i
+            for i in seen.artifacts.iterations()
+            if seen.artifacts.manifest_raw(i) is not None
+            or f"{iteration_name(i)}/{MANIFEST}" in seen.artifacts.files
+        ]
+        must_refuse = bool(marked) and (newest is None or max(marked) > newest)
         if seen.refused is not None:
-            if not any(seen.artifacts.committed(i) for i in seen.artifacts.iterations()):
+            if not must_refuse:
                 raise GuaranteeViolation(
-                    f"resume refused without a committed artifact: {seen.refused}"
+                    f"resume refused although no artifact holding a manifest is newer than the "
+                    f"newest full checkpoint {newest}: {seen.refused}"
                 )
             continue
+        if must_refuse:
+            raise GuaranteeViolation(
+                f"resume=auto did not refuse although artifact iter {max(marked)} (holding a "
+                f"manifest) is newer than the newest full checkpoint {newest}"
+            )
         result = seen.result
         assert result is not None
         if result.source is not None and "checkpoint_artifacts" in result.source:

@@ -16,7 +16,6 @@ one run before it starts the next), the retry's calls are in :class:`ArtifactRec
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import attrs
 
@@ -208,7 +207,7 @@ class ArtifactScenario:
 
     def _resume(self, world: SimWorld) -> ResumeSeen:
         store = world.local_store(CHECKPOINTS_ROOT)  # creating a missing root is the store's
-        seen, artifacts = DiskView.of(world), ArtifactView.of(world)
+        seen, view = DiskView.of(world), ArtifactView.of(world)
         objects = fresh_objects(with_data=self.with_data)
         tracked = Tracked(
             model=objects.model,
@@ -216,18 +215,16 @@ class ArtifactScenario:
             scheduler=objects.scheduler,
             data=objects.data,
         )
-        extra: dict[str, Any] = {}
-        if "artifacts" in attrs.fields_dict(ResumeContext):  # the artifact rules of resume
-            present = world.fs.stat(ARTIFACTS_ROOT) is not None  # readers never create it
-            extra["artifacts"] = world.local_store(ARTIFACTS_ROOT) if present else None
-        ctx = ResumeContext(mode="auto", tracked=tracked, store=store, **extra)
+        present = world.fs.stat(ARTIFACTS_ROOT) is not None  # readers never create it
+        artifacts = world.local_store(ARTIFACTS_ROOT) if present else None
+        ctx = ResumeContext(mode="auto", tracked=tracked, store=store, artifacts=artifacts)
         result = shipped_machine("resume").run(ctx)
         if result.failed and isinstance(result.error, ArtifactResumeError):
-            return ResumeSeen(None, result.error, seen, artifacts)
+            return ResumeSeen(None, result.error, seen, view)
         result.raise_for_failure()
         if ctx.result is None:
             raise RuntimeError("resume machine ended without a result")
-        return ResumeSeen(ctx.result, None, seen, artifacts)
+        return ResumeSeen(ctx.result, None, seen, view)
 
     def recover(self, world: SimWorld) -> ArtifactRecovery:
         with preserved_rng():

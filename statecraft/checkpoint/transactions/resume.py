@@ -218,7 +218,7 @@ def require_admissible(ctx: ResumeContext) -> None:
         raise refusal
     if ctx.validation_identity is not None:
         check_validation_identity(
-            getattr(chosen.trainer, "validation", None),
+            chosen.trainer.validation if chosen.trainer is not None else None,
             ctx.validation_identity,
             source=f"{chosen.location}/trainer.pt",
         )

@@ -86,7 +86,7 @@ def verify_explicit_source(
     store, iteration, name = resolve_explicit(path_text, fs)
     if iteration is not None:
         verified = verify_checkpoint(store, iteration, level=level, writer=writer)
-        saved = getattr(verified.trainer, "validation", None)
+        saved = verified.trainer.validation if verified.trainer is not None else None
         return verified, read_stage(store, iteration, saved)
     where = f"{store.describe()}/{name}"
     payload = writer.read(store, name, mmap=False)
