@@ -26,7 +26,7 @@ import cattrs
 
 from statecraft.checkpoint.components import ComponentPlan
 from statecraft.checkpoint.layout import ARTIFACT_MANIFEST_NAME, iter_dirname
-from statecraft.checkpoint.manifest import FileEntry
+from statecraft.checkpoint.manifest import FileEntry, strict_converter
 from statecraft.checkpoint.schemas import schema_violations
 from statecraft.errors import CheckpointCorruptError, CheckpointError
 from statecraft.storage.base import Store
@@ -42,21 +42,8 @@ __all__ = [
 ARTIFACT_MANIFEST_SCHEMA = "statecraft.artifact-manifest.v1"
 #: its JSON schema (named by ``specs/artifact.toml``), enforced on encode and decode.
 ARTIFACT_MANIFEST_SCHEMA_FILE = "artifact.manifest.schema.json"
-_converter = cattrs.Converter(forbid_extra_keys=True)
+_converter = strict_converter()
 _FIX = "The artifact is not usable; move it aside (it is never a resume source)."
-
-
-def _strict(kind: type) -> Any:
-    def structure(value: Any, _: type) -> Any:
-        if type(value) is not kind:
-            raise TypeError(f"expected {kind.__name__}, got {value!r}")
-        return value
-
-    return structure
-
-
-for _kind in (int, str):
-    _converter.register_structure_hook(_kind, _strict(_kind))
 
 
 @attrs.frozen

@@ -10,14 +10,20 @@ POSIX filesystem; the ``flock`` of the lease is what keeps a second live writer 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
-from statecraft.errors import StoreError
+from statecraft.errors import StoreError, WriterLeaseError
 from statecraft.storage.base import AtomicWriter, FileRecord, Store
 from statecraft.storage.filesystem import FileStat
 
-__all__ = ["FencedStore"]
+if TYPE_CHECKING:
+    from statecraft.checkpoint.lease import WriterLease
+
+__all__ = ["FencedStore", "discard_own_leftovers"]
+
+log = logging.getLogger("statecraft.save")
 
 
 class _FencedWriter:
@@ -129,3 +135,22 @@ class FencedStore:
     def delete_tree(self, path: str) -> None:
         self.fence(path)
         self.inner.delete_tree(path)
+
+
+def discard_own_leftovers(
+    store: Store, iter_dir: str, *, conflict: bool, lease: WriterLease | None, label: str
+) -> None:
+    """After a failed write of ``iter_dir``: remove its files, a manifest the failed save
+    published itself included (a failed fsync may never make it durable). Kept only when
+    another writer is in the way: ``conflict`` (its commit met another writer's) or a lease
+    taken over; ``label`` names the directory in the warning."""
+    if conflict:
+        log.warning("%s belongs to another writer; it is kept", label)
+        return
+    if lease is not None:
+        try:
+            lease.check()
+        except WriterLeaseError:
+            log.warning("the writer lease was taken over; %s is left to its owner", label)
+            return
+    store.delete_tree(iter_dir)

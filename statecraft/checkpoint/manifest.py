@@ -34,12 +34,12 @@ __all__ = [
     "Manifest",
     "SavePlan",
     "decode_manifest",
+    "strict_converter",
 ]
 
 MANIFEST_SCHEMA = "statecraft.checkpoint-manifest.v2"
 MANIFEST_SCHEMA_V1 = "statecraft.checkpoint-manifest.v1"  # sha256 per file; read, never written
 READABLE_SCHEMAS = (MANIFEST_SCHEMA, MANIFEST_SCHEMA_V1)
-_converter = cattrs.Converter(forbid_extra_keys=True)
 
 
 def _strict(kind: type) -> Any:
@@ -51,8 +51,17 @@ def _strict(kind: type) -> Any:
     return structure
 
 
-for _kind in (int, str):
-    _converter.register_structure_hook(_kind, _strict(_kind))
+def strict_converter() -> cattrs.Converter:
+    """A converter for the JSON records statecraft writes: unknown keys are refused, and an
+    ``int``, ``bool`` or ``str`` field takes exactly that type (no ``"3"`` for 3, no ``true``
+    for 1, no ``1`` for true)."""
+    converter = cattrs.Converter(forbid_extra_keys=True)
+    for kind in (int, bool, str):  # bool after int: a bool field is not the int hook's
+        converter.register_structure_hook(kind, _strict(kind))
+    return converter
+
+
+_converter = strict_converter()
 
 
 @attrs.frozen

@@ -29,9 +29,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
-import cattrs
 
 from statecraft.checkpoint.layout import iter_dirname
+from statecraft.checkpoint.manifest import strict_converter
 from statecraft.errors import CheckpointCorruptError
 from statecraft.storage.base import Store
 
@@ -58,7 +58,7 @@ PUBLISHED_SCHEMA = "statecraft.validation-published.v1"
 EVALUATED_RECORD = ".validation-publication-evaluated.json"
 PUBLISHED_RECORD = ".validation-publication-published.json"
 
-_converter = cattrs.Converter(forbid_extra_keys=True)
+_converter = strict_converter()
 
 
 class ValidationStage(enum.Enum):
@@ -194,6 +194,8 @@ def _decode(store: Store, path: str, kind: type, schema: str, iteration: int) ->
         raw = json.loads(store.read_bytes(path))
         if not isinstance(raw, dict) or raw.get("schema") != schema:
             raise ValueError(f"schema is not {schema!r}")
+        if kind is EvaluatedRecord and metrics_problems(raw.get("metrics")):  # as written
+            raise ValueError("; ".join(metrics_problems(raw.get("metrics"))))
         record: Any = _converter.structure(raw, kind)
     except FileNotFoundError:
         raise
@@ -203,8 +205,6 @@ def _decode(store: Store, path: str, kind: type, schema: str, iteration: int) ->
         ) from None
     if record.iteration != iteration:
         raise CheckpointCorruptError(source, f"names iteration {record.iteration}", fix)
-    if kind is EvaluatedRecord and metrics_problems(record.metrics):
-        raise CheckpointCorruptError(source, "; ".join(metrics_problems(record.metrics)), fix)
     return record
 
 

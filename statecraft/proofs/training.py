@@ -110,9 +110,9 @@ def expected_payloads(
     return dict(_payloads(iteration, with_data, salt))
 
 
-@functools.lru_cache(maxsize=64)
-def _payloads(iteration: int, with_data: bool, salt: int) -> dict[str, Callable[[], Any]]:
-    """Built once per (iteration, data, salt): serializing never changes the objects."""
+def _objects_at(iteration: int) -> tuple[Any, Any, Any, UpdateClocks]:
+    """Model, optimizer (with per-parameter state), scheduler and clocks of a run at
+    ``iteration``: every value derived from the iteration, so saves are reproducible."""
     with preserved_rng():
         model = _model()
     with torch.no_grad():
@@ -130,6 +130,13 @@ def _payloads(iteration: int, with_data: bool, salt: int) -> dict[str, Callable[
     clocks = UpdateClocks(
         optimizer_step=iteration, attempt_id=iteration + 1, skips_total=1, skips_consecutive=0
     )
+    return model, optimizer, scheduler, clocks
+
+
+@functools.lru_cache(maxsize=64)
+def _payloads(iteration: int, with_data: bool, salt: int) -> dict[str, Callable[[], Any]]:
+    """Built once per (iteration, data, salt): serializing never changes the objects."""
+    model, optimizer, scheduler, clocks = _objects_at(iteration)
     trainer = TrainerState.capture(
         clocks,
         rng=_rng_inventory(iteration),
@@ -213,23 +220,7 @@ def tracked_at(iteration: int, *, salt: int) -> Tracked:
     source), holding the state :func:`expected_payloads` describes: for scenarios that save
     through the production :func:`~statecraft.checkpoint.saving.save_full_checkpoint`.
     Saving never changes them, so they are built once per (iteration, salt)."""
-    with preserved_rng():
-        model = _model()
-    with torch.no_grad():
-        model.weight.fill_(float(iteration))
-        model.bias.fill_(float(iteration))
-    optimizer = _optimizer(model)
-    for p in model.parameters():
-        optimizer.state[p] = {
-            "step": torch.tensor(float(iteration)),
-            "exp_avg": torch.full_like(p, iteration + 0.25),
-            "exp_avg_sq": torch.full_like(p, iteration + 0.5),
-        }
-    scheduler = _scheduler(optimizer)
-    scheduler.last_epoch = iteration
-    clocks = UpdateClocks(
-        optimizer_step=iteration, attempt_id=iteration + 1, skips_total=1, skips_consecutive=0
-    )
+    model, optimizer, scheduler, clocks = _objects_at(iteration)
     return Tracked(
         model=model,
         optimizer=optimizer,

@@ -25,7 +25,7 @@ from statecraft.checkpoint.artifact_manifest import (
 )
 from statecraft.checkpoint.components import ComponentPlan
 from statecraft.checkpoint.evaluation import Evaluation, run_evaluation
-from statecraft.checkpoint.fence import FencedStore
+from statecraft.checkpoint.fence import FencedStore, discard_own_leftovers
 from statecraft.checkpoint.layout import ARTIFACT_MANIFEST_NAME, MANIFEST_NAME, iter_dirname
 from statecraft.checkpoint.lease import WriterLease
 from statecraft.checkpoint.manifest import FileEntry, SavePlan
@@ -345,16 +345,13 @@ def discard_partial(ctx: ArtifactContext) -> None:
     """After a failed write: remove this iteration's files (including a manifest this save
     published itself, which a failed fsync may never make durable). Kept only when another
     writer's commit or lease is in the way."""
-    if ctx.commit_conflict:
-        log.warning("artifact %s belongs to another writer; it is kept", ctx.iter_dir)
-        return
-    if ctx.lease is not None:
-        try:
-            ctx.lease.check()
-        except WriterLeaseError:
-            log.warning("the writer lease was taken over; %s is left to its owner", ctx.iter_dir)
-            return
-    ctx.store.delete_tree(ctx.iter_dir)
+    discard_own_leftovers(
+        ctx.store,
+        ctx.iter_dir,
+        conflict=ctx.commit_conflict,
+        lease=ctx.lease,
+        label=f"artifact {ctx.iter_dir}",
+    )
 
 
 def artifact_bindings() -> Bindings:

@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 from statecraft.checkpoint.catalog import CheckpointState, classify
-from statecraft.checkpoint.fence import FencedStore
+from statecraft.checkpoint.fence import FencedStore, discard_own_leftovers
 from statecraft.checkpoint.layout import (
     LATEST_POINTER,
     MANIFEST_NAME,
@@ -332,16 +332,9 @@ def discard_partial(ctx: SaveContext) -> None:
     acknowledged, and after a failed fsync that manifest may never become durable. Only when
     the manifest's exclusive create met another writer's commit is the directory kept.
     """
-    if ctx.commit_conflict:
-        log.warning("%s belongs to another writer; it is kept", ctx.iter_dir)
-        return
-    if ctx.lease is not None:
-        try:
-            ctx.lease.check()
-        except WriterLeaseError:
-            log.warning("the writer lease was taken over; %s is left to its owner", ctx.iter_dir)
-            return
-    ctx.store.delete_tree(ctx.iter_dir)
+    discard_own_leftovers(
+        ctx.store, ctx.iter_dir, conflict=ctx.commit_conflict, lease=ctx.lease, label=ctx.iter_dir
+    )
 
 
 def save_bindings() -> Bindings:
