@@ -307,3 +307,49 @@ class TestBenchSaveSizes:
             3 << 20,
             65536,
         ]
+
+
+class TestBenchValidation:
+    def test_json_reports_each_boundary_and_its_ratio_to_the_save(self, capsys, tmp_path) -> None:
+        """bench validation times a full save, a durable validation and a model-only artifact
+        of one step, and reports medians, ratios to the save and the validation's extra ms;
+        the scratch directory is left empty."""
+        code, out = run_json(
+            capsys,
+            "bench",
+            "validation",
+            "--size-mib",
+            "1",
+            "--repeat",
+            "1",
+            "--dir",
+            str(tmp_path),
+        )
+        assert code == 0, out["errors"]
+        data = out["data"]
+        assert set(data["seconds"]) == {"save", "durable_validation", "artifact_model"}
+        assert all(positive(v) for v in data["seconds"].values())
+        assert all(len(v) == 1 for v in data["samples"].values())
+        ratios = data["ratios"]
+        assert ratios["durable_validation/save"] == pytest.approx(
+            data["seconds"]["durable_validation"] / data["seconds"]["save"]
+        )
+        assert positive(ratios["artifact_model/save"])
+        assert math.isfinite(data["durable_validation_extra_ms"])
+        assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+    def test_text_names_each_row(self, capsys, tmp_path) -> None:
+        """The human table has one row per boundary kind and the extra milliseconds."""
+        code = main(
+            ["bench", "validation", "--size-mib", "1", "--repeat", "1", "--dir", str(tmp_path)]
+        )
+        text = capsys.readouterr().out
+        assert code == 0
+        for row in ("full checkpoint", "durable validation", "model-only artifact", "adds"):
+            assert row in text
+
+    def test_a_zero_repeat_is_refused(self, capsys) -> None:
+        """--repeat 0 is refused naming the option, before anything runs."""
+        code, out = run_json(capsys, "bench", "validation", "--repeat", "0")
+        assert code != 0
+        assert "repeat" in out["errors"][0]["message"]

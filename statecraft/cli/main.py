@@ -7,7 +7,7 @@ Subcommands:
                                 (machines and crashcheck take --machines-dir/--specs-dir)
     demo                        train, SIGKILL, resume, compare bit-for-bit with a clean run
     inspect PATH [--verify]     attempts and checkpoints under PATH and what resume=auto would pick
-    bench save | engine         throughput / overhead ratios against baselines in one process
+    bench save | validation | engine   ratios against baselines in one process
 
 ``--json`` prints one versioned envelope: ``{"result_version", "command", "status",
 "exit_code", "data", "errors": [{"code", "message"}]}``; failures use the same shape.
@@ -104,6 +104,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bsave.add_argument("--json", action="store_true")
     bsave.set_defaults(func=_lazy("statecraft.cli.bench", "run_bench_save"))
+    bval = bsub.add_parser(
+        "validation", help="a durable validation and a model-only artifact vs a full save"
+    )
+    bval.add_argument("--size-mib", type=int, default=64, help="model size (default 64)")
+    bval.add_argument("--repeat", type=int, default=5, help="runs of each (default 5, median)")
+    bval.add_argument("--dir", help="directory to write in (default: a temporary one)")
+    bval.add_argument("--json", action="store_true")
+    bval.set_defaults(func=_lazy("statecraft.cli.bench.validation", "run_bench_validation"))
     bengine = bsub.add_parser("engine", help="engine overhead per transition")
     bengine.add_argument("--transitions", type=int, default=20000)
     bengine.add_argument("--json", action="store_true")

@@ -1,4 +1,5 @@
-"""Benchmarks behind ``statecraft bench save`` and ``statecraft bench engine`` (DESIGN.md §7).
+"""Benchmarks behind ``statecraft bench save``, ``bench validation`` and ``bench engine``
+(DESIGN.md §7).
 
 Every number is measured in one process against in-process baselines, so the *ratios* are
 meaningful on a noisy machine even when the absolute throughputs are not. One module per job:
@@ -13,6 +14,8 @@ meaningful on a noisy machine even when the absolute throughputs are not. One mo
 - :mod:`~statecraft.cli.bench.sweep`: ``bench save --sizes`` (a model + AdamW state per size
   against the fair baseline: the same files with ``torch.save`` + fsync + rename, one
   directory fsync; medians, ratios, the fixed per-save cost);
+- :mod:`~statecraft.cli.bench.validation`: ``bench validation`` (a durable validation and a
+  model-only artifact at one step boundary, against a full save of the same step);
 - :mod:`~statecraft.cli.bench.engine`: ``bench engine`` (engine overhead per transition);
 - :mod:`~statecraft.cli.bench.report`: the human tables.
 
