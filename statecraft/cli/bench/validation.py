@@ -1,8 +1,9 @@
 """``statecraft bench validation``: what a durable validation and a partial artifact cost at
 one step boundary, against a plain full save of the same step in the same process.
 
-Each repeat runs three real ``Checkpointer.step_end()`` calls (interleaved, each into a fresh
-output root, the same model: float32 parameters plus an SGD optimizer with momentum state):
+Each repeat runs three real ``Checkpointer.step_end()`` calls (interleaved in a rotating
+order, each into a fresh output root, the same model: float32 parameters plus an SGD
+optimizer with momentum state):
 
 - **save**: ``save_every=1``: one full checkpoint (the baseline);
 - **durable validation**: ``save_every=1``, ``validation.every=1``,
@@ -84,10 +85,11 @@ def measure_validation(
     check_positive("bench validation", size_mib=size_mib, repeat=repeat)
     samples: dict[str, list[float]] = {name: [] for name in _KNOBS}
     with bench_root(directory) as root:
-        for run in range(repeat):
-            for name, knobs in _KNOBS.items():
+        names = list(_KNOBS)
+        for run in range(repeat):  # the order rotates: none always follows another's writeback
+            for name in names[run % len(names) :] + names[: run % len(names)]:
                 with scratch(root, f"{name}-{run}") as where:
-                    samples[name].append(_one_boundary(where, size_mib, knobs))
+                    samples[name].append(_one_boundary(where, size_mib, _KNOBS[name]))
     median: Callable[[list[float]], float] = statistics.median
     seconds = {name: median(values) for name, values in samples.items()}
     return {
