@@ -71,7 +71,7 @@ class TestManifestSchema:
         with pytest.raises(CheckpointError) as info:
             bad.encode()
         text = str(info.value)
-        assert "refusing to write a manifest of iteration 100" in text
+        assert "refusing to write the manifest of iteration 100" in text
         assert f"violates specs/{MANIFEST_SCHEMA_FILE}" in text
         assert "$.components[1]: 'weights' is not one of" in text
 

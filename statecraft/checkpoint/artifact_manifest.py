@@ -27,7 +27,7 @@ import cattrs
 from statecraft.checkpoint.components import ComponentPlan
 from statecraft.checkpoint.layout import ARTIFACT_MANIFEST_NAME, iter_dirname
 from statecraft.checkpoint.manifest import FileEntry, strict_converter
-from statecraft.checkpoint.schemas import schema_violations
+from statecraft.checkpoint.schemas import encode_conforming, schema_violations
 from statecraft.errors import CheckpointCorruptError, CheckpointError
 from statecraft.storage.base import Store
 
@@ -110,15 +110,11 @@ class ArtifactManifest:
                 f"refusing to write the artifact manifest of iteration {self.iteration}: "
                 + "; ".join(problems)
             )
-        text = json.dumps(_converter.unstructure(self), sort_keys=True, indent=1) + "\n"
-        violations = schema_violations(ARTIFACT_MANIFEST_SCHEMA_FILE, json.loads(text))
-        if violations:
-            raise CheckpointError(
-                f"refusing to write the artifact manifest of iteration {self.iteration}: it "
-                f"violates specs/{ARTIFACT_MANIFEST_SCHEMA_FILE}: {'; '.join(violations)}; this "
-                "is a bug in the code that built it (or the schema is behind the manifest)"
-            )
-        return text.encode()
+        return encode_conforming(
+            _converter.unstructure(self),
+            ARTIFACT_MANIFEST_SCHEMA_FILE,
+            what=f"the artifact manifest of iteration {self.iteration}",
+        )
 
 
 def decode_artifact_manifest(data: bytes, *, source: str) -> ArtifactManifest:

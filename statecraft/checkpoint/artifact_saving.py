@@ -20,7 +20,8 @@ from statecraft.checkpoint.evaluation import Evaluation
 from statecraft.checkpoint.layout import iter_dirname
 from statecraft.checkpoint.lease import WriterLease
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN
-from statecraft.checkpoint.state import DataState, TrainerState
+from statecraft.checkpoint.saving import capture_trainer
+from statecraft.checkpoint.state import DataState
 from statecraft.checkpoint.transactions.artifact import ArtifactContext
 from statecraft.engine import RunResult
 from statecraft.errors import CheckpointError
@@ -67,16 +68,7 @@ def _payloads(
     with_data = tracked.data is not None
     trainer: Any
     if "training_state" in plan.components:
-        trainer = TrainerState.capture(  # refuses unloadable values before anything is written
-            tracked.clocks,
-            rng=rng,
-            scheduler=tracked.scheduler,
-            scheduler_identity=tracked.scheduler_identity,
-            optimizer=tracked.optimizer,
-            extra=tracked.loop_state,
-            stateful=tracked.stateful,
-            unsafe_elsewhere=() if data is None else data.problems,
-        )
+        trainer = capture_trainer(tracked, rng=rng, data=data)  # refuses before any write
         gathered: Any = data
     else:
         trainer = _Unselected("trainer state", step)

@@ -22,8 +22,12 @@ from typing import Any
 import attrs
 import cattrs
 
-from statecraft.checkpoint.schemas import MANIFEST_SCHEMA_FILE, schema_violations
-from statecraft.errors import CheckpointCorruptError, CheckpointError
+from statecraft.checkpoint.schemas import (
+    MANIFEST_SCHEMA_FILE,
+    encode_conforming,
+    schema_violations,
+)
+from statecraft.errors import CheckpointCorruptError
 from statecraft.storage.digest import ALGORITHMS, Digest
 
 __all__ = [
@@ -152,15 +156,9 @@ class Manifest:
                 n: {"size": e["size"], "sha256": e["digest"]["value"]}
                 for n, e in data["files"].items()
             }
-        text = json.dumps(data, sort_keys=True, indent=1) + "\n"
-        violations = schema_violations(MANIFEST_SCHEMA_FILE, json.loads(text))
-        if violations:
-            raise CheckpointError(
-                f"refusing to write a manifest of iteration {self.iteration} that violates "
-                f"specs/{MANIFEST_SCHEMA_FILE}: {'; '.join(violations)}; this is a bug in the "
-                "code that built it (or the schema is behind the manifest)"
-            )
-        return text.encode()
+        return encode_conforming(
+            data, MANIFEST_SCHEMA_FILE, what=f"the manifest of iteration {self.iteration}"
+        )
 
 
 def decode_manifest(data: bytes, *, source: str) -> Manifest:

@@ -25,7 +25,7 @@ from statecraft.engine import RunResult
 from statecraft.parallel.collectives import Collective
 from statecraft.storage.base import Store
 
-__all__ = ["SaveReport", "gather_into", "save_full_checkpoint"]
+__all__ = ["SaveReport", "capture_trainer", "gather_into", "save_full_checkpoint"]
 
 log = logging.getLogger("statecraft")
 
@@ -73,17 +73,7 @@ def save_full_checkpoint(
         StoreError / PlanDriftError / CheckpointCorruptError / WriterLeaseError: the save
             failed; the previous checkpoint is intact and ``latest`` still names it.
     """
-    trainer = TrainerState.capture(  # refuses unloadable values before anything is written
-        tracked.clocks,
-        rng=rng,
-        scheduler=tracked.scheduler,
-        scheduler_identity=tracked.scheduler_identity,
-        optimizer=tracked.optimizer,
-        extra=tracked.loop_state,
-        stateful=tracked.stateful,
-        unsafe_elsewhere=() if data is None else data.problems,
-        validation=validation,
-    )
+    trainer = capture_trainer(tracked, rng=rng, data=data, validation=validation)
     plan = CHECKPOINT_PLAN.save_plan(step, with_data=tracked.data is not None)
     from statecraft import __version__
 
@@ -115,6 +105,29 @@ def save_full_checkpoint(
         report.location,
     )
     return report
+
+
+def capture_trainer(
+    tracked: Any, *, rng: Any, data: DataState | None, validation: ValidationState | None = None
+) -> TrainerState:
+    """The trainer state of the tracked objects at this step, for ``trainer.pt``.
+
+    Raises:
+        UnsafeStateError: a value (here or in ``data``) would not load back with
+            ``torch.load(weights_only=True)``; nothing is written.
+        TrainerStateError: the accumulation window is open.
+    """
+    return TrainerState.capture(
+        tracked.clocks,
+        rng=rng,
+        scheduler=tracked.scheduler,
+        scheduler_identity=tracked.scheduler_identity,
+        optimizer=tracked.optimizer,
+        extra=tracked.loop_state,
+        stateful=tracked.stateful,
+        unsafe_elsewhere=() if data is None else data.problems,
+        validation=validation,
+    )
 
 
 def gather_into(collective: Collective) -> Callable[[list[Any], Any], None]:

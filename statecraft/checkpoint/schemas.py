@@ -20,10 +20,10 @@ import json
 from typing import Any
 
 from statecraft.engine.schema import compile_schema, instance_violations
-from statecraft.errors import StatecraftError
+from statecraft.errors import CheckpointError, StatecraftError
 from statecraft.resources import specs_dir
 
-__all__ = ["MANIFEST_SCHEMA_FILE", "schema_violations"]
+__all__ = ["MANIFEST_SCHEMA_FILE", "encode_conforming", "schema_violations"]
 
 #: the schema of ``iter_<9 digits>/.posttrain-manifest.json`` (named by ``specs/save.toml``).
 MANIFEST_SCHEMA_FILE = "save.manifest.schema.json"
@@ -51,3 +51,22 @@ def schema_violations(file_name: str, document: Any) -> list[str]:
         StatecraftError: the schema file is missing or not a valid JSON Schema.
     """
     return instance_violations(_validator(file_name), document)
+
+
+def encode_conforming(document: Any, file_name: str, *, what: str) -> bytes:
+    """The canonical JSON bytes of ``document`` (sorted keys, one-space indent, a final
+    newline), checked against the shipped schema ``file_name`` before they leave the process.
+
+    Raises:
+        CheckpointError: the document breaks the schema (a bug in the code that built it, or
+            a schema behind the record); ``what`` names the record in the message. Nothing is
+            written.
+    """
+    text = json.dumps(document, sort_keys=True, indent=1) + "\n"
+    violations = schema_violations(file_name, json.loads(text))
+    if violations:
+        raise CheckpointError(
+            f"refusing to write {what}: it violates specs/{file_name}: {'; '.join(violations)}; "
+            "this is a bug in the code that built it (or the schema is behind the record)"
+        )
+    return text.encode()
