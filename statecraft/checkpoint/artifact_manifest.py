@@ -22,11 +22,10 @@ import math
 from typing import Any
 
 import attrs
-import cattrs
 
 from statecraft.checkpoint.components import ComponentPlan
 from statecraft.checkpoint.layout import ARTIFACT_MANIFEST_NAME, iter_dirname
-from statecraft.checkpoint.manifest import FileEntry, strict_converter
+from statecraft.checkpoint.manifest import FileEntry, strict_converter, structure_record
 from statecraft.checkpoint.schemas import encode_conforming, schema_violations
 from statecraft.errors import CheckpointCorruptError, CheckpointError
 from statecraft.storage.base import Store
@@ -139,17 +138,9 @@ def decode_artifact_manifest(data: bytes, *, source: str) -> ArtifactManifest:
             f"artifact manifest schema is {found!r}, expected {ARTIFACT_MANIFEST_SCHEMA!r}",
             _FIX,
         )
-    try:
-        manifest = _converter.structure(raw, ArtifactManifest)
-    except Exception as exc:
-        detail = (
-            "; ".join(cattrs.transform_error(exc))
-            if isinstance(exc, cattrs.BaseValidationError)
-            else str(exc)
-        )
-        raise CheckpointCorruptError(
-            source, f"artifact manifest fields are malformed: {detail}", _FIX
-        ) from None
+    manifest = structure_record(
+        _converter, raw, ArtifactManifest, source=source, what="artifact manifest", fix=_FIX
+    )
     problems = manifest.problems()
     if problems:
         raise CheckpointCorruptError(

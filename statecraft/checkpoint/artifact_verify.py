@@ -37,10 +37,9 @@ from statecraft.checkpoint.artifact_manifest import ArtifactManifest, read_artif
 from statecraft.checkpoint.layout import ARTIFACT_MANIFEST_NAME, MANIFEST_NAME, iter_dirname
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN, TRAINER_ENTRY
 from statecraft.checkpoint.state import TrainerState
-from statecraft.checkpoint.verify import LEVELS, ParsedPayloads
+from statecraft.checkpoint.verify import LEVELS, ParsedPayloads, check_recorded_file
 from statecraft.errors import CheckpointCorruptError, CheckpointError
 from statecraft.storage.base import Store
-from statecraft.storage.digest import file_digest
 from statecraft.writers.base import Writer
 from statecraft.writers.consolidated import ConsolidatedWriter
 
@@ -120,25 +119,6 @@ def _committed_manifest(store: Store, iteration: int, where: str) -> ArtifactMan
     return read_artifact_manifest(store, iteration)
 
 
-def _check_file(store: Store, path: str, size: int) -> None:
-    stat = store.stat(path)
-    where = f"{store.describe()}/{path}"
-    if stat is None:
-        raise CheckpointCorruptError(where, "is missing", _REWRITE)
-    if stat.kind != "file":  # a symlink, FIFO, device or directory is never read
-        raise CheckpointCorruptError(
-            where,
-            f"is a {stat.kind}, not a regular file; it was not followed or read",
-            _REWRITE,
-        )
-    if stat.size != size:
-        raise CheckpointCorruptError(
-            where,
-            f"has {stat.size} bytes, the artifact manifest recorded {size} (truncated or replaced)",
-            _REWRITE,
-        )
-
-
 def verify_artifact(
     store: Store,
     iteration: int,
@@ -187,18 +167,14 @@ def verify_artifact(
         )
     wanted = [n for n in sorted(manifest.files) if only is None or n in only or n == TRAINER_ENTRY]
     for file_name, entry in sorted(manifest.files.items()):
-        path = f"{name}/{file_name}"
-        _check_file(store, path, entry.size)
-        if level == "digest" and file_name in wanted:
-            digest = file_digest(store, path, entry.digest.algorithm)
-            if digest != entry.digest:
-                raise CheckpointCorruptError(
-                    f"{store.describe()}/{path}",
-                    f"digest {digest.algorithm} {digest.value[:16]}... does not match the "
-                    f"artifact manifest's {entry.digest.value[:16]}... "
-                    "(the bytes changed after the commit)",
-                    _REWRITE,
-                )
+        check_recorded_file(
+            store,
+            f"{name}/{file_name}",
+            entry,
+            digest=level == "digest" and file_name in wanted,
+            recorded_by="the artifact manifest",
+            fixes=(_REWRITE, _REWRITE, _REWRITE),
+        )
     trainer = None
     if TRAINER_ENTRY in manifest.files:
         payload = writer.read(store, f"{name}/{TRAINER_ENTRY}", mmap=False)

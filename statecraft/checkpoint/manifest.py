@@ -17,7 +17,7 @@ Schema versions (both are read; new manifests are written as v2):
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 import cattrs
@@ -39,6 +39,7 @@ __all__ = [
     "SavePlan",
     "decode_manifest",
     "strict_converter",
+    "structure_record",
 ]
 
 MANIFEST_SCHEMA = "statecraft.checkpoint-manifest.v2"
@@ -65,7 +66,31 @@ def strict_converter() -> cattrs.Converter:
     return converter
 
 
+T = TypeVar("T")
 _converter = strict_converter()
+
+
+def structure_record(
+    converter: cattrs.Converter, raw: Any, kind: type[T], *, source: str, what: str, fix: str
+) -> T:
+    """``raw`` (parsed JSON) structured as ``kind``.
+
+    Raises:
+        CheckpointCorruptError: a field is missing, unknown or of the wrong type; the message
+            names ``source``, ``what`` the record is and every malformed field (cattrs'
+            paths), and ends with ``fix``.
+    """
+    try:
+        return converter.structure(raw, kind)
+    except Exception as exc:
+        detail = (
+            "; ".join(cattrs.transform_error(exc))
+            if isinstance(exc, cattrs.BaseValidationError)
+            else str(exc)
+        )
+        raise CheckpointCorruptError(
+            source, f"{what} fields are malformed: {detail}", fix
+        ) from None
 
 
 @attrs.frozen
@@ -202,17 +227,7 @@ def _decode_manifest(data: bytes, *, source: str) -> Manifest:
             "manifest values are invalid: " + ", ".join(unknown),
             fix[:-1] + ", or upgrade statecraft if a newer release wrote it.",
         )
-    try:
-        manifest = _converter.structure(raw, Manifest)
-    except Exception as exc:
-        detail = (
-            "; ".join(cattrs.transform_error(exc))
-            if isinstance(exc, cattrs.BaseValidationError)
-            else str(exc)
-        )
-        raise CheckpointCorruptError(
-            source, f"manifest fields are malformed: {detail}", fix
-        ) from None
+    manifest = structure_record(_converter, raw, Manifest, source=source, what="manifest", fix=fix)
     problems = [
         f"{name}: size {entry.size}" for name, entry in manifest.files.items() if entry.size < 0
     ] + [

@@ -32,7 +32,7 @@ from typing import Any
 import attrs
 
 from statecraft.checkpoint.layout import MANIFEST_NAME, iter_dirname, parse_iter_dirname
-from statecraft.checkpoint.manifest import Manifest, decode_manifest
+from statecraft.checkpoint.manifest import FileEntry, Manifest, decode_manifest
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN, FULL_COMPONENTS, TRAINER_ENTRY
 from statecraft.checkpoint.state import TrainerState
 from statecraft.errors import CheckpointCorruptError, CheckpointError
@@ -45,6 +45,7 @@ __all__ = [
     "LEVELS",
     "ParsedPayloads",
     "VerifiedCheckpoint",
+    "check_recorded_file",
     "list_iterations",
     "plan_problems",
     "read_manifest",
@@ -142,6 +143,62 @@ def plan_problems(manifest: Manifest, writer: Writer) -> list[str]:
     return problems
 
 
+#: what to do about a missing file, a special file, and a changed one, in a checkpoint
+_CHECKPOINT_FIXES = (
+    "The checkpoint is incomplete; resume from another one.",
+    "Replace it with the real file or resume from another checkpoint.",
+    "Resume from another checkpoint.",
+)
+
+
+def check_recorded_file(
+    store: Store,
+    path: str,
+    entry: FileEntry,
+    *,
+    digest: bool,
+    recorded_by: str,
+    fixes: tuple[str, str, str],
+) -> None:
+    """Prove that ``path`` is the regular file its commit record ``recorded_by`` (``"the
+    manifest"``, ``"the artifact manifest"``) describes: present, not a link or special file
+    (never followed or read), of the recorded size and, with ``digest``, of the recorded
+    content digest.
+
+    Args:
+        fixes: what to do when it is missing, when it is not a regular file, and when its
+            size or digest differs.
+
+    Raises:
+        CheckpointCorruptError: the first difference, naming the file.
+    """
+    missing, special, changed = fixes
+    where = f"{store.describe()}/{path}"
+    stat = store.stat(path)
+    if stat is None:
+        raise CheckpointCorruptError(where, "is missing", missing)
+    if stat.kind != "file":  # a symlink, FIFO, device or directory is never read
+        raise CheckpointCorruptError(
+            where, f"is a {stat.kind}, not a regular file; it was not followed or read", special
+        )
+    if stat.size != entry.size:
+        raise CheckpointCorruptError(
+            where,
+            f"has {stat.size} bytes, {recorded_by} recorded {entry.size} (truncated or replaced)",
+            changed,
+        )
+    if digest:
+        found = file_digest(store, path, entry.digest.algorithm)
+        if found != entry.digest:
+            raise CheckpointCorruptError(
+                where,
+                f"digest {found.algorithm} {found.value[:16]}... does not match "
+                f"{recorded_by}'s {entry.digest.value[:16]}... (the bytes changed after the "
+                "commit)",
+                changed,
+            )
+
+
 def verify_checkpoint(
     store: Store,
     iteration: int,
@@ -191,37 +248,17 @@ def verify_checkpoint(
             "intact",
         )
     for file_name, entry in sorted(manifest.files.items()):
-        path = f"{name}/{file_name}"
-        stat = store.stat(path)
-        if stat is None:
-            raise CheckpointCorruptError(
-                f"{store.describe()}/{path}",
-                "is missing",
-                "The checkpoint is incomplete; resume from another one.",
-            )
-        if stat.kind != "file":  # a symlink, FIFO, device or directory is never read
-            raise CheckpointCorruptError(
-                f"{store.describe()}/{path}",
-                f"is a {stat.kind}, not a regular file; it was not followed or read",
-                "Replace it with the real file or resume from another checkpoint.",
-            )
-        if stat.size != entry.size:
-            raise CheckpointCorruptError(
-                f"{store.describe()}/{path}",
-                f"has {stat.size} bytes, the manifest recorded {entry.size} "
-                "(truncated or replaced)",
-                "Resume from another checkpoint.",
-            )
-        if level == "digest" and (only is None or file_name in only or file_name == TRAINER_ENTRY):
-            digest = file_digest(store, path, entry.digest.algorithm)
-            if digest != entry.digest:
-                raise CheckpointCorruptError(
-                    f"{store.describe()}/{path}",
-                    f"digest {digest.algorithm} {digest.value[:16]}... does not match the "
-                    f"manifest's {entry.digest.value[:16]}... "
-                    "(the bytes changed after the save)",
-                    "Resume from another checkpoint.",
-                )
+        hash_it = level == "digest" and (
+            only is None or file_name in only or file_name == TRAINER_ENTRY
+        )
+        check_recorded_file(
+            store,
+            f"{name}/{file_name}",
+            entry,
+            digest=hash_it,
+            recorded_by="the manifest",
+            fixes=_CHECKPOINT_FIXES,
+        )
     payload = writer.read(store, f"{name}/{TRAINER_ENTRY}", mmap=False)
     trainer = TrainerState.from_payload(payload, source=f"{where}/{TRAINER_ENTRY}")
     if trainer.optimizer_step != iteration:
