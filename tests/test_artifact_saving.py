@@ -158,7 +158,7 @@ class TestEvaluation:
         assert report.evaluated
         assert _manifest(tmp_path)["metrics"] is None
         assert [name for name, _ in report.effects][-1] == "evaluate_after_commit"
-        assert "validated iter 4 after committing its artifact: {'val_loss': 0.25}" in caplog.text
+        assert "validated iter 4 after committing its artifact: val_loss=0.25" in caplog.text
 
     def test_after_commit_failure_keeps_the_artifact(self, tmp_path: Path) -> None:
         """A failed ephemeral evaluation raises ValidationFailedError; the artifact stays

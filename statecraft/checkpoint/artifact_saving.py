@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 
 from statecraft.checkpoint.components import ComponentPlan
-from statecraft.checkpoint.evaluation import Evaluation
+from statecraft.checkpoint.evaluation import Evaluation, format_metrics
 from statecraft.checkpoint.layout import iter_dirname
 from statecraft.checkpoint.lease import WriterLease
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN
@@ -154,7 +154,11 @@ def save_artifact(
         where,
     )
     if ctx.evaluated and not evaluate_first:
-        log.info("validated iter %d after committing its artifact: %s", step, report.metrics)
+        log.info(
+            "validated iter %d after committing its artifact: %s",
+            step,
+            format_metrics(report.metrics),
+        )
     return report
 
 

@@ -39,7 +39,7 @@ from statecraft.checkpoint.boundary import (
     validation_due,
 )
 from statecraft.checkpoint.components import ComponentPlan
-from statecraft.checkpoint.evaluation import Evaluation, run_evaluation
+from statecraft.checkpoint.evaluation import Evaluation, format_metrics, run_evaluation
 from statecraft.checkpoint.layout import RunAttempt
 from statecraft.checkpoint.lease import WriterLease
 from statecraft.checkpoint.machines import load_machine
@@ -193,7 +193,7 @@ class BoundaryRunner:
     def evaluate(self, evaluation: Evaluation, step: int) -> dict[str, float]:
         """An ephemeral evaluation of ``step`` (rank 0): its metrics, logged."""
         metrics = run_evaluation(evaluation, step)
-        log.info("validated step %d (ephemeral): %s", step, _show(metrics))
+        log.info("validated step %d (ephemeral): %s", step, format_metrics(metrics))
         return metrics
 
     def _write(
@@ -289,10 +289,6 @@ class BoundaryRunner:
             evaluation=evaluation,
             evaluate_first=evaluate_first,
         )
-
-
-def _show(metrics: dict[str, float]) -> str:
-    return ", ".join(f"{name}={value:.6g}" for name, value in sorted(metrics.items()))
 
 
 def due_boundary(ckpt: Checkpointer, *, final: bool) -> Boundary:

@@ -20,7 +20,7 @@ import attrs
 from statecraft.checkpoint.validation_records import metrics_problems
 from statecraft.errors import TrackingError, ValidationFailedError
 
-__all__ = ["Evaluation", "Evaluator", "run_evaluation"]
+__all__ = ["Evaluation", "Evaluator", "format_metrics", "run_evaluation"]
 
 #: the loop's evaluation: gets the step, returns metric name -> number; raising is failure.
 Evaluator = Callable[[int], Mapping[str, float]]
@@ -93,3 +93,8 @@ def run_evaluation(
             cause="; ".join(problems),
         )
     return dict(metrics)
+
+
+def format_metrics(metrics: Mapping[str, float] | None) -> str:
+    """``name=value, ...`` sorted by name (``%g``-style values), for log lines."""
+    return ", ".join(f"{k}={v:.6g}" for k, v in sorted((metrics or {}).items()))

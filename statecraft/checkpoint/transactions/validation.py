@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from statecraft.checkpoint.catalog import CheckpointState, classify
-from statecraft.checkpoint.evaluation import Evaluation, run_evaluation
+from statecraft.checkpoint.evaluation import Evaluation, format_metrics, run_evaluation
 from statecraft.checkpoint.fence import FencedStore
 from statecraft.checkpoint.layout import LATEST_POINTER, iter_dirname, parse_latest
 from statecraft.checkpoint.lease import WriterLease
@@ -341,11 +341,6 @@ def record_evaluation(ctx: ValidationContext) -> None:
     _sweep_record_temporaries(ctx)
     record = EvaluatedRecord(ctx.iteration, dict(ctx.metrics), ctx.identity)
     _publish_record(ctx, EVALUATED_RECORD, record.encode(), ValidationStage.PUBLICATION_PENDING)
-
-
-def format_metrics(metrics: dict[str, float] | None) -> str:
-    """``name=value, ...`` sorted by name (``%g``-style values)."""
-    return ", ".join(f"{k}={v:.6g}" for k, v in sorted((metrics or {}).items()))
 
 
 @effect(role=Role.COORDINATOR)
