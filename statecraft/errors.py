@@ -33,6 +33,7 @@ __all__ = [
     "PreconditionFailed",
     "ResumeError",
     "ResumeRequiredError",
+    "RetentionError",
     "SpecError",
     "SpecialFileError",
     "StatecraftError",
@@ -43,6 +44,7 @@ __all__ = [
     "UnsafeStateError",
     "ValidationFailedError",
     "ValidationIdentityError",
+    "WeightsOnlyResumeError",
     "WriterLeaseError",
 ]
 
@@ -439,3 +441,22 @@ class ValidationIdentityError(TrainerStateError):
     (one line per differing field)."""
 
     code = "validation_identity"
+
+
+class RetentionError(CheckpointError):
+    """A retention pass could not finish removing what its policies did not keep. The save it
+    followed is committed and durable (``latest`` names it); nothing committed and kept was
+    touched; an iteration it had started to remove is marked (weights-only or invalidated) and
+    the next pass finishes it. Fields: ``path`` (what could not be removed), ``iteration``."""
+
+    code = "retention_failed"
+
+
+class WeightsOnlyResumeError(ResumeError):
+    """A resume was refused because the checkpoint's optimizer state was removed by retention
+    (``keep_optim_last``): it holds weights and trainer state only, enough for evaluation or
+    ``load_weights``, not for exact resume. Nothing was loaded. Fields: ``path`` (the
+    iteration), ``policy`` (what pruned it), ``newest_resumable`` (the newest iteration that
+    still holds its optimizer, or ``None``)."""
+
+    code = "weights_only_resume"

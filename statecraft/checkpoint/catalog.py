@@ -80,9 +80,14 @@ class CheckpointState(enum.Enum):
     committed state is adoptable: a pending checkpoint advances ``resume=auto`` (the resumed
     run retries its pending stage).
 
+    - ``WEIGHTS_ONLY``: committed, but retention removed (or is removing) its optimizer
+      component (``.retention-weights-only.json`` present): model and trainer state verify,
+      it loads for evaluation, it is never a resume source.
+    - ``INVALIDATED``: retention is deleting it (``.retention-invalidated.json`` present,
+      whatever else is left): never adoptable, finished by the next retention pass.
+
     Later issues add members here without reshaping the catalog (each with its reason):
-    ``PENDING`` (an asynchronous save in flight), ``UPLOADED``, ``INVALIDATED``,
-    ``WEIGHTS_ONLY`` (a committed checkpoint that is not an exact-resume source).
+    ``UPLOADED``.
     """
 
     ABSENT = "absent"
@@ -92,6 +97,8 @@ class CheckpointState(enum.Enum):
     EVALUATION_PENDING = "evaluation_pending"
     PUBLICATION_PENDING = "publication_pending"
     PUBLISHED = "published"
+    WEIGHTS_ONLY = "weights_only"
+    INVALIDATED = "invalidated"
 
     @property
     def adoptable(self) -> bool:
