@@ -29,16 +29,10 @@ import logging
 import os
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from statecraft.checkpoint.artifact_saving import ArtifactReport
-from statecraft.checkpoint.attempt_open import (
-    checked_output_root,
-    open_attempt,
-    release_at_exit,
-    resume_artifacts,
-)
+from statecraft.checkpoint.attempt_open import checked_output_root, open_attempt, release_at_exit
 from statecraft.checkpoint.boundary import decide_boundary
 from statecraft.checkpoint.boundary_run import BoundaryRunner, due_boundary, execute
 from statecraft.checkpoint.config import CheckpointConfig
@@ -46,25 +40,23 @@ from statecraft.checkpoint.config.plans import plan_warnings
 from statecraft.checkpoint.evaluation import Evaluation, Evaluator
 from statecraft.checkpoint.layout import RunAttempt, RunIdentity, as_run_identity
 from statecraft.checkpoint.lease import WriterLease
-from statecraft.checkpoint.lifecycle import Lifecycle, complete_adopted_attempt
+from statecraft.checkpoint.lifecycle import Lifecycle
 from statecraft.checkpoint.machines import load_machine
+from statecraft.checkpoint.resume_run import run_resume
 from statecraft.checkpoint.saving import SaveReport
 from statecraft.checkpoint.state import Outcome, SchedulerIdentity
 from statecraft.checkpoint.step import StepEnd
 from statecraft.checkpoint.tracking import require_stateful, stateful_objects
-from statecraft.checkpoint.transactions.resume import ResumeContext, ResumeResult, Tracked
-from statecraft.checkpoint.validation_resume import after_resume, identity_hint, validation_identity
+from statecraft.checkpoint.transactions.resume import ResumeResult, Tracked
+from statecraft.checkpoint.validation_resume import validation_identity
 from statecraft.engine import RunResult
 from statecraft.errors import (
-    CheckpointError,
     ConfigError,
     ConfigIssue,
     TrackingError,
-    ValidationIdentityError,
 )
 from statecraft.logs import configure_default_output
 from statecraft.parallel.collectives import Collective, default_collective
-from statecraft.parallel.coordinated import rank_zero_effects
 from statecraft.storage.base import Store
 from statecraft.storage.filesystem import Filesystem
 
@@ -293,53 +285,7 @@ class Checkpointer:
                 checkpoint stays evaluation-pending.
             WriterLeaseError / StoreError: completing the latest pointer failed.
         """
-        self._require_tracked("resume")
-        self._lifecycle.before_resume(
-            self.attempt.run_dir if self.attempt else self.run.job_dir(Path(self.output_root))
-        )
-        mode = self.config.resume
-        kind = mode if mode in ("auto", "off") else "explicit"
-        # An explicit source is loaded before an attempt is minted: a bad path must not leave
-        # an empty attempt that resume=auto would adopt next time.
-        store = self._ensure_attempt() if kind != "explicit" else None
-        attempt = self.attempt
-        adopted = None if attempt is None or attempt.minted else store
-        boundaries = self._boundaries
-        ctx = ResumeContext(
-            mode=kind,
-            tracked=self.tracked,
-            store=adopted,
-            explicit=mode if kind == "explicit" else None,
-            verify_level=self.config.verify,
-            cursor_resume=self.config.data.cursor_resume,
-            collective=self.collective,
-            filesystem=self.filesystem,
-            artifacts=resume_artifacts(self),
-            validation_identity=boundaries.identity,
-        )
-        machine = self._resume_machine
-        try:
-            self.last_resume_run = machine.run(
-                ctx, call=rank_zero_effects(self.collective, machine.bindings.roles)
-            ).raise_for_failure()
-        except ValidationIdentityError as exc:  # name the missing validate_with, if it is that
-            identity_hint(boundaries, exc)
-            raise
-        if kind == "explicit":
-            self._ensure_attempt()
-        result = ctx.result
-        if result is None:  # pragma: no cover - every terminal path sets it
-            raise CheckpointError("resume machine ended without a result")
-        if ctx.store is not None:  # an adopted attempt: complete its pointer, sweep leftovers
-            complete_adopted_attempt(
-                self.collective, ctx.store, result, machine=self._save, lease=self.lease
-            )
-        self.last_saved_step = result.step if result.resumed else None
-        self._lifecycle.after_resume(result, self.attempt)
-        result, self.last_validated_step = after_resume(
-            boundaries, self.config, result, ctx.store, lease=self.lease
-        )
-        return result
+        return run_resume(self)
 
     # ------------------------------------------------------------------ steps
     def record(self, outcome: Outcome) -> None:
