@@ -141,6 +141,7 @@ EMERGENCY_RUN = Feature(
     ),
 )
 
+
 def declared_features(*modules: types.ModuleType) -> list[Feature]:
     """Every :class:`Feature` bound at the top level of ``modules`` (default: this module), in
     definition order, each once."""
