@@ -260,12 +260,11 @@ def run_write(
     )
     mib = report.bytes_written / 2**20
     log.info(
-        "saved iter %d: %s MiB in %.3f s (%s; training blocked %.3f s) -> %s",
+        "saved iter %d: %s MiB in %.3f s%s -> %s",
         report.iteration,
         f"{mib:.1f}" if mib >= 1 else f"{mib:.3f}",
         seconds,
-        "in the background" if report.asynchronous else "synchronously",
-        blocking,
+        f" (in the background; training blocked {blocking:.3f} s)" if pending else "",
         report.location,
     )
     return report
