@@ -9,9 +9,10 @@ A small real training run (an MLP with dropout on synthetic regression data, Ada
 cosine ``LambdaLR``, a shuffled data source) checkpointed through the public API with
 ``save_every=K resume=auto`` and the default knobs: asynchronous saves (``save_async=true``)
 and retention (``keep_optim_last=null``: the optimizer state of the newest checkpoint only).
-With ``--validate-every V`` the run also validates (``validation.every=V validation.save_checkpoint=true``): the held-out
-MSE of a fixed held-out set is evaluated at every V-th step through the durable validation
-transaction (an evaluation-pending checkpoint, then the evaluation, then publication).
+With ``--validate-every V`` the run also validates (``validation.every=V
+validation.save_checkpoint=true``): the held-out MSE of a fixed held-out set is evaluated at
+every V-th step through the durable validation transaction (an evaluation-pending checkpoint,
+then the evaluation, then publication).
 Running the same command again after a kill resumes from the newest checkpoint that verifies,
 and first finishes its validation when it was pending.
 
