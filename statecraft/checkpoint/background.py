@@ -51,6 +51,7 @@ class BackgroundWrites:
         self.enabled = enabled
         self.slots = WriteSlots()
         self.staging: dict[str, StagingBuffers] = {}
+        self.mirrors: list[PendingSave] = []  # other ranks: rank 0's in-flight saves
 
     def __repr__(self) -> str:
         return f"BackgroundWrites(enabled={self.enabled}, in_flight={self.in_flight()})"
@@ -88,9 +89,35 @@ class BackgroundWrites:
                 if report is not None:
                     saves.append(report)
 
-        on_rank_zero(self.collective, join_here)
+        mirrors, self.mirrors = self.mirrors, []
+        try:
+            on_rank_zero(self.collective, join_here)
+        except Exception as exc:
+            for mirror in mirrors:
+                mirror._run(_raiser(exc))
+            raise
+        for mirror in mirrors:
+            mirror.durable.set()
+            mirror._run(lambda: None)
+
+    def mirror(self, iteration: int, location: str, role: str = TRAINER_ROLE) -> PendingSave:
+        """On a rank other than 0: the stand-in of rank 0's asynchronous save of
+        ``iteration`` (``staged`` set; ``durable`` and done at the next collective join, with
+        no report: the report lives on rank 0), so every rank returns the same kind of
+        result."""
+        pending = PendingSave(iteration=iteration, location=location, role=role)
+        pending.staged.set()
+        self.mirrors.append(pending)
+        return pending
 
     def close(self) -> None:
         """Release the slots (a write never joined logs its error at ERROR)."""
         for role in self.staging:
             self.slots.slot(role).close()
+
+
+def _raiser(exc: BaseException) -> Any:
+    def fail() -> None:
+        raise exc
+
+    return fail

@@ -190,13 +190,17 @@ class BoundaryRunner:
         rng, data = self._gather(tracked)
         out: list[BoundaryOutcome] = []
 
-        def write_here() -> None:
+        def write_here() -> str | None:
             out.append(self._write(boundary, tracked, attempt, store, lease, step, rng, data))
+            saved = out[0].saved
+            return saved.location if isinstance(saved, PendingSave) else None
 
-        on_rank_zero(self.collective, write_here)
+        # Rank 0 decides async vs sync; the decision reaches every rank with the outcome.
+        went_async = on_rank_zero(self.collective, write_here)
         if out:
             return out[0]
-        return BoundaryOutcome(validated=kind in EVALUATING, wrote=True)
+        mirror = None if went_async is None else self.writes.mirror(step, went_async)
+        return BoundaryOutcome(saved=mirror, validated=kind in EVALUATING, wrote=True)
 
     def evaluate(self, evaluation: Evaluation, step: int) -> dict[str, float]:
         """An ephemeral evaluation of ``step`` (rank 0): its metrics, logged."""
