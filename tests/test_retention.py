@@ -74,7 +74,8 @@ class TestRetentionPlan:
     def test_zero_keeps_everything(self) -> None:
         """keep_optim_last=0 and keep_model_last=0 give an inactive plan."""
         plan = RetentionPlan.from_config(CheckpointConfig(keep_optim_last=0))
-        assert plan == RetentionPlan() and not plan.active
+        assert plan == RetentionPlan()
+        assert not plan.active
 
     def test_counts_and_upload_gate(self) -> None:
         """N becomes LatestN(N) for each knob; upload.enabled turns on require_uploaded."""
@@ -110,7 +111,8 @@ class TestDecideRetention:
         assert [r.iteration for r in rows] == [6, 4, 2]
         assert actions(rows) == {6: KEEP, 4: WEIGHTS_ONLY, 2: WEIGHTS_ONLY}
         assert rows[1].reason == "optimizer state not kept by latest 1"
-        assert "newest committed" in rows[0].kept_by and "latest 1" in rows[0].kept_by
+        assert "newest committed" in rows[0].kept_by
+        assert "latest 1" in rows[0].kept_by
 
     def test_keep_model_last_one_deletes_all_but_the_newest(self) -> None:
         """The model policy deletes every iteration it does not keep, never the newest."""
@@ -331,7 +333,8 @@ class TestRunRetention:
         assert read_weights_only(store, 6).policy == "latest 1"
         decision = read_decision(store)
         assert decision == report.decision
-        assert decision is not None and decision.policy == plan.describe()
+        assert decision is not None
+        assert decision.policy == plan.describe()
         assert tree(root.parent / "checkpoint_artifacts") == artifacts
 
     def test_a_rerun_changes_nothing(self, root: Path) -> None:
@@ -346,7 +349,8 @@ class TestRunRetention:
         again = run_retention(store, plan, saved_iteration=6, lease=None)
         assert not again.changed
         now = tree(root)
-        assert now.pop(RETENTION_DECISION) and settled.pop(RETENTION_DECISION)
+        assert now.pop(RETENTION_DECISION)
+        assert settled.pop(RETENTION_DECISION)
         assert now == settled
         assert actions(again.decision.rows) == {6: KEEP, 4: WEIGHTS_ONLY}
 
@@ -388,7 +392,8 @@ class TestRunRetention:
         commit(store, 2)
         before = tree(root)
         report = run_retention(store, RetentionPlan(), saved_iteration=2, lease=None)
-        assert not report.changed and report.decision.rows == ()
+        assert not report.changed
+        assert report.decision.rows == ()
         assert tree(root) == before
 
     def test_require_uploaded_prunes_only_uploaded(self, root: Path) -> None:
