@@ -14,7 +14,7 @@ import pytest
 import torch
 from checkpoint_runs import RUN, Objects, committed_run, open_checkpointer, private_copy, train
 from checkpoint_runs import flip_tensor_bit as flip_bit_in
-from retained_runs import invalidate, mark_weights_only
+from retained_runs import invalidate, mark_weights_only, write_decision
 
 import statecraft as sc
 from statecraft.checkpoint.catalog import CheckpointState, classify, scan
@@ -22,10 +22,18 @@ from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, iter_dir
 from statecraft.checkpoint.lifecycle import newest_committed
 from statecraft.checkpoint.machines import load_machine
 from statecraft.checkpoint.retention_marks import MarkKind, newest_resumable, read_mark
-from statecraft.checkpoint.retention_records import INVALIDATED_MARKER, WEIGHTS_ONLY_MARKER
+from statecraft.checkpoint.retention_records import (
+    INVALIDATED_MARKER,
+    WEIGHTS_ONLY_MARKER,
+    DecisionRow,
+    RetentionAction,
+    RetentionDecision,
+)
 from statecraft.checkpoint.saving import save_full_checkpoint
 from statecraft.checkpoint.state import gather_data_state, gather_rng_inventory
 from statecraft.checkpoint.verify import verify_checkpoint
+from statecraft.cli import main
+from statecraft.cli.inspect import inspect_path
 from statecraft.errors import (
     CheckpointCorruptError,
     ResumeRequiredError,
@@ -409,3 +417,139 @@ class TestSaveRetry:
         assert tree_sha256(iter_path(out, 4)) == before
         assert (checkpoints(out) / LATEST_POINTER).read_bytes() == pointer
         ckpt.close()
+
+
+DECISION = RetentionDecision(
+    8,
+    "optimizer: latest 1; model: latest 3",
+    (
+        DecisionRow(8, RetentionAction.KEEP, ("latest 1", "latest 3", "newest committed")),
+        DecisionRow(6, RetentionAction.WEIGHTS_ONLY, ("latest 3",), "beyond keep_optim_last=1"),
+        DecisionRow(4, RetentionAction.WEIGHTS_ONLY, ("latest 3",), "beyond keep_optim_last=1"),
+        DecisionRow(2, RetentionAction.DELETE, (), "beyond keep_model_last=3"),
+    ),
+)
+
+
+def retained(out: Path, *, decision: bool = True) -> None:
+    """8 whole; 6 weights-only; 4 marked weights-only with optim.pt still there; 2 being
+    deleted (manifest gone); with the decision record of that pass."""
+    mark_weights_only(iter_path(out, 6))
+    mark_weights_only(iter_path(out, 4), remove=False)
+    invalidate(iter_path(out, 2), stage="unmanifested", policy="latest 3")
+    if decision:
+        write_decision(checkpoints(out), DECISION)
+
+
+class TestInspect:
+    def test_json_rows(self, out: Path) -> None:
+        """inspect --json reports each state, the marker's policy, the kept-by policies and
+        action of the last pass, and the pass itself; the decision file is not an 'other
+        entry'; nothing on disk changes."""
+        retained(out)
+        before = tree_sha256(out)
+        data = inspect_path(RUN.job_dir(out), verify=True)
+        (attempt,) = data["attempts"]
+        report = attempt["checkpoints"]
+        rows = {
+            it["iteration"]: (it["state"], it["policy"], it["kept_by"], it["retention_action"])
+            for it in report["iterations"]
+        }
+        assert rows == {
+            8: ("committed", None, ["latest 1", "latest 3", "newest committed"], "keep"),
+            6: ("weights_only", "latest 1", ["latest 3"], "weights_only"),
+            4: ("weights_only", "latest 1", ["latest 3"], "weights_only"),
+            2: ("invalidated", "latest 3", [], "delete"),
+        }
+        reasons = {it["iteration"]: it["reason"] for it in report["iterations"]}
+        assert reasons[6] == WEIGHTS_ONLY_REASON
+        assert reasons[2] == INVALIDATED_REASON.replace("latest 2", "latest 3")
+        assert report["retention"] == {
+            "saved_iteration": 8,
+            "policy": "optimizer: latest 1; model: latest 3",
+            "rows": [
+                {
+                    "iteration": r.iteration,
+                    "action": r.action.value,
+                    "kept_by": list(r.kept_by),
+                    "reason": r.reason,
+                }
+                for r in DECISION.rows
+            ],
+        }
+        assert report["other_entries"] == []
+        assert data["resume_auto"]["pick"] == iter_dirname(8)
+        assert tree_sha256(out) == before
+
+    def test_without_a_decision_record(self, out: Path) -> None:
+        """Without a decision record the kept-by fields are blank (None), the states and
+        policies still shown."""
+        retained(out, decision=False)
+        (attempt,) = inspect_path(RUN.job_dir(out))["attempts"]
+        report = attempt["checkpoints"]
+        assert report["retention"] is None
+        assert [(it["state"], it["kept_by"]) for it in report["iterations"]] == [
+            ("committed", None),
+            ("weights_only", None),
+            ("weights_only", None),
+            ("invalidated", None),
+        ]
+
+    def test_text(self, out: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        """The text shows weights-only and invalidated rows with why, the kept-by column,
+        the markers and the pruned optim.pt, and the last pass; resume=auto passes over
+        nothing newer than iter 8."""
+        retained(out)
+        assert main(["inspect", str(RUN.job_dir(out))]) == 0
+        text = capsys.readouterr().out
+        lines = [line.strip() for line in text.splitlines()]
+        row = {line.split()[0]: line for line in lines if line.startswith("iter_")}
+        assert row[iter_dirname(8)].endswith("kept by: latest 1, latest 3, newest committed")
+        assert row[iter_dirname(6)].split()[1] == "weights-only"
+        assert row[iter_dirname(6)].endswith("kept by: latest 3")
+        assert row[iter_dirname(2)].split()[1] == "invalidated"
+        assert "kept by" not in row[iter_dirname(2)]
+        assert f"why: {WEIGHTS_ONLY_REASON}" in lines
+        assert f"why: {INVALIDATED_REASON.replace('latest 2', 'latest 3')}" in lines
+        assert any(
+            line.startswith(WEIGHTS_ONLY_MARKER) and line.endswith("(retention marker)")
+            for line in lines
+        )
+        assert any(
+            line.startswith("optim.pt") and line.endswith("(removed by retention)")
+            for line in lines
+        )
+        assert (
+            "last retention pass: after iter_000000008 under optimizer: latest 1; model: latest 3"
+        ) in lines
+        assert "(not in the manifest)" not in text  # what is left of iter 2 is being deleted
+        assert "(not a checkpoint)" not in text
+
+    def test_explicit_weights_only_iteration(self, out: Path) -> None:
+        """inspect of a weights-only iter_* says resume=PATH would be refused, with the
+        refusal resume raises (policy, newest resumable, the fix)."""
+        retained(out)
+        data = inspect_path(iter_path(out, 6))
+        path = str(iter_path(out, 6).resolve())
+        where = f"local:{checkpoints(out).resolve()}/{iter_dirname(6)}"
+        assert data["explicit_resume"] == {
+            "accepted": False,
+            "reason": (
+                f"resume={path} would be refused: {where} is weights-only: its optimizer state "
+                "was removed by retention (latest 1); it holds weights and trainer state for "
+                "evaluation (statecraft.load_weights) but cannot resume exactly; resume from "
+                "iter_000000008, the newest that holds its optimizer, or set keep_optim_last=0 "
+                "to keep optimizer state. Nothing was loaded"
+            ),
+        }
+
+    def test_explicit_invalidated_iteration(self, out: Path) -> None:
+        """inspect of an invalidated iter_* says resume=PATH would be refused naming
+        retention."""
+        retained(out)
+        data = inspect_path(iter_path(out, 2))
+        reason = data["explicit_resume"]["reason"]
+        assert data["explicit_resume"]["accepted"] is False
+        assert f"resume={iter_path(out, 2).resolve()} would be refused: local:" in reason
+        assert "is invalidated: retention (latest 3) is deleting it" in reason
+        assert "Resume from iter_000000008, the newest that holds a whole checkpoint" in reason
