@@ -85,6 +85,25 @@ def tree_sha256(root: Path) -> dict[str, str]:
     }
 
 
+class _Recording:
+    """A store that records every call it forwards (name, first argument)."""
+
+    def __init__(self, inner: LocalStore, calls: list[tuple[str, str]]) -> None:
+        self._inner = inner
+        self._calls = calls
+
+    def __getattr__(self, name: str) -> object:
+        attr = getattr(self._inner, name)
+        if not callable(attr) or name == "describe":
+            return attr
+
+        def call(*args: object, **kwargs: object) -> object:
+            self._calls.append((name, str(args[0]) if args else ""))
+            return attr(*args, **kwargs)
+
+        return call
+
+
 def warnings_of(caplog: pytest.LogCaptureFixture) -> str:
     return "\n".join(r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING)
 
@@ -201,6 +220,29 @@ class TestCatalog:
             (iter_dirname(6), WEIGHTS_ONLY_REASON),
             (iter_dirname(4), WEIGHTS_ONLY_REASON),
         ]
+
+    @pytest.mark.parametrize("mark", ["none", "weights-only", "invalidated"])
+    def test_manifest_level_reads(self, out: Path, mark: str) -> None:
+        """At level manifest (the save machine's observation) an unmarked iteration costs the
+        two marker stats and nothing else beyond the old reads; nothing is ever written."""
+        if mark == "weights-only":
+            mark_weights_only(iter_path(out, 8))
+        elif mark == "invalidated":
+            invalidate(iter_path(out, 8))
+        calls: list[tuple[str, str]] = []
+        store = _Recording(store_of(out), calls)
+        classify(store, 8, level="manifest")  # type: ignore[arg-type]
+        name = iter_dirname(8)
+        marker_stats = [("stat", f"{name}/{INVALIDATED_MARKER}")]
+        if mark == "invalidated":
+            tail = [("read_bytes", f"{name}/{INVALIDATED_MARKER}")]
+        else:
+            marker_stats.append(("stat", f"{name}/{WEIGHTS_ONLY_MARKER}"))
+            manifest = [("stat", f"{name}/{MANIFEST_NAME}")] * 2
+            manifest.append(("read_bytes", f"{name}/{MANIFEST_NAME}"))
+            wo = [("read_bytes", f"{name}/{WEIGHTS_ONLY_MARKER}")] if mark != "none" else []
+            tail = wo + manifest
+        assert calls == [("stat", name), *marker_stats, *tail]
 
     def test_read_mark_of_an_unmarked_iteration(self, out: Path) -> None:
         """An iteration without a marker has no mark and stays committed."""
