@@ -93,9 +93,12 @@ def _paths(record: IoRecord) -> tuple[str, ...]:
 
 def _is_retention_op(record: IoRecord, target: int) -> bool:
     """The operation marks, prunes or removes a name of another iteration than ``target``,
-    or writes the decision record (or its temporary)."""
+    or writes the decision record (or its temporary). Removing a temporary a crashed writer
+    left in the root is the save's sweep, not retention."""
     for path in _paths(record):
         name = path[len(_ROOT) :] if path.startswith(_ROOT) else ""
+        if record.op == "unlink" and "/" not in name and ".tmp-" in name:
+            continue
         if name.startswith((_DECISION, "." + _DECISION)):
             return True
         where = _iteration_of(path)

@@ -18,14 +18,14 @@ retention finishes what a crashed pass left; the later jobs in full). The checks
 
 from __future__ import annotations
 
-import copy
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
 from statecraft.checkpoint.saving import save_full_checkpoint
+from statecraft.checkpoint.staging import StagingBuffers
 from statecraft.checkpoint.transactions.write_job import WriteJobContext
 from statecraft.checkpoint.validation_records import ValidationStage, ValidationState
 from statecraft.engine import CrashPlan, Machine, RunResult
@@ -75,11 +75,18 @@ def retention_plan(optim_last: int, model_last: int) -> Any:
     )
 
 
-def snapshot_payloads(payloads: dict[str, Callable[[], Any]]) -> dict[str, Callable[[], Any]]:
-    """What an asynchronous save hands its job: every payload produced now and copied (a
-    snapshot; the live objects may change afterwards), each served by a producer."""
-    taken = {name: copy.deepcopy(produce()) for name, produce in payloads.items()}
-    return {name: functools.partial(lambda v: v, value) for name, value in taken.items()}
+def snapshot_payloads(
+    staging: StagingBuffers, payloads: Mapping[str, Callable[[], Any]]
+) -> dict[str, Callable[[], Any]]:
+    """What an asynchronous save hands its job: every payload produced now and copied into
+    the role's reused staging buffers (the live objects may change afterwards), each served
+    by a producer. The previous job that read ``staging`` must have been joined."""
+    snapshot = staging.snapshot({name: produce() for name, produce in payloads.items()})
+    return {name: functools.partial(_served, value) for name, value in snapshot.payloads.items()}
+
+
+def _served(value: Any) -> Any:
+    return value
 
 
 @attrs.frozen
@@ -130,8 +137,9 @@ class WriteJobScenario:
     Attributes:
         optim_last / model_last: the retention knobs (``keep_optim_last`` /
             ``keep_model_last``; 0 keeps all).
-        asynchronous: the jobs' payloads are snapshots (:func:`snapshot_payloads`) taken when
-            the job is handed over, after the previous job was joined.
+        asynchronous: the jobs' payloads are snapshots in one role's reused staging buffers
+            (:func:`snapshot_payloads`), taken when the job is handed over, after the previous
+            job was joined.
         machine_factory: the write job machine (tests swap in deliberately broken ones).
         save_machine_factory: the save machine the jobs run.
         last_run: the latest crashed run (the explorer checks each crash state of a run before
@@ -169,12 +177,19 @@ class WriteJobScenario:
         return world.local_store(CHECKPOINTS_ROOT)
 
     def context(
-        self, store: Store, iteration: int, *, salt: int, on_durable: Callable[[], None]
+        self,
+        store: Store,
+        iteration: int,
+        *,
+        salt: int,
+        on_durable: Callable[[], None],
+        staging: StagingBuffers,
     ) -> WriteJobContext:
-        """The one place the harness builds a write job's context."""
+        """The one place the harness builds a write job's context (an asynchronous job's
+        payloads snapshotted into ``staging``, after the previous job of the run ended)."""
         save = save_context(store, iteration, with_data=False, salt=salt)
         if self.asynchronous:
-            save.payloads = snapshot_payloads(dict(save.payloads))
+            save.payloads = snapshot_payloads(staging, save.payloads)
         return WriteJobContext(
             save=save,
             retention=retention_plan(self.optim_last, self.model_last),
@@ -219,6 +234,7 @@ class WriteJobScenario:
         results: list[RunResult] = []
         trace: list[Any] = []
         offset = 0
+        staging = StagingBuffers()  # one role: reused by each job of the run, after a join
         run = JobRun((), (), (), ())
         try:
             for iteration in targets:
@@ -230,7 +246,9 @@ class WriteJobScenario:
                 def mark(slot: int = slot, gate: IoGate = gate) -> None:
                     durable[slot] = gate.count
 
-                ctx = self.context(self.store(world), iteration, salt=salt, on_durable=mark)
+                ctx = self.context(
+                    self.store(world), iteration, salt=salt, on_durable=mark, staging=staging
+                )
                 plan = _shifted(crash, offset)
                 machine = self.machine_factory()
                 result = (
