@@ -24,6 +24,8 @@ from typing import Any
 
 import attrs
 
+from statecraft.checkpoint.retention import RetentionPlan
+from statecraft.checkpoint.retention_policies import LatestN
 from statecraft.checkpoint.saving import save_full_checkpoint
 from statecraft.checkpoint.staging import StagingBuffers
 from statecraft.checkpoint.transactions.write_job import WriteJobContext
@@ -64,11 +66,8 @@ __all__ = [
 PLAN_FILES = ("model.pt", "optim.pt", "trainer.pt")
 
 
-def retention_plan(optim_last: int, model_last: int) -> Any:
+def retention_plan(optim_last: int, model_last: int) -> RetentionPlan:
     """``RetentionPlan`` from the two knobs (0 = keep all), as ``from_config`` resolves them."""
-    from statecraft.checkpoint.retention import RetentionPlan
-    from statecraft.checkpoint.retention_policies import LatestN
-
     return RetentionPlan(
         optimizer=LatestN(optim_last) if optim_last else None,
         model=LatestN(model_last) if model_last else None,
@@ -141,6 +140,8 @@ class WriteJobScenario:
             (:func:`snapshot_payloads`), taken when the job is handed over, after the previous
             job was joined.
         machine_factory: the write job machine (tests swap in deliberately broken ones).
+        inject_faults: the explorer also fails each operation (``False``: crash points only,
+            when another scenario already injects a fault at every operation of one job).
         save_machine_factory: the save machine the jobs run.
         last_run: the latest crashed run (the explorer checks each crash state of a run before
             it starts the next run).
@@ -153,6 +154,7 @@ class WriteJobScenario:
     optim_last: int = 1
     model_last: int = 0
     asynchronous: bool = True
+    inject_faults: bool = True
     machine_factory: Callable[[], Machine] = attrs.field(
         default=lambda: shipped_machine("write_job")
     )
@@ -185,10 +187,12 @@ class WriteJobScenario:
         on_durable: Callable[[], None],
         staging: StagingBuffers,
     ) -> WriteJobContext:
-        """The one place the harness builds a write job's context (an asynchronous job's
-        payloads snapshotted into ``staging``, after the previous job of the run ended)."""
+        """The one place the harness builds a write job's context. The crashed run's jobs
+        of an asynchronous scenario serialize a snapshot in ``staging`` (taken after the
+        previous job of the run ended); the restarted process's jobs save synchronously (the
+        bytes are the same; the snapshot is proven by the run)."""
         save = save_context(store, iteration, with_data=False, salt=salt)
-        if self.asynchronous:
+        if self.asynchronous and salt == SALT_RUN:
             save.payloads = snapshot_payloads(staging, save.payloads)
         return WriteJobContext(
             save=save,
@@ -338,11 +342,12 @@ def write_job_scenarios() -> list[WriteJobScenario]:
     return [
         WriteJobScenario("one-job-keep-model-1", targets=(4,), previous=(2,), model_last=1),
         WriteJobScenario(
-            "two-async-jobs-keep-optim-1-model-1",
+            "two-async-jobs-keep-optim-1-model-2",
             targets=(4, 6),
             previous=(2,),
             optim_last=1,
-            model_last=1,
+            model_last=2,
+            inject_faults=False,
         ),
         WriteJobScenario(
             "pending-validation-untouched",
@@ -352,5 +357,6 @@ def write_job_scenarios() -> list[WriteJobScenario]:
             optim_last=1,
             model_last=1,
             asynchronous=False,
+            inject_faults=False,
         ),
     ]
