@@ -18,14 +18,16 @@ retention finishes what a crashed pass left; the later jobs in full). The checks
 
 from __future__ import annotations
 
-import copy
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
+from statecraft.checkpoint.retention import RetentionPlan
+from statecraft.checkpoint.retention_policies import LatestN
 from statecraft.checkpoint.saving import save_full_checkpoint
+from statecraft.checkpoint.staging import StagingBuffers
 from statecraft.checkpoint.transactions.write_job import WriteJobContext
 from statecraft.checkpoint.validation_records import ValidationStage, ValidationState
 from statecraft.engine import CrashPlan, Machine, RunResult
@@ -64,22 +66,26 @@ __all__ = [
 PLAN_FILES = ("model.pt", "optim.pt", "trainer.pt")
 
 
-def retention_plan(optim_last: int, model_last: int) -> Any:
+def retention_plan(optim_last: int, model_last: int) -> RetentionPlan:
     """``RetentionPlan`` from the two knobs (0 = keep all), as ``from_config`` resolves them."""
-    from statecraft.checkpoint.retention import RetentionPlan
-    from statecraft.checkpoint.retention_policies import LatestN
-
     return RetentionPlan(
         optimizer=LatestN(optim_last) if optim_last else None,
         model=LatestN(model_last) if model_last else None,
     )
 
 
-def snapshot_payloads(payloads: dict[str, Callable[[], Any]]) -> dict[str, Callable[[], Any]]:
-    """What an asynchronous save hands its job: every payload produced now and copied (a
-    snapshot; the live objects may change afterwards), each served by a producer."""
-    taken = {name: copy.deepcopy(produce()) for name, produce in payloads.items()}
-    return {name: functools.partial(lambda v: v, value) for name, value in taken.items()}
+def snapshot_payloads(
+    staging: StagingBuffers, payloads: Mapping[str, Callable[[], Any]]
+) -> dict[str, Callable[[], Any]]:
+    """What an asynchronous save hands its job: every payload produced now and copied into
+    the role's reused staging buffers (the live objects may change afterwards), each served
+    by a producer. The previous job that read ``staging`` must have been joined."""
+    snapshot = staging.snapshot({name: produce() for name, produce in payloads.items()})
+    return {name: functools.partial(_served, value) for name, value in snapshot.payloads.items()}
+
+
+def _served(value: Any) -> Any:
+    return value
 
 
 @attrs.frozen
@@ -130,9 +136,12 @@ class WriteJobScenario:
     Attributes:
         optim_last / model_last: the retention knobs (``keep_optim_last`` /
             ``keep_model_last``; 0 keeps all).
-        asynchronous: the jobs' payloads are snapshots (:func:`snapshot_payloads`) taken when
-            the job is handed over, after the previous job was joined.
+        asynchronous: the jobs' payloads are snapshots in one role's reused staging buffers
+            (:func:`snapshot_payloads`), taken when the job is handed over, after the previous
+            job was joined.
         machine_factory: the write job machine (tests swap in deliberately broken ones).
+        inject_faults: the explorer also fails each operation (``False``: crash points only,
+            when another scenario already injects a fault at every operation of one job).
         save_machine_factory: the save machine the jobs run.
         last_run: the latest crashed run (the explorer checks each crash state of a run before
             it starts the next run).
@@ -145,6 +154,7 @@ class WriteJobScenario:
     optim_last: int = 1
     model_last: int = 0
     asynchronous: bool = True
+    inject_faults: bool = True
     machine_factory: Callable[[], Machine] = attrs.field(
         default=lambda: shipped_machine("write_job")
     )
@@ -169,12 +179,21 @@ class WriteJobScenario:
         return world.local_store(CHECKPOINTS_ROOT)
 
     def context(
-        self, store: Store, iteration: int, *, salt: int, on_durable: Callable[[], None]
+        self,
+        store: Store,
+        iteration: int,
+        *,
+        salt: int,
+        on_durable: Callable[[], None],
+        staging: StagingBuffers,
     ) -> WriteJobContext:
-        """The one place the harness builds a write job's context."""
+        """The one place the harness builds a write job's context. The crashed run's jobs
+        of an asynchronous scenario serialize a snapshot in ``staging`` (taken after the
+        previous job of the run ended); the restarted process's jobs save synchronously (the
+        bytes are the same; the snapshot is proven by the run)."""
         save = save_context(store, iteration, with_data=False, salt=salt)
-        if self.asynchronous:
-            save.payloads = snapshot_payloads(dict(save.payloads))
+        if self.asynchronous and salt == SALT_RUN:
+            save.payloads = snapshot_payloads(staging, save.payloads)
         return WriteJobContext(
             save=save,
             retention=retention_plan(self.optim_last, self.model_last),
@@ -219,6 +238,7 @@ class WriteJobScenario:
         results: list[RunResult] = []
         trace: list[Any] = []
         offset = 0
+        staging = StagingBuffers()  # one role: reused by each job of the run, after a join
         run = JobRun((), (), (), ())
         try:
             for iteration in targets:
@@ -230,7 +250,9 @@ class WriteJobScenario:
                 def mark(slot: int = slot, gate: IoGate = gate) -> None:
                     durable[slot] = gate.count
 
-                ctx = self.context(self.store(world), iteration, salt=salt, on_durable=mark)
+                ctx = self.context(
+                    self.store(world), iteration, salt=salt, on_durable=mark, staging=staging
+                )
                 plan = _shifted(crash, offset)
                 machine = self.machine_factory()
                 result = (
@@ -320,11 +342,12 @@ def write_job_scenarios() -> list[WriteJobScenario]:
     return [
         WriteJobScenario("one-job-keep-model-1", targets=(4,), previous=(2,), model_last=1),
         WriteJobScenario(
-            "two-async-jobs-keep-optim-1-model-1",
+            "two-async-jobs-keep-optim-1-model-2",
             targets=(4, 6),
             previous=(2,),
             optim_last=1,
-            model_last=1,
+            model_last=2,
+            inject_faults=False,
         ),
         WriteJobScenario(
             "pending-validation-untouched",
@@ -334,5 +357,6 @@ def write_job_scenarios() -> list[WriteJobScenario]:
             optim_last=1,
             model_last=1,
             asynchronous=False,
+            inject_faults=False,
         ),
     ]

@@ -29,18 +29,16 @@ import logging
 import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
 from statecraft.checkpoint.lease import WriterLease
+from statecraft.checkpoint.retention import RetentionPlan, RetentionReport, run_retention
 from statecraft.checkpoint.transactions.save import SaveContext
 from statecraft.engine import Bindings, RunResult
 from statecraft.engine.tagging import Role, collect_bindings, effect, guard, observer
 from statecraft.errors import CheckpointError
-
-if TYPE_CHECKING:
-    from statecraft.checkpoint.retention import RetentionPlan, RetentionReport
 
 __all__ = ["WriteJobContext", "WriteJobReport", "run_write_job", "write_job_bindings"]
 
@@ -226,13 +224,14 @@ def apply_retention(ctx: WriteJobContext) -> None:
             f"retention was about to run before the save of {ctx.where} was durable; the "
             "write job table must save first: nothing was pruned"
         )
-    from statecraft.checkpoint.retention import run_retention
-
+    plan = ctx.retention
+    if plan is None:  # the retention_planned guard let this run: a table bug
+        raise CheckpointError(f"{ctx.where}: apply_retention ran without a retention plan")
     started = time.perf_counter()
     try:
         ctx.retention_report = run_retention(
             ctx.save.store,
-            ctx.retention,
+            plan,
             saved_iteration=ctx.iteration,
             lease=ctx.lease,
             machine=ctx.retention_machine,
