@@ -40,7 +40,9 @@ from statecraft.checkpoint.retention_records import (
     read_decision,
     read_weights_only,
 )
+from statecraft.checkpoint.retention_scan import RetentionScan, ScanKind, ScannedIteration
 from statecraft.checkpoint.saving import save_full_checkpoint
+from statecraft.checkpoint.transactions.retention import RetentionContext, plan_rows
 from statecraft.checkpoint.validation_records import ValidationStage, ValidationState
 from statecraft.engine import Bindings, Machine
 from statecraft.errors import ConfigError, RetentionError, WriterLeaseError
@@ -504,3 +506,44 @@ class TestRetentionRefusals:
         assert "did not give it to retention. Nothing was changed" in str(caught.value)
         assert caught.value.iteration == 4
         assert tree(root) == before
+
+
+@st.composite
+def _scans(draw):
+    iterations = draw(st.lists(st.integers(0, 30), min_size=1, max_size=8, unique=True))
+    kinds = [draw(st.sampled_from(list(ScanKind))) for _ in iterations]
+    entries = tuple(
+        ScannedIteration(i, k, uploaded=draw(st.booleans()))
+        for i, k in sorted(zip(iterations, kinds, strict=True), reverse=True)
+    )
+    plan = RetentionPlan(draw(_POLICIES), draw(_POLICIES), draw(st.booleans()))
+    return RetentionScan(entries, draw(st.one_of(st.none(), st.sampled_from(iterations)))), plan
+
+
+class TestPassDecisionProperties:
+    @settings(max_examples=200, deadline=None)
+    @given(_scans())
+    def test_only_counted_iterations_are_pruned(self, drawn) -> None:
+        """For any disk: a pending validation is never pruned nor deleted (a KEEP row saying
+        why), a partial, corrupt or unread directory gets no row, an invalidated leftover is
+        always finished, and the newest committed is never pruned."""
+        scan, plan = drawn
+        ctx = RetentionContext(None, plan, max(e.iteration for e in scan.entries))  # type: ignore[arg-type]
+        got = {r.iteration: r for r in plan_rows(ctx, scan)}
+        for e in scan.entries:
+            if e.kind is ScanKind.PENDING:
+                assert (
+                    (e.iteration not in got) if not plan.active else got[e.iteration].action is KEEP
+                )
+            elif e.kind in (ScanKind.PARTIAL, ScanKind.OTHER, ScanKind.UNREAD):
+                assert e.iteration not in got
+            elif e.kind is ScanKind.INVALIDATED:
+                assert got[e.iteration].action is DELETE
+        if plan.active and scan.committed:
+            newest = max(scan.committed)
+            if newest in got:
+                assert got[newest].action is not DELETE
+                kind = next(e.kind for e in scan.entries if e.iteration == newest)
+                assert got[newest].action is (
+                    WEIGHTS_ONLY if kind is ScanKind.WEIGHTS_ONLY else KEEP
+                )
