@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.config.schema import UploadConfig
+from statecraft.checkpoint.lease import LEASE_NAME, LEASE_SCHEMA, LeaseRecord, acquire_lease
+from statecraft.checkpoint.machines import MACHINE_BINDINGS, load_machine
 from statecraft.checkpoint.retention import (
     RetentionPlan,
     RetentionReport,
@@ -38,9 +40,12 @@ from statecraft.checkpoint.retention_records import (
     read_decision,
     read_weights_only,
 )
+from statecraft.checkpoint.retention_scan import RetentionScan, ScanKind, ScannedIteration
 from statecraft.checkpoint.saving import save_full_checkpoint
+from statecraft.checkpoint.transactions.retention import RetentionContext, plan_rows
 from statecraft.checkpoint.validation_records import ValidationStage, ValidationState
-from statecraft.errors import ConfigError, RetentionError
+from statecraft.engine import Bindings, Machine
+from statecraft.errors import ConfigError, RetentionError, WriterLeaseError
 from statecraft.proofs.save_scenarios import save_context, shipped_machine
 from statecraft.proofs.training import rng_at, tracked_at
 from statecraft.proofs.validation_scenarios import IDENTITY
@@ -220,7 +225,7 @@ def _situations(draw):
 
 
 class TestDecisionProperties:
-    @settings(max_examples=300, deadline=None)
+    @settings(max_examples=200, deadline=None)
     @given(_situations())
     def test_safety_rules_hold_for_every_plan(self, situation) -> None:
         """For any candidates and plan: one row each; the newest, the newest with optimizer,
@@ -442,3 +447,103 @@ class TestRunRetention:
         )
         assert report.weights_only == (2,)
         assert not (root / "iter_000000002" / "optim.pt").exists()
+
+
+class _NoLock:
+    """A store without an OS path: the lease is checked by its record alone (no flock)."""
+
+    def __init__(self, inner: LocalStore) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    def local_path(self, path: str) -> None:
+        return None
+
+
+class TestRetentionRefusals:
+    def test_a_lease_taken_over_stops_the_pass_before_any_removal(self, root: Path) -> None:
+        """When another process took the attempt over, the pass raises WriterLeaseError and
+        removes nothing (not even a marker is published)."""
+        store = LocalStore(root)
+        for it in (2, 4):
+            commit(store, it)
+        lease = acquire_lease(_NoLock(LocalStore(root.parent)))
+        lease.check()
+        thief = LeaseRecord(
+            LEASE_SCHEMA, "other:1:abc", "elsewhere", 12345, 2, "2026-01-01T00:00:00+00:00"
+        )
+        (root.parent / LEASE_NAME).write_bytes(thief.encode())
+        before = tree(root)
+        with pytest.raises(WriterLeaseError, match="taken over by owner other:1:abc"):
+            run_retention(
+                store, RetentionPlan(LatestN(1), LatestN(1)), saved_iteration=4, lease=lease
+            )
+        assert tree(root) == before
+
+    def test_the_fence_refuses_a_path_the_decision_did_not_give(self, root: Path) -> None:
+        """An effect that would remove a kept iteration is refused by the fence with a
+        RetentionError naming the path; nothing changes."""
+        store = LocalStore(root)
+        for it in (2, 4):
+            commit(store, it)
+
+        def sweep_the_newest(ctx) -> None:
+            ctx.fenced.delete_tree("iter_000000004")
+
+        merged = MACHINE_BINDINGS["retention"]().merged(
+            Bindings(effects={"sweep_garbage": sweep_the_newest})
+        )
+        broken = Machine(load_machine("retention").table, merged)
+        before = tree(root)
+        with pytest.raises(RetentionError) as caught:
+            run_retention(
+                store, RetentionPlan(optimizer=LatestN(5)), saved_iteration=4, lease=None,
+                machine=broken,
+            )  # fmt: skip
+        assert f"{root}/iter_000000004: retention refused to touch it" in str(caught.value)
+        assert "did not give it to retention. Nothing was changed" in str(caught.value)
+        assert caught.value.iteration == 4
+        assert tree(root) == before
+
+
+@st.composite
+def _scans(draw):
+    iterations = draw(st.lists(st.integers(0, 30), min_size=1, max_size=8, unique=True))
+    kinds = [draw(st.sampled_from(list(ScanKind))) for _ in iterations]
+    entries = tuple(
+        ScannedIteration(i, k, uploaded=draw(st.booleans()))
+        for i, k in sorted(zip(iterations, kinds, strict=True), reverse=True)
+    )
+    plan = RetentionPlan(draw(_POLICIES), draw(_POLICIES), draw(st.booleans()))
+    return RetentionScan(entries, draw(st.one_of(st.none(), st.sampled_from(iterations)))), plan
+
+
+class TestPassDecisionProperties:
+    @settings(max_examples=200, deadline=None)
+    @given(_scans())
+    def test_only_counted_iterations_are_pruned(self, drawn) -> None:
+        """For any disk: a pending validation is never pruned nor deleted (a KEEP row saying
+        why), a partial, corrupt or unread directory gets no row, an invalidated leftover is
+        always finished, and the newest committed is never pruned."""
+        scan, plan = drawn
+        ctx = RetentionContext(None, plan, max(e.iteration for e in scan.entries))  # type: ignore[arg-type]
+        got = {r.iteration: r for r in plan_rows(ctx, scan)}
+        for e in scan.entries:
+            if e.kind is ScanKind.PENDING:
+                assert (
+                    (e.iteration not in got) if not plan.active else got[e.iteration].action is KEEP
+                )
+            elif e.kind in (ScanKind.PARTIAL, ScanKind.OTHER, ScanKind.UNREAD):
+                assert e.iteration not in got
+            elif e.kind is ScanKind.INVALIDATED:
+                assert got[e.iteration].action is DELETE
+        if plan.active and scan.committed:
+            newest = max(scan.committed)
+            if newest in got:
+                assert got[newest].action is not DELETE
+                kind = next(e.kind for e in scan.entries if e.iteration == newest)
+                assert got[newest].action is (
+                    WEIGHTS_ONLY if kind is ScanKind.WEIGHTS_ONLY else KEEP
+                )

@@ -151,7 +151,7 @@ def decide_retention(
             ``PUBLISHED`` / ``WEIGHTS_ONLY``; never a pending validation, a corrupt or a
             partial one), in any order.
         newest: the newest committed iteration (normally the save just made durable); kept
-            whole whether or not it is a candidate.
+            whole whether or not it is a candidate (the newest candidate is kept too).
         latest: the iteration ``latest_checkpoint.txt`` names (``None``: absent or garbage);
             kept whole.
         weights_only: candidates whose optimizer state is already removed (their marker is
@@ -172,6 +172,8 @@ def decide_retention(
             protections.setdefault(iteration, []).append(label)
 
     protect(newest, KEPT_AS_NEWEST)
+    if ordered[0].iteration != newest:  # the newest candidate is never removed either
+        protect(ordered[0].iteration, KEPT_AS_NEWEST)
     resumable = [c.iteration for c in ordered if c.iteration not in marked]
     protect(resumable[0] if resumable else None, KEPT_AS_NEWEST_RESUMABLE)
     protect(latest, KEPT_AS_LATEST)

@@ -159,6 +159,11 @@ def _committed(
     marked = WEIGHTS_ONLY_MARKER in names
     if not deep:
         return ScannedIteration(iteration, ScanKind.UNREAD, names, uploaded=uploaded)
+    if marked and not need_weights_only:
+        # Weights-only for good (a marker is never withdrawn) and judged by no policy: only
+        # a leftover optim.pt is removed again. Nothing more is read, so the weights-only
+        # iterations a run accumulates cost one listing each per pass.
+        return ScannedIteration(iteration, ScanKind.WEIGHTS_ONLY, names, None, uploaded)
 
     def other(note: str) -> ScannedIteration:
         return ScannedIteration(iteration, ScanKind.OTHER, names, uploaded=uploaded, note=note)
@@ -177,8 +182,6 @@ def _committed(
         if stat is None or stat.kind != "file" or stat.size != entry.size:
             return other(f"{file_name} is missing or not of its recorded size")
     policy = _marker_policy(store, iteration, invalidated=False) if marked else ""
-    if marked and not need_weights_only:
-        return ScannedIteration(iteration, ScanKind.WEIGHTS_ONLY, names, None, uploaded, policy)
     recorded = manifest.files.get(TRAINER_ENTRY)
     key = (recorded.size, recorded.digest.algorithm, recorded.digest.value) if recorded else None
     if key is None or key not in _TRAINER_MEMO:
@@ -214,8 +217,8 @@ def scan_for_retention(
     Args:
         deep: read manifests and ``trainer.pt`` (a plan with a policy); ``False`` finds only
             invalidated leftovers and partial directories (every committed one is ``UNREAD``).
-        need_weights_only: also read ``trainer.pt`` of weights-only iterations (the model
-            policy judges them, maybe by metric); ``False`` skips it.
+        need_weights_only: also read weights-only iterations (manifest, ``trainer.pt``: the
+            model policy judges them, maybe by metric); ``False``: one listing each.
 
     Never raises for a damaged iteration: it is ``OTHER`` with the reason.
     """
