@@ -19,6 +19,7 @@ import enum
 import attrs
 
 from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname, parse_latest
+from statecraft.checkpoint.manifest import Manifest, decode_manifest
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN, TRAINER_ENTRY
 from statecraft.checkpoint.retention_policies import RetentionCandidate
 from statecraft.checkpoint.retention_records import (
@@ -29,7 +30,7 @@ from statecraft.checkpoint.retention_records import (
     read_weights_only,
 )
 from statecraft.checkpoint.state import TrainerState
-from statecraft.checkpoint.validation_records import ValidationStage, read_stage
+from statecraft.checkpoint.validation_records import ValidationStage, ValidationState, read_stage
 from statecraft.checkpoint.verify import list_iterations, plan_problems, read_manifest
 from statecraft.errors import CheckpointCorruptError
 from statecraft.storage.base import Store
@@ -47,6 +48,16 @@ __all__ = [
 OPTIMIZER_ENTRIES: tuple[str, ...] = tuple(
     e.name for e in CHECKPOINT_PLAN if e.component == "optimizer"
 )
+
+
+#: (size, digest algorithm, digest value) of a committed trainer.pt, as its manifest records
+#: it -> (optimizer_step, validation state) parsed from it; and a manifest's bytes -> the
+#: manifest. A committed file is immutable, so a pass parses each trainer.pt and manifest once
+#: per process, not once per save (the scan stays cheap as weights-only iterations
+#: accumulate); the oldest entries are dropped beyond the size.
+_TRAINER_MEMO: dict[tuple[int, str, str], tuple[int, ValidationState | None]] = {}
+_MANIFEST_MEMO: dict[bytes, Manifest] = {}
+_MEMO_SIZE = 4096
 
 
 class ScanKind(enum.Enum):
@@ -108,6 +119,22 @@ class RetentionScan:
         return tuple(e.iteration for e in self.of_kind(*kinds))
 
 
+def _read_manifest(store: Store, iteration: int) -> Manifest:
+    """:func:`~statecraft.checkpoint.verify.read_manifest`, with the schema-checked decoding
+    memoized by the manifest's bytes (a commit is immutable; each pass reads every manifest)."""
+    name = f"{iter_dirname(iteration)}/{MANIFEST_NAME}"
+    raw = store.read_bytes(name)
+    manifest = _MANIFEST_MEMO.get(raw)
+    if manifest is None:
+        manifest = decode_manifest(raw, source=f"{store.describe()}/{name}")
+        if len(_MANIFEST_MEMO) >= _MEMO_SIZE:
+            _MANIFEST_MEMO.pop(next(iter(_MANIFEST_MEMO)))
+        _MANIFEST_MEMO[raw] = manifest
+    if manifest.iteration != iteration:
+        return read_manifest(store, iteration)  # raises, naming the mismatch
+    return manifest
+
+
 def _latest(store: Store) -> int | None:
     try:
         return parse_latest(store.read_bytes(LATEST_POINTER))
@@ -132,12 +159,17 @@ def _committed(
     marked = WEIGHTS_ONLY_MARKER in names
     if not deep:
         return ScannedIteration(iteration, ScanKind.UNREAD, names, uploaded=uploaded)
+    if marked and not need_weights_only:
+        # Weights-only for good (a marker is never withdrawn) and judged by no policy: only
+        # a leftover optim.pt is removed again. Nothing more is read, so the weights-only
+        # iterations a run accumulates cost one listing each per pass.
+        return ScannedIteration(iteration, ScanKind.WEIGHTS_ONLY, names, None, uploaded)
 
     def other(note: str) -> ScannedIteration:
         return ScannedIteration(iteration, ScanKind.OTHER, names, uploaded=uploaded, note=note)
 
     try:
-        manifest = read_manifest(store, iteration)
+        manifest = _read_manifest(store, iteration)
     except Exception as exc:  # unreadable: never counted, never touched
         return other(f"manifest: {exc}")
     problems = plan_problems(manifest, ConsolidatedWriter())
@@ -150,16 +182,24 @@ def _committed(
         if stat is None or stat.kind != "file" or stat.size != entry.size:
             return other(f"{file_name} is missing or not of its recorded size")
     policy = _marker_policy(store, iteration, invalidated=False) if marked else ""
-    if marked and not need_weights_only:
-        return ScannedIteration(iteration, ScanKind.WEIGHTS_ONLY, names, None, uploaded, policy)
-    try:
-        payload = ConsolidatedWriter().read(store, f"{name}/{TRAINER_ENTRY}", mmap=False)
-        trainer = TrainerState.from_payload(payload, source=f"{name}/{TRAINER_ENTRY}")
-    except Exception as exc:  # a trainer.pt that does not parse: never counted
-        return other(f"{TRAINER_ENTRY}: {exc}")
-    if trainer.optimizer_step != iteration:
-        return other(f"{TRAINER_ENTRY} records optimizer_step {trainer.optimizer_step}")
-    reading = read_stage(store, iteration, trainer.validation)
+    recorded = manifest.files.get(TRAINER_ENTRY)
+    key = (recorded.size, recorded.digest.algorithm, recorded.digest.value) if recorded else None
+    if key is None or key not in _TRAINER_MEMO:
+        try:
+            payload = ConsolidatedWriter().read(store, f"{name}/{TRAINER_ENTRY}", mmap=False)
+            trainer = TrainerState.from_payload(payload, source=f"{name}/{TRAINER_ENTRY}")
+        except Exception as exc:  # a trainer.pt that does not parse: never counted
+            return other(f"{TRAINER_ENTRY}: {exc}")
+        if key is not None:
+            if len(_TRAINER_MEMO) >= _MEMO_SIZE:
+                _TRAINER_MEMO.pop(next(iter(_TRAINER_MEMO)))
+            _TRAINER_MEMO[key] = (trainer.optimizer_step, trainer.validation)
+        step, validation = trainer.optimizer_step, trainer.validation
+    else:
+        step, validation = _TRAINER_MEMO[key]
+    if step != iteration:
+        return other(f"{TRAINER_ENTRY} records optimizer_step {step}")
+    reading = read_stage(store, iteration, validation)
     if marked:
         kind = ScanKind.WEIGHTS_ONLY
     elif reading.stage in (ValidationStage.NONE, ValidationStage.PUBLISHED):
@@ -177,8 +217,8 @@ def scan_for_retention(
     Args:
         deep: read manifests and ``trainer.pt`` (a plan with a policy); ``False`` finds only
             invalidated leftovers and partial directories (every committed one is ``UNREAD``).
-        need_weights_only: also read ``trainer.pt`` of weights-only iterations (the model
-            policy judges them, maybe by metric); ``False`` skips it.
+        need_weights_only: also read weights-only iterations (manifest, ``trainer.pt``: the
+            model policy judges them, maybe by metric); ``False``: one listing each.
 
     Never raises for a damaged iteration: it is ``OTHER`` with the reason.
     """
