@@ -71,7 +71,7 @@ class TestShippedWriteJob:
     @pytest.mark.slow
     def test_crashcheck_proves_every_guarantee_substantively(self) -> None:
         """Every guarantee of the write job holds at every crash point of every scenario under
-        process kill and power loss (node loss: the CLI run), and each is judged substantively somewhere."""
+        process kill and power loss (node loss: the CLI run), each judged substantively."""
         reports, scenario_reports = crashcheck(["write_job"], KILL_AND_POWER)
         (report,) = reports
         assert report.violations == (), report.violations[0].reproducer()
