@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 import pytest
 import torch
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -38,6 +38,7 @@ from statecraft.storage.sim import CrashKind, SimWorld
 
 FILES = ("model.pt", "optim.pt", "trainer.pt")
 PLAN = RetentionPlan(optimizer=LatestN(1), model=LatestN(2))
+KINDS = st.sampled_from([CrashKind.PROCESS_KILL, CrashKind.POWER_LOSS])
 MACHINES = {name: load_machine(name) for name in ("save", "retention", "write_job", "resume")}
 
 
@@ -191,12 +192,30 @@ class AsyncInterleavings(RuleBasedStateMachine):
         assert self.durable is not None
         run_retention(self.store(), PLAN, saved_iteration=self.durable, lease=None)
 
-    @rule(
-        kind=st.sampled_from([CrashKind.PROCESS_KILL, CrashKind.POWER_LOSS]),
-        data=st.data(),
-    )
+    @precondition(lambda self: self.pending is not None)
+    @rule(kind=KINDS, data=st.data())
+    def crash_in_job(self, kind: CrashKind, data: st.DataObject) -> None:
+        """Crash at a random I/O point of the pending job, then restart: resume."""
+        self.crash(kind, data)
+
+    @precondition(lambda self: self.live.step > self.saved_up_to)
+    @rule(kind=KINDS, data=st.data(), train_first=st.booleans())
+    def crash_in_next_async_save(
+        self, kind: CrashKind, data: st.DataObject, train_first: bool
+    ) -> None:
+        """Save asynchronously (training may go on), then crash inside that job."""
+        self.save_async()
+        if train_first:
+            self.train()
+        self.crash(kind, data)
+
+    @precondition(lambda self: self.pending is None and self.durable is not None)
+    @rule(kind=KINDS, data=st.data())
+    def crash_idle(self, kind: CrashKind, data: st.DataObject) -> None:
+        """Crash with no write in flight, then restart: resume."""
+        self.crash(kind, data)
+
     def crash(self, kind: CrashKind, data: st.DataObject) -> None:
-        """Crash at a random I/O point of the pending job (or idle), then restart: resume."""
         if self.pending is not None:
             pending, self.pending = self.pending, None
             probe = self.world.copy()
@@ -212,6 +231,7 @@ class AsyncInterleavings(RuleBasedStateMachine):
                 MACHINES["write_job"].run(ctx, crash=CrashPlan(at_io=at), gate=gate)
             except SimulatedCrash:
                 pass
+            event("crash inside the job" if at < probe.gate.count else "crash after the job")
             if at == probe.gate.count:  # the job completed before the crash point
                 assert self.durable == pending.iteration
             assert self.durable in (before, pending.iteration)
@@ -219,10 +239,12 @@ class AsyncInterleavings(RuleBasedStateMachine):
         if kind is CrashKind.POWER_LOSS:
             choices = self.world.fs.loss_choices()
             choice = data.draw(st.sampled_from(choices), label="loss choice")
+        event(f"crash: {kind.value}")
         self.world = self.world.after_crash(kind, choice)
         self.check_disk()
         self.restart()
 
+    @precondition(lambda self: self.durable is not None)
     @rule()
     def restart_clean(self) -> None:
         """The process exits after joining and a new one resumes."""
@@ -240,6 +262,7 @@ class AsyncInterleavings(RuleBasedStateMachine):
             MACHINES["resume"].run(ctx).raise_for_failure()
         assert ctx.result is not None
         assert ctx.result.step == expected, (ctx.result, candidates)
+        event("resumed" if ctx.result.resumed else "fresh start")
         if ctx.result.resumed:
             assert torch.all(live.model.weight == float(expected))
             for p in live.model.parameters():
@@ -269,8 +292,8 @@ class AsyncInterleavings(RuleBasedStateMachine):
 
 
 AsyncInterleavings.TestCase.settings = settings(
-    max_examples=25,
-    stateful_step_count=12,
+    max_examples=80,
+    stateful_step_count=20,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
