@@ -338,3 +338,29 @@ class TestBadRetentionInput:
             )
         assert "retention: got 'LatestN'; expected a RetentionPlan or None" in str(info.value)
         assert list(tmp_path.iterdir()) == []
+
+
+class TestRetentionAfterValidation:
+    def test_published_validations_are_retained_after_publication(self, tmp_path: Path) -> None:
+        """Durable validations (synchronous saves) run retention once published: the older
+        published checkpoints become weights-only, the newest keeps its optimizer state."""
+        ckpt = sc.Checkpointer(
+            sc.CheckpointConfig.load(
+                None, ["validation.every=2", "validation.save_checkpoint=true", "save_every=0"]
+            ),
+            run=RUN,
+            output_root=tmp_path,
+        )
+        objects = Objects()
+        ckpt.track(model=objects.model, optimizer=objects.optimizer, data=objects.cursor)
+        ckpt.validate_with(lambda step: {"val_loss": 1.0 / step}, source="held-out")
+        ckpt.resume()
+        saved = train(ckpt, objects, 6)
+        ckpt.finalize()
+        ckpt.close()
+        assert all(isinstance(s, sc.SaveReport) for s in saved)  # validation saves are sync
+        ckpts = checkpoints(tmp_path)
+        assert (ckpts / "iter_000000006" / "optim.pt").is_file()
+        for it in (2, 4):
+            assert (ckpts / f"iter_{it:09d}" / WEIGHTS_ONLY_MARKER).is_file(), it
+            assert not (ckpts / f"iter_{it:09d}" / "optim.pt").exists(), it
