@@ -311,7 +311,7 @@ def _report(stream: TextIO, ckpt: sc.Checkpointer, end: sc.StepEnd, saves_before
             report.iteration,
             f"{report.seconds:.4f} {report.blocking_seconds:.4f}",
         )
-    if isinstance(end.saved, sc.PendingSave) and not end.saved.done:
+    if isinstance(end.saved, sc.PendingSave):  # staged; its save-end comes at the join
         _say(stream, "save-staged", end.saved.iteration, f"{end.saved.blocking_seconds:.4f}")
     if end.validation is not None and end.metrics is not None:
         _say(stream, "published", ckpt.step, f"{end.metrics['val_loss']:.6f}")
