@@ -304,17 +304,26 @@ def train(
 
 
 def _report(stream: TextIO, ckpt: sc.Checkpointer, end: sc.StepEnd, saves_before: int) -> None:
-    for report in ckpt.saves[saves_before:]:  # joined now (an asynchronous one: later)
-        _say(
-            stream,
-            "save-end",
-            report.iteration,
-            f"{report.seconds:.4f} {report.blocking_seconds:.4f}",
-        )
-    if isinstance(end.saved, sc.PendingSave):  # staged; its save-end comes at the join
-        _say(stream, "save-staged", end.saved.iteration, f"{end.saved.blocking_seconds:.4f}")
+    # In the order it happened: the earlier saves joined first, then this boundary's staged
+    # save, then (finalize() joins its own final save) that save's end.
+    staged = end.saved if isinstance(end.saved, sc.PendingSave) else None
+    joined = ckpt.saves[saves_before:]
+    for report in joined:
+        if staged is None or report.iteration < staged.iteration:
+            _save_end(stream, report)
+    if staged is not None:
+        _say(stream, "save-staged", staged.iteration, f"{staged.blocking_seconds:.4f}")
+        for report in joined:
+            if report.iteration >= staged.iteration:
+                _save_end(stream, report)
     if end.validation is not None and end.metrics is not None:
         _say(stream, "published", ckpt.step, f"{end.metrics['val_loss']:.6f}")
+
+
+def _save_end(stream: TextIO, report: sc.SaveReport) -> None:
+    _say(
+        stream, "save-end", report.iteration, f"{report.seconds:.4f} {report.blocking_seconds:.4f}"
+    )
 
 
 def _positive(text: str) -> int:
