@@ -265,6 +265,7 @@ class TestVerifyCheckpoint:
         ckpt.record(sc.Outcome.APPLIED)
         report = ckpt.save()
         assert report is not None
+        ckpt.close()  # joins the background write (save_async=true): iteration 1 is durable
         return LocalStore(str(Path(report.location).parent))
 
     def _as_v1(self, store: LocalStore) -> None:
