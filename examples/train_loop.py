@@ -72,14 +72,9 @@ def main():
     data = ShuffledData(x, y, batch_size=32, seed=args.seed)
 
     # Checkpointing: save every K steps; resume=auto (the default) continues the newest attempt.
-    config = sc.CheckpointConfig.load(
-        None,
-        overrides=[
-            f"save_every={args.save_every}",
-            "save_async=false",
-            "keep_optim_last=0",
-        ],
-    )
+    # The defaults write in the background (save_async=true) and keep the optimizer state of
+    # the newest checkpoint only (keep_optim_last=null -> 1 for a local primary).
+    config = sc.CheckpointConfig.load(None, overrides=[f"save_every={args.save_every}"])
     ckpt = sc.Checkpointer(
         config, run=sc.RunIdentity("examples", "regression", "mlp"), output_root=args.out
     )

@@ -30,12 +30,20 @@ class TestPublicApi:
         """The top-level API is exactly these names, sorted; changing it is a deliberate act."""
         assert statecraft.__all__ == sorted(statecraft.__all__)
         assert statecraft.__all__ == [
+            "AnyOf",
             "ArtifactReport",
+            "BestN",
             "CheckpointConfig",
             "Checkpointer",
+            "EveryNSteps",
+            "KeepFn",
+            "LatestN",
             "LoadedCheckpoint",
             "Outcome",
+            "PendingSave",
             "ResumeResult",
+            "RetentionPlan",
+            "RetentionReport",
             "RunIdentity",
             "SaveReport",
             "SchedulerIdentity",

@@ -713,8 +713,6 @@ class TestRequireSupported:
             ),
             ({"upload": {"enabled": True}}, "upload.enabled", True),
             ({"emergency_checkpoint_components": "run"}, "emergency_checkpoint_components", "run"),
-            ({"keep_optim_last": 1}, "keep_optim_last", 1),
-            ({"keep_model_last": 2}, "keep_model_last", 2),
         ],
     )
     def test_unsupported_knob_raises(self, data: dict[str, Any], knob: str, value: object) -> None:
@@ -733,16 +731,17 @@ class TestRequireSupported:
         with pytest.raises(NotImplementedError):
             CheckpointConfig(checkpoint_format="dcp").require_supported()
 
-    def test_defaults_return_two_warnings(self) -> None:
-        """The defaults pass and return the save_async and keep_optim_last warnings."""
-        warnings = CheckpointConfig().require_supported()
-        assert len(warnings) == 2
-        assert warnings[0].startswith("save_async=true")
-        assert "written synchronously" in warnings[0]
-        assert "set save_async=false to silence" in warnings[0]
-        assert warnings[1].startswith("keep_optim_last=null")
-        assert "would resolve to 1 for a local primary" in warnings[1]
-        assert "set keep_optim_last=0 to silence" in warnings[1]
+    def test_defaults_do_not_warn(self) -> None:
+        """The defaults (save_async=true, keep_optim_last=null) are built: no warning."""
+        assert CheckpointConfig().require_supported() == []
+
+    @pytest.mark.parametrize(
+        "data",
+        [{"keep_optim_last": 1}, {"keep_model_last": 2}, {"save_async": True}],
+    )
+    def test_built_features_pass(self, data: dict[str, Any]) -> None:
+        """Retention counts and asynchronous saves are built: no refusal, no warning."""
+        assert CheckpointConfig.from_dict(data).require_supported() == []
 
     def test_explicit_settings_silence_warnings(self) -> None:
         """save_async=false and keep_optim_last=0 leave no warnings."""
@@ -819,12 +818,10 @@ class TestFeatureDeclarations:
         """Each unbuilt feature of the reference has its own declaration naming its knobs."""
         features = {f.name: f for f in declared_features()}
         assert {name: f.knobs for name, f in features.items()} == {
-            "asynchronous saves": ("save_async",),
             "object-store primary": ("checkpoint_store.backend",),
             "DCP (sharded) checkpoint format": ("checkpoint_format",),
             "archive upload": ("upload.enabled",),
             "emergency saves of the run plan": ("emergency_checkpoint_components",),
-            "retention": ("keep_optim_last", "keep_model_last", "keep_optim_last"),
         }
         assert not any(f.built for f in features.values())
 
@@ -852,9 +849,10 @@ class TestFeatureDeclarations:
         assert isinstance(refusal, NotSupportedYetError)
         assert refusal.knob == "upload.enabled"
         assert attrs.evolve(upload, built=True).refusal(cfg) is None
-        retention = next(f for f in declared_features() if f.name == "retention")
-        assert len(retention.warnings(CheckpointConfig())) == 1
-        assert attrs.evolve(retention, built=True).warnings(CheckpointConfig()) == []
+        note = KnobNote("keep_optim_last", lambda v: v is None, "keep_optim_last=null: ...")
+        noted = Feature("retention", notes=(note,))
+        assert len(noted.warnings(CheckpointConfig())) == 1
+        assert attrs.evolve(noted, built=True).warnings(CheckpointConfig()) == []
 
     def test_declarations_are_collected_from_any_module(self) -> None:
         """A declaration living in the feature's own module is found by passing that module;

@@ -58,7 +58,8 @@ def _statecraft_command() -> list[str]:
 class TestValidatingTrainProcess:
     def test_validation_steps_print_evaluated_then_published(self, tmp_path):
         """With validate_every the training process evaluates at every validation step and
-        publishes it (the durable path), printing both lines after the save lines."""
+        publishes it (the durable path, synchronous), printing both lines after the save
+        lines; a regular save is staged and its save-end comes at the next join."""
         threads = torch.get_num_threads()
         saved = random.getstate(), np.random.get_state(), torch.get_rng_state()
         stream = io.StringIO()
@@ -80,10 +81,11 @@ class TestValidatingTrainProcess:
             ["published", "2"],
             ["step", "3"],
             ["save-begin", "3"],
-            ["save-end", "3"],
+            ["save-staged", "3"],  # the regular save is asynchronous: joined at step 4
             ["step", "4"],
             ["save-begin", "4"],
             ["evaluated", "4"],
+            ["save-end", "3"],
             ["save-end", "4"],
             ["published", "4"],
             ["done", "4"],

@@ -33,7 +33,8 @@ class TestDiscover:
         with pytest.raises(StatecraftError) as info:
             load_machine("nope", machines_dir())
         assert "no machine 'nope'" in str(info.value)
-        assert "resume, save" in str(info.value)
+        assert ", resume, " in str(info.value)
+        assert ", save" in str(info.value)
         with pytest.raises(StatecraftError, match=r"tables in .*: none"):
             load_machine("nope", tmp_path)
 

@@ -404,6 +404,7 @@ class TestCli:
             "total_bytes",
             "auto",
             "explicit",
+            "retention",
         }
         assert set(attempt["checkpoints"]["iterations"][0]) == {
             "name",
@@ -417,6 +418,9 @@ class TestCli:
             "notes",
             "files",
             "total_bytes",
+            "policy",
+            "kept_by",
+            "retention_action",
         }
 
     @pytest.mark.parametrize("as_json", [False, True])

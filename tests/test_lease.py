@@ -298,8 +298,8 @@ def test_twin_launch_one_trains_then_kill_and_takeover_resume_bit_exactly(tmp_pa
     assert f"PID {owner.pid}" in err
     assert "whose lock is held" in err
     assert owner.stdout is not None
-    for line in owner.stdout:  # kill the owner after its second save
-        if line.strip() == "save-end 20" or line.startswith("save-end 20 "):
+    for line in owner.stdout:  # kill the owner after its second save (staged or written)
+        if line.startswith(("save-end 20 ", "save-staged 20 ")):
             break
     owner.send_signal(signal.SIGKILL)
     owner.wait()

@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
         model.train()
         return out
 
-    knobs = [f"save_every={args.save_every}", "save_async=false", "keep_optim_last=0"]  # ckpt
+    knobs = [f"save_every={args.save_every}"]  # ckpt: async saves and retention by default
     config = sc.CheckpointConfig.load(None, knobs)  # ckpt
     run = sc.RunIdentity.named(args.name)  # ckpt: project and group default to "default"
     ckpt = sc.Checkpointer(config, run=run, output_root=args.out)  # ckpt

@@ -17,7 +17,7 @@ from statecraft.checkpoint.artifact_catalog import open_artifacts
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.layout import RunAttempt, RunIdentity, resolve_run_attempt
 from statecraft.checkpoint.lease import WriterLease, acquire_lease, launch_lock
-from statecraft.errors import ConfigError, ConfigIssue
+from statecraft.errors import ConfigError, ConfigIssue, TrackingError
 from statecraft.parallel.collectives import Collective
 from statecraft.parallel.rank0 import on_rank_zero
 from statecraft.storage.base import Store
@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the facade imports this module
 __all__ = [
     "artifacts_store",
     "checked_output_root",
+    "ensure_attempt",
     "open_attempt",
     "release_at_exit",
     "resume_artifacts",
@@ -122,6 +123,30 @@ def release_at_exit(
 
     atexit.register(release)
     return release
+
+
+def ensure_attempt(ckpt: Checkpointer) -> Store:
+    """``ckpt``'s checkpoints store, resolving its attempt and taking the writer lease at the
+    first call (``Checkpointer._ensure_attempt``).
+
+    Raises:
+        TrackingError: ``ckpt`` was closed.
+        WriterLeaseError: another live process writes the attempt.
+    """
+    if getattr(ckpt, "_closed", False):
+        raise TrackingError(
+            "this Checkpointer was closed (its writer lease released); create a new one"
+        )
+    if ckpt.store is None:
+        ckpt.attempt, ckpt.store, ckpt.lease = open_attempt(
+            ckpt.config,
+            ckpt.run,
+            ckpt.output_root,
+            collective=ckpt.collective,
+            filesystem=ckpt.filesystem,
+        )
+        ckpt._exit_release = release_at_exit(ckpt.lease, ckpt.filesystem)
+    return ckpt.store
 
 
 def artifacts_store(

@@ -5,9 +5,12 @@
 
     kind                      what runs (rank 0, through on_rank_zero)
     NOTHING                   nothing
-    SAVE                      save_full_checkpoint          (machines/save.toml)
+    SAVE                      save_full_checkpoint          (machines/write_job.toml: save,
+                                                             then retention; asynchronous
+                                                             with save_async)
     ARTIFACT                  save_artifact                 (machines/artifact.toml)
-    DURABLE_VALIDATION        run_durable_validation        (machines/validation.toml)
+    DURABLE_VALIDATION        run_durable_validation        (machines/validation.toml),
+                                                            then retention once published
     ARTIFACT_THEN_EVALUATE    save_artifact(evaluation=..., evaluate_first=False)
     EVALUATE_THEN_ARTIFACT    save_artifact(evaluation=..., evaluate_first=True)
     EVALUATE                  run_evaluation                (ephemeral: metrics only)
@@ -17,6 +20,10 @@ machine; the outcome (a report, or the exception) reaches every rank, so a
 :class:`~statecraft.errors.ValidationFailedError` is raised on every rank. The evaluation
 callable runs on rank 0 only (a documented limitation of this release).
 
+Every writing or evaluating boundary first joins the background writes
+(:class:`~statecraft.checkpoint.background.BackgroundWrites`, collective): only a full save may
+be asynchronous, and the next one reuses the staging buffers.
+
 The partial-artifact store (``<run>/checkpoint_artifacts``) is created at the first artifact
 save only: a reader never creates it
 (:func:`~statecraft.checkpoint.attempt_open.artifacts_store`).
@@ -25,49 +32,39 @@ save only: a reader never creates it
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
 from statecraft.checkpoint.artifact_saving import ArtifactReport, save_artifact
 from statecraft.checkpoint.attempt_open import artifacts_store
+from statecraft.checkpoint.background import BackgroundWrites
 from statecraft.checkpoint.boundary import (
     Boundary,
     BoundaryKind,
-    decide_boundary,
-    regular_save_due,
-    validation_due,
 )
 from statecraft.checkpoint.components import ComponentPlan
 from statecraft.checkpoint.evaluation import Evaluation, format_metrics, run_evaluation
 from statecraft.checkpoint.layout import RunAttempt
 from statecraft.checkpoint.lease import WriterLease
 from statecraft.checkpoint.machines import load_machine
+from statecraft.checkpoint.retention import RetentionPlan, RetentionReport, run_retention
 from statecraft.checkpoint.saving import SaveReport, gather_into, save_full_checkpoint
 from statecraft.checkpoint.state import gather_data_state, gather_rng_inventory
-from statecraft.checkpoint.step import StepEnd
 from statecraft.checkpoint.validation_records import (
     ValidationIdentity,
     ValidationStage,
     ValidationState,
 )
 from statecraft.checkpoint.validation_saving import ValidationReport, run_durable_validation
+from statecraft.checkpoint.write_slot import PendingSave
 from statecraft.engine import Machine
-from statecraft.errors import ValidationFailedError
 from statecraft.parallel.collectives import Collective
 from statecraft.parallel.rank0 import on_rank_zero
 from statecraft.storage.base import Store
 from statecraft.storage.filesystem import Filesystem
 
-if TYPE_CHECKING:  # the facade imports this module
-    from statecraft.checkpoint.checkpointer import Checkpointer
-
-__all__ = [
-    "BoundaryOutcome",
-    "BoundaryRunner",
-    "due_boundary",
-    "execute",
-]
+__all__ = ["WRITING", "BoundaryOutcome", "BoundaryRunner"]
 
 log = logging.getLogger("statecraft")
 
@@ -98,7 +95,7 @@ class BoundaryOutcome:
 
     Attributes:
         saved: the full checkpoint's report (a regular save, or the durable validation's
-            evaluation-pending save).
+            evaluation-pending save); a :class:`PendingSave` for an asynchronous save.
         artifact: the partial artifact's report.
         validation: the durable validation's report (its final stage and metrics).
         metrics: the evaluation's metrics (``None`` when no evaluation ran, and on ranks
@@ -107,7 +104,7 @@ class BoundaryOutcome:
         wrote: a checkpoint or artifact of the step was committed (every rank).
     """
 
-    saved: SaveReport | None = None
+    saved: SaveReport | PendingSave | None = None
     artifact: ArtifactReport | None = None
     validation: ValidationReport | None = None
     metrics: dict[str, float] | None = None
@@ -117,11 +114,22 @@ class BoundaryOutcome:
 
 class BoundaryRunner:
     """Runs the decided boundary for one ``Checkpointer`` (holds its loaded machines, the
-    registered evaluation and the lazily created artifacts store)."""
+    registered evaluation, the lazily created artifacts store, the background writes and the
+    retention plan)."""
 
-    def __init__(self, collective: Collective, filesystem: Filesystem | None) -> None:
+    def __init__(
+        self,
+        collective: Collective,
+        filesystem: Filesystem | None,
+        *,
+        writes: BackgroundWrites | None = None,
+        retention: RetentionPlan | None = None,
+    ) -> None:
         self.collective = collective
         self.filesystem = filesystem
+        self.writes = writes or BackgroundWrites(collective, enabled=False)
+        self.retention = retention
+        self.retained: list[RetentionReport] = []  # passes run after a durable validation
         self.evaluation: Evaluation | None = None
         self.identity = ValidationIdentity()
         self.artifacts: Store | None = None
@@ -182,13 +190,17 @@ class BoundaryRunner:
         rng, data = self._gather(tracked)
         out: list[BoundaryOutcome] = []
 
-        def write_here() -> None:
+        def write_here() -> str | None:
             out.append(self._write(boundary, tracked, attempt, store, lease, step, rng, data))
+            saved = out[0].saved
+            return saved.location if isinstance(saved, PendingSave) else None
 
-        on_rank_zero(self.collective, write_here)
+        # Rank 0 decides async vs sync; the decision reaches every rank with the outcome.
+        went_async = on_rank_zero(self.collective, write_here)
         if out:
             return out[0]
-        return BoundaryOutcome(validated=kind in EVALUATING, wrote=True)
+        mirror = None if went_async is None else self.writes.mirror(step, went_async)
+        return BoundaryOutcome(saved=mirror, validated=kind in EVALUATING, wrote=True)
 
     def evaluate(self, evaluation: Evaluation, step: int) -> dict[str, float]:
         """An ephemeral evaluation of ``step`` (rank 0): its metrics, logged."""
@@ -209,6 +221,7 @@ class BoundaryRunner:
     ) -> BoundaryOutcome:
         kind = boundary.kind
         if kind is BoundaryKind.SAVE:
+            staging, slot = self.writes.for_save()
             report = save_full_checkpoint(
                 tracked,
                 store,
@@ -219,6 +232,10 @@ class BoundaryRunner:
                 machine=self.machine("save"),
                 location=str(attempt.checkpoints_dir),
                 validation=ValidationState(self.identity, ValidationStage.NONE),
+                retention=self.retention,
+                staging=staging,
+                slot=slot,
+                machines=self.machine,
             )
             return BoundaryOutcome(saved=report, wrote=True)
         if kind is BoundaryKind.DURABLE_VALIDATION:
@@ -236,6 +253,7 @@ class BoundaryRunner:
                 machine=self.machine("validation"),
                 location=str(attempt.checkpoints_dir),
             )
+            self.retain(store, step, lease)
             return BoundaryOutcome(
                 saved=validation.save,
                 validation=validation,
@@ -260,6 +278,22 @@ class BoundaryRunner:
         )
         return BoundaryOutcome(
             artifact=artifact, metrics=artifact.metrics, validated=evaluate, wrote=True
+        )
+
+    def retain(self, store: Store, step: int, lease: WriterLease | None) -> None:
+        """Retention after the durable validation of ``step`` was published (rank 0); its
+        evaluation-pending save ran none (a pending checkpoint is never counted).
+
+        Raises:
+            RetentionError: ``iter_<step>`` is published and durable; a removal failed.
+        """
+        plan = self.retention
+        if plan is None:
+            return
+        self.retained.append(
+            run_retention(
+                store, plan, saved_iteration=step, lease=lease, machine=self.machine("retention")
+            )
         )
 
     def save_artifact(
@@ -289,83 +323,3 @@ class BoundaryRunner:
             evaluation=evaluation,
             evaluate_first=evaluate_first,
         )
-
-
-def due_boundary(ckpt: Checkpointer, *, final: bool) -> Boundary:
-    """What is due at ``ckpt``'s current step (a step boundary, or ``finalize()`` with
-    ``final``): the regular save and the validation, each only at a quiescent boundary after
-    at least one applied update, unioned by :func:`decide_boundary`. A validation of a step
-    this run already saved (the final validation of a step the cadence saved) is ephemeral:
-    the committed checkpoint is not saved again."""
-    clocks, step = ckpt.tracked.clocks, ckpt.step
-    ready = clocks.quiescent and step > 0
-    regular = ready and regular_save_due(
-        ckpt.config,
-        step=step,
-        quiescent=clocks.quiescent,
-        last_saved_step=ckpt.last_saved_step,
-        final=final,
-    )
-    due = ready and validation_due(
-        ckpt.config,
-        step=step,
-        registered=ckpt._boundaries.evaluation is not None,
-        last_validated_step=ckpt.last_validated_step,
-        final=final,
-    )
-    if due and not regular and step == ckpt.last_saved_step:
-        # The step is committed already (a cadence save, then the final validation at
-        # finalize()): committed files are never rewritten, so the evaluation is ephemeral.
-        return Boundary(BoundaryKind.EVALUATE, None, regular_due=False, validation_due=True)
-    return decide_boundary(ckpt.config, regular_due=regular, validation_due=due)
-
-
-def execute(ckpt: Checkpointer, boundary: Boundary, step: int) -> StepEnd:
-    """Run ``boundary`` for ``ckpt`` at ``step`` and record it (``ckpt.saves``,
-    ``ckpt.artifacts``, ``last_saved_step``, ``last_validated_step``).
-
-    Raises:
-        ResumeRequiredError: a writing boundary in an attempt that holds committed checkpoints
-            or artifacts, by a process that did not resume (nothing written).
-        TrainerStateError: a writing boundary while the accumulation window is open.
-        ValidationFailedError: the evaluation failed; a checkpoint or artifact committed
-            before it stays committed and counts as this step's save.
-    """
-    if boundary.kind is BoundaryKind.NOTHING:
-        return StepEnd()
-    ckpt._require_tracked("save")
-    store = ckpt._ensure_attempt()
-    attempt = ckpt.attempt
-    assert attempt is not None
-    if boundary.kind in WRITING:
-        existing = ckpt._boundaries.artifacts or artifacts_store(attempt, ckpt.filesystem)
-        ckpt._lifecycle.before_save(ckpt.collective, attempt, store, artifacts=existing)
-        ckpt.tracked.clocks.require_quiescent("save a checkpoint")
-    try:
-        out = ckpt._boundaries.run(
-            boundary,
-            tracked=ckpt.tracked,
-            attempt=attempt,
-            store=store,
-            lease=ckpt.lease,
-            step=step,
-        )
-    except ValidationFailedError:  # what committed before the evaluation stays committed
-        if boundary.kind in (BoundaryKind.DURABLE_VALIDATION, BoundaryKind.ARTIFACT_THEN_EVALUATE):
-            ckpt.last_saved_step = ckpt._lifecycle.saved = step
-        raise
-    if out.saved is not None:
-        ckpt.saves.append(out.saved)
-    if out.artifact is not None:
-        ckpt.artifacts.append(out.artifact)
-    if out.wrote:
-        ckpt.last_saved_step = ckpt._lifecycle.saved = step
-    if out.validated:
-        ckpt.last_validated_step = step
-    return StepEnd(
-        saved=out.saved,
-        artifact=out.artifact,
-        metrics=out.metrics,
-        validated=out.validated,
-        validation=out.validation,
-    )

@@ -12,6 +12,7 @@ hashes only the checkpoints it tries.
     catalog.latest.state                 # LatestState.OK / MISSING / GARBAGE / DANGLING
     catalog.entry(100).state             # CheckpointState.COMMITTED / CORRUPT / PARTIAL / ABSENT
                                          # / EVALUATION_PENDING / PUBLICATION_PENDING / PUBLISHED
+                                         # / WEIGHTS_ONLY / INVALIDATED (retention's markers)
     pick = catalog.pick()                # newest adoptable, with every newer one passed over
 
 The partial artifacts beside the checkpoints (``checkpoint_artifacts/``) have their own
@@ -26,6 +27,7 @@ from collections.abc import Iterator
 import attrs
 
 from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname, parse_latest
+from statecraft.checkpoint.retention_marks import Mark, MarkKind, read_mark
 from statecraft.checkpoint.validation_records import ValidationStage, read_stage
 from statecraft.checkpoint.verify import (
     LEVELS,
@@ -81,10 +83,16 @@ class CheckpointState(enum.Enum):
     run retries its pending stage).
 
     - ``WEIGHTS_ONLY``: committed, but retention removed (or is removing) its optimizer
-      component (``.retention-weights-only.json`` present): model and trainer state verify,
-      it loads for evaluation, it is never a resume source.
+      component (``.retention-weights-only.json`` present): model and trainer state verify
+      (the optimizer entries are not required), it loads for evaluation, it is never a resume
+      source. Its reason names the policy from the marker (``latest 1``). At every level,
+      ``"manifest"`` included.
     - ``INVALIDATED``: retention is deleting it (``.retention-invalidated.json`` present,
-      whatever else is left): never adoptable, finished by the next retention pass.
+      whatever else is left, manifest or not): never adoptable, finished by the next
+      retention pass. Its reason names the policy from the marker.
+
+    A damaged marker still counts (fail closed; its problem is in the reason). Neither marked
+    state is adoptable: ``resume=auto`` passes over them with the reason.
 
     Later issues add members here without reshaping the catalog (each with its reason):
     ``UPLOADED``.
@@ -157,7 +165,10 @@ class CatalogEntry:
         metrics: the evaluated metrics of a ``PUBLICATION_PENDING`` / ``PUBLISHED``
             checkpoint, else ``None``.
         notes: visibility records that were ignored, and why (a damaged record, a record on
-            a checkpoint saved without a pending validation).
+            a checkpoint saved without a pending validation); for a marked iteration that
+            does not verify (``CORRUPT``), the marker's reason.
+        mark: retention's marker on the iteration (``WEIGHTS_ONLY`` / ``INVALIDATED``, and a
+            ``CORRUPT`` or ``PARTIAL`` one that holds a marker), else ``None``.
     """
 
     iteration: int
@@ -168,10 +179,16 @@ class CatalogEntry:
     kind: str = "checkpoint"
     metrics: dict[str, float] | None = attrs.field(default=None, hash=False)
     notes: tuple[str, ...] = ()
+    mark: Mark | None = None
 
     @property
     def name(self) -> str:
         return iter_dirname(self.iteration)
+
+    @property
+    def policy(self) -> str | None:
+        """The retention policy named by the iteration's marker, if any."""
+        return self.mark.policy if self.mark is not None else None
 
 
 @attrs.frozen
@@ -254,42 +271,66 @@ def classify(
 ) -> CatalogEntry:
     """The state of one iteration of ``store``, verified at ``level``.
 
-    The store operations are, in order: ``stat(iter_N)``, ``stat(iter_N/<manifest>)``, reading
-    the manifest, then (levels ``size`` / ``digest``) the files' stats, digests, ``trainer.pt``
-    and every other file parsed (``keep_payloads``: see
-    :func:`~statecraft.checkpoint.verify.verify_checkpoint`), and, for a verified checkpoint
-    at those levels, the listing of ``iter_N`` and its visibility records
+    The store operations are, in order: ``stat(iter_N)``, the retention markers
+    (:func:`~statecraft.checkpoint.retention_marks.read_mark`: two ``stat`` calls when there
+    is none), ``stat(iter_N/<manifest>)``, reading the manifest, then (levels ``size`` /
+    ``digest``) the files' stats, digests, ``trainer.pt`` and every other file parsed
+    (``keep_payloads``: see :func:`~statecraft.checkpoint.verify.verify_checkpoint`), and, for
+    a verified checkpoint at those levels, the listing of ``iter_N`` and its visibility records
     (:func:`~statecraft.checkpoint.validation_records.read_stage`, from the verified
-    ``trainer.pt``'s ``validation`` state). An unreadable manifest is ``CORRUPT`` at every
-    level; at level ``"manifest"`` a readable one is ``COMMITTED`` (stage not read).
+    ``trainer.pt``'s ``validation`` state). An invalidation marker makes the iteration
+    ``INVALIDATED`` before anything else is read; a weights-only marker beside a manifest makes
+    a checkpoint that verifies without its optimizer entries ``WEIGHTS_ONLY``. An unreadable
+    manifest is ``CORRUPT`` at every level; at level ``"manifest"`` a readable one without a
+    marker is ``COMMITTED`` (stage not read).
     """
     name = iter_dirname(iteration)
     if store.stat(name) is None:
         return CatalogEntry(iteration, CheckpointState.ABSENT, f"{name} does not exist")
+    mark = read_mark(store, iteration)
+    if mark is not None and mark.kind is MarkKind.INVALIDATED:
+        return CatalogEntry(iteration, CheckpointState.INVALIDATED, mark.reason(), mark=mark)
     if store.stat(f"{name}/{MANIFEST_NAME}") is None:
         problem = CheckpointCorruptError(
             f"{store.describe()}/{name}",
             "has no manifest (an interrupted save)",
             "It is never adopted; nothing to do.",
         )
-        return CatalogEntry(iteration, CheckpointState.PARTIAL, str(problem), error=problem)
+        notes = (f"{mark.marker} ignored: {name} has no manifest",) if mark is not None else ()
+        return CatalogEntry(
+            iteration, CheckpointState.PARTIAL, str(problem), error=problem, notes=notes, mark=mark
+        )
+    weights_only = mark is not None
     try:
         verified = verify_checkpoint(
-            store, iteration, level=level, writer=writer, keep_payloads=keep_payloads
+            store,
+            iteration,
+            level=level,
+            writer=writer,
+            keep_payloads=keep_payloads,
+            weights_only=weights_only,
         )
     except Exception as exc:  # anything that fails verification is corrupt, with why
-        return CatalogEntry(iteration, CheckpointState.CORRUPT, _reason(exc), error=exc)
+        notes = (mark.reason(),) if mark is not None else ()
+        return CatalogEntry(
+            iteration, CheckpointState.CORRUPT, _reason(exc), error=exc, notes=notes, mark=mark
+        )
+    state = CheckpointState.WEIGHTS_ONLY if mark is not None else None
+    reason = mark.reason() if mark is not None else ""
     if level == "manifest":
-        return CatalogEntry(iteration, CheckpointState.COMMITTED, "", verified)
+        return CatalogEntry(
+            iteration, state or CheckpointState.COMMITTED, reason, verified, mark=mark
+        )
     saved = verified.trainer.validation if verified.trainer is not None else None
     reading = read_stage(store, iteration, saved)
     return CatalogEntry(
         iteration,
-        CheckpointState.of_stage(reading.stage),
-        "",
+        state or CheckpointState.of_stage(reading.stage),
+        reason,
         verified,
         metrics=reading.metrics,
         notes=reading.notes,
+        mark=mark,
     )
 
 

@@ -12,7 +12,12 @@
         ckpt.record(sc.Outcome.APPLIED)    # or SKIPPED / ACCUMULATING: advances the clocks
         if ckpt.step_end():                # StepEnd: saves / validates when due; true: stop
             break
-    ckpt.finalize()                        # the normal-final save and validation
+    ckpt.finalize()                        # the normal-final save and validation; joins
+
+With ``save_async=true`` (the default) a full save returns a ``PendingSave`` once the state is
+staged; the write job (the save, then retention) runs in the background, and every later
+write, ``wait()``, ``finalize()`` and ``close()`` joins it first, raising its error
+(:mod:`statecraft.checkpoint.background`).
 
 ``run`` may also be one name (``RunIdentity.named``). ``resume()`` is called once, before the
 first save (:mod:`statecraft.checkpoint.lifecycle`). Every save, validation and resume runs
@@ -29,42 +34,38 @@ import logging
 import os
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from statecraft.checkpoint.artifact_saving import ArtifactReport
-from statecraft.checkpoint.attempt_open import (
-    checked_output_root,
-    open_attempt,
-    release_at_exit,
-    resume_artifacts,
-)
+from statecraft.checkpoint.attempt_open import checked_output_root, ensure_attempt
+from statecraft.checkpoint.background import BackgroundWrites
 from statecraft.checkpoint.boundary import decide_boundary
-from statecraft.checkpoint.boundary_run import BoundaryRunner, due_boundary, execute
+from statecraft.checkpoint.boundary_run import BoundaryRunner
+from statecraft.checkpoint.boundary_step import due_boundary, execute
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.config.plans import plan_warnings
 from statecraft.checkpoint.evaluation import Evaluation, Evaluator
 from statecraft.checkpoint.layout import RunAttempt, RunIdentity, as_run_identity
 from statecraft.checkpoint.lease import WriterLease
-from statecraft.checkpoint.lifecycle import Lifecycle, complete_adopted_attempt
+from statecraft.checkpoint.lifecycle import Lifecycle
 from statecraft.checkpoint.machines import load_machine
+from statecraft.checkpoint.resume_run import run_resume
+from statecraft.checkpoint.retention import RetentionPlan
 from statecraft.checkpoint.saving import SaveReport
 from statecraft.checkpoint.state import Outcome, SchedulerIdentity
 from statecraft.checkpoint.step import StepEnd
-from statecraft.checkpoint.tracking import require_stateful, stateful_objects
-from statecraft.checkpoint.transactions.resume import ResumeContext, ResumeResult, Tracked
-from statecraft.checkpoint.validation_resume import after_resume, identity_hint, validation_identity
+from statecraft.checkpoint.tracking import register
+from statecraft.checkpoint.transactions.resume import ResumeResult, Tracked
+from statecraft.checkpoint.validation_resume import validation_identity
+from statecraft.checkpoint.write_slot import PendingSave
 from statecraft.engine import RunResult
 from statecraft.errors import (
-    CheckpointError,
     ConfigError,
     ConfigIssue,
     TrackingError,
-    ValidationIdentityError,
 )
 from statecraft.logs import configure_default_output
 from statecraft.parallel.collectives import Collective, default_collective
-from statecraft.parallel.coordinated import rank_zero_effects
 from statecraft.storage.base import Store
 from statecraft.storage.filesystem import Filesystem
 
@@ -86,12 +87,17 @@ class Checkpointer:
             ``OsFilesystem(gate=...)`` to inject faults (a full disk) into the real code path.
         quiet: ``True`` silences the default ``statecraft:`` lines on stderr, ``False`` shows
             them, ``None`` follows the ``quiet`` knob (only without the script's own logging).
+        retention: a :class:`RetentionPlan` of policy objects (best-N by a metric, every-N
+            steps, any-of, ``keep_fn``, ``require_uploaded``); it replaces the
+            ``keep_optim_last`` / ``keep_model_last`` knobs. ``None``: the plan of the knobs
+            (``RetentionPlan.from_config``).
 
     Raises:
         NotSupportedYetError: a knob asks for a feature this release does not build.
         TrackingError: ``config`` is not a ``CheckpointConfig``.
         ConfigError: ``output_root`` is not a ``str`` / ``os.PathLike`` path (not ``bytes``),
-            or empty, or holds a NUL; ``run`` is neither a ``RunIdentity`` nor a run name.
+            or empty, or holds a NUL; ``run`` is neither a ``RunIdentity`` nor a run name;
+            ``retention`` is not a ``RetentionPlan``.
         WriterLeaseError: (at the first ``resume`` / ``save``) another live process writes
             this attempt; and at a save whose lease was taken over since.
     """
@@ -105,6 +111,7 @@ class Checkpointer:
         collective: Collective | None = None,
         filesystem: Filesystem | None = None,
         quiet: bool | None = None,
+        retention: RetentionPlan | None = None,
     ) -> None:
         if not isinstance(config, CheckpointConfig):
             raise TrackingError(f"config must be a CheckpointConfig, got {type(config).__name__}")
@@ -112,6 +119,11 @@ class Checkpointer:
             raise ConfigError(
                 [ConfigIssue("quiet", quiet, "True, False or None (None: the quiet knob)")],
                 source="Checkpointer(quiet=...)",
+            )
+        if retention is not None and not isinstance(retention, RetentionPlan):
+            raise ConfigError(
+                [ConfigIssue("retention", type(retention).__name__, "a RetentionPlan or None")],
+                source="Checkpointer(retention=...)",
             )
         collective = collective or default_collective()
         # First, so the config's own warnings below reach the user too (statecraft.logs).
@@ -140,7 +152,13 @@ class Checkpointer:
         self.final: StepEnd | None = None  # what finalize() did
         self._lifecycle = Lifecycle()  # resume once, before saving (lifecycle.py)
         self._resume_machine = load_machine("resume")
-        self._boundaries = BoundaryRunner(collective, filesystem)  # boundary_run.py
+        self.retention = RetentionPlan.from_config(config) if retention is None else retention
+        self._boundaries = BoundaryRunner(  # boundary_run.py; background.py
+            collective,
+            filesystem,
+            writes=BackgroundWrites(collective, enabled=config.save_async),
+            retention=self.retention,
+        )
         self._save = self._boundaries.machine("save")
         for line in plan_warnings(config):  # an active partial plan: not exact-resume capable
             warnings.warn(line, UserWarning, stacklevel=2)
@@ -177,20 +195,15 @@ class Checkpointer:
             TrackingError: an object lacks ``state_dict`` / ``load_state_dict``, or a
                 stateful name is not a plain identifier or clashes with a built-in one.
         """
-        for name, obj in (("model", model), ("optimizer", optimizer)):
-            require_stateful(name, obj)
-        for name, obj in (("scheduler", scheduler), ("data", data)):
-            if obj is not None:
-                require_stateful(name, obj)
-        if scheduler_identity is not None and not isinstance(scheduler_identity, SchedulerIdentity):
-            raise TrackingError("scheduler_identity must be a SchedulerIdentity")
-        named = stateful_objects(stateful)
-        self.tracked.model = model
-        self.tracked.optimizer = optimizer
-        self.tracked.scheduler = scheduler
-        self.tracked.data = data
-        self.tracked.scheduler_identity = scheduler_identity
-        self.tracked.stateful = named
+        register(
+            self.tracked,
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            data=data,
+            scheduler_identity=scheduler_identity,
+            stateful=stateful,
+        )
 
     def validate_with(self, evaluate: Evaluator, *, source: str | None = None) -> None:
         """Register the loop's evaluation: ``evaluate(step) -> {name: number}`` (raising is a
@@ -240,9 +253,39 @@ class Checkpointer:
                 f"cannot {action}: call Checkpointer.track(model=..., optimizer=...) first"
             )
 
+    def wait(self) -> list[SaveReport]:
+        """Join every role's background write (every rank calls it): the checkpoints saved
+        so far are durable when it returns.
+
+        Returns:
+            the reports of the saves joined now (rank 0; also appended to ``saves``).
+
+        Raises:
+            Exception: a background write's error (its own class, with a note naming the
+                iteration), once, on every rank; the previous checkpoint is intact and
+                ``latest`` names it.
+        """
+        before = len(self.saves)
+        self._boundaries.writes.join(self.saves)
+        return self.saves[before:]
+
     def close(self) -> None:
-        """Release the writer lease so another process may write this attempt; no save or
-        resume afterwards. Safe to call twice; an exiting process releases the lock anyway."""
+        """Join the background writes, then release the writer lease so another process may
+        write this attempt; no save or resume afterwards. Safe to call twice; an exiting
+        process releases the lock anyway.
+
+        Raises:
+            Exception: a background write's error (the lease is released all the same).
+        """
+        if getattr(self, "_closed", False):
+            return
+        try:
+            self._boundaries.writes.join(self.saves)
+        finally:
+            self._boundaries.writes.close()
+            self._release()
+
+    def _release(self) -> None:
         lease, self.lease = self.lease, None
         self._closed = True
         if self._exit_release is not None:
@@ -251,20 +294,7 @@ class Checkpointer:
             lease.release()
 
     def _ensure_attempt(self) -> Store:
-        if getattr(self, "_closed", False):
-            raise TrackingError(
-                "this Checkpointer was closed (its writer lease released); create a new one"
-            )
-        if self.store is None:
-            self.attempt, self.store, self.lease = open_attempt(
-                self.config,
-                self.run,
-                self.output_root,
-                collective=self.collective,
-                filesystem=self.filesystem,
-            )
-            self._exit_release = release_at_exit(self.lease, self.filesystem)
-        return self.store
+        return ensure_attempt(self)
 
     @property
     def clocks(self):
@@ -293,53 +323,7 @@ class Checkpointer:
                 checkpoint stays evaluation-pending.
             WriterLeaseError / StoreError: completing the latest pointer failed.
         """
-        self._require_tracked("resume")
-        self._lifecycle.before_resume(
-            self.attempt.run_dir if self.attempt else self.run.job_dir(Path(self.output_root))
-        )
-        mode = self.config.resume
-        kind = mode if mode in ("auto", "off") else "explicit"
-        # An explicit source is loaded before an attempt is minted: a bad path must not leave
-        # an empty attempt that resume=auto would adopt next time.
-        store = self._ensure_attempt() if kind != "explicit" else None
-        attempt = self.attempt
-        adopted = None if attempt is None or attempt.minted else store
-        boundaries = self._boundaries
-        ctx = ResumeContext(
-            mode=kind,
-            tracked=self.tracked,
-            store=adopted,
-            explicit=mode if kind == "explicit" else None,
-            verify_level=self.config.verify,
-            cursor_resume=self.config.data.cursor_resume,
-            collective=self.collective,
-            filesystem=self.filesystem,
-            artifacts=resume_artifacts(self),
-            validation_identity=boundaries.identity,
-        )
-        machine = self._resume_machine
-        try:
-            self.last_resume_run = machine.run(
-                ctx, call=rank_zero_effects(self.collective, machine.bindings.roles)
-            ).raise_for_failure()
-        except ValidationIdentityError as exc:  # name the missing validate_with, if it is that
-            identity_hint(boundaries, exc)
-            raise
-        if kind == "explicit":
-            self._ensure_attempt()
-        result = ctx.result
-        if result is None:  # pragma: no cover - every terminal path sets it
-            raise CheckpointError("resume machine ended without a result")
-        if ctx.store is not None:  # an adopted attempt: complete its pointer, sweep leftovers
-            complete_adopted_attempt(
-                self.collective, ctx.store, result, machine=self._save, lease=self.lease
-            )
-        self.last_saved_step = result.step if result.resumed else None
-        self._lifecycle.after_resume(result, self.attempt)
-        result, self.last_validated_step = after_resume(
-            boundaries, self.config, result, ctx.store, lease=self.lease
-        )
-        return result
+        return run_resume(self)
 
     # ------------------------------------------------------------------ steps
     def record(self, outcome: Outcome) -> None:
@@ -363,29 +347,37 @@ class Checkpointer:
         """
         return execute(self, due_boundary(self, final=False), self.step)
 
-    def finalize(self) -> SaveReport | ArtifactReport | None:
+    def finalize(self) -> SaveReport | PendingSave | ArtifactReport | None:
         """Normal completion: the final step's save (even off cadence, unless
         ``save_every=0`` or it is already saved) and its validation (unless already
-        validated), through the same decision as :meth:`step_end` (``final=True``). The
-        whole outcome is ``self.final``.
+        validated), through the same decision as :meth:`step_end` (``final=True``); then it
+        joins every role's background write, the final save's included, so every checkpoint
+        is durable when it returns. The whole outcome is ``self.final``.
 
         Returns:
-            the final save's report (rank 0; a checkpoint's or an artifact's), or ``None``.
+            the final save's report (rank 0; a checkpoint's or an artifact's; a joined
+            ``PendingSave`` for an asynchronous save), or ``None``.
 
         Raises:
             ResumeRequiredError / ValidationFailedError: as :meth:`step_end`.
+            Exception: a background write's error (raised here at the latest).
         """
         self.final = execute(self, due_boundary(self, final=True), self.step)
+        self._boundaries.writes.join(self.saves)
         return self.final.saved or self.final.artifact
 
     # ------------------------------------------------------------------- save
-    def save(self) -> SaveReport | ArtifactReport | None:
+    def save(self) -> SaveReport | PendingSave | ArtifactReport | None:
         """Save the current step with the run plan (``checkpoint_components``): a full
-        checkpoint (``machines/save.toml``), or a partial artifact under
-        ``checkpoint_artifacts/`` (``machines/artifact.toml``). No evaluation runs.
+        checkpoint (``machines/write_job.toml``: the save, then retention), or a partial
+        artifact under ``checkpoint_artifacts/`` (``machines/artifact.toml``, synchronous).
+        No evaluation runs. It first joins the previous background write.
 
         Returns:
-            the report on rank 0; ``None`` on other ranks.
+            on rank 0: the :class:`SaveReport`, or, for an asynchronous save
+            (``save_async=true``), a ``PendingSave`` (``staged`` set; ``wait()`` gives the
+            report; ``durable`` is set once committed); an artifact's report. ``None`` on
+            other ranks.
 
         Raises:
             ResumeRequiredError: the attempt holds committed checkpoints or artifacts and this
@@ -393,7 +385,9 @@ class Checkpointer:
             TrainerStateError: the accumulation window is open.
             ArtifactCommittedError: a partial plan and the step's artifact is committed.
             StoreError / PlanDriftError / CheckpointCorruptError: the save failed; the previous
-                checkpoint is intact and ``latest`` still names it.
+                checkpoint is intact and ``latest`` still names it (an asynchronous save's
+                error is raised at the next join: the next save, ``wait()``, ``finalize()``).
+            RetentionError: the save is committed and durable; retention could not finish.
         """
         boundary = decide_boundary(self.config, regular_due=True, validation_due=False)
         end = execute(self, boundary, self.step)

@@ -33,7 +33,10 @@ The newest committed checkpoint that verifies is used; newer ones that do not ve
 passed over with a warning (logger ``statecraft.eval``). Verification is model-only: the
 manifest, every recorded file's size, and the digest and a parse of ``model.pt`` and
 ``trainer.pt`` (``verify="digest"``, the default; ``"size"`` skips the digests); ``optim.pt``
-is never read. The model is checked against the checkpoint (names, shapes, dtypes:
+is never read. A **weights-only** checkpoint (retention removed its ``optim.pt``, see
+:mod:`~statecraft.checkpoint.retention_marks`) loads like any other; an **invalidated** one
+(retention is deleting it) is passed over, and refused when named. The model is checked
+against the checkpoint (names, shapes, dtypes:
 :func:`~statecraft.checkpoint.compatibility.check_fit`) before a tensor is copied. Nothing is
 written: no attempt is minted, no writer lease taken, no pointer moved; a run that is training
 at the same time is not disturbed.
@@ -62,6 +65,12 @@ from statecraft.checkpoint.layout import (
 )
 from statecraft.checkpoint.loading import Components
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN
+from statecraft.checkpoint.retention_marks import (
+    MarkKind,
+    invalidated_refusal,
+    newest_resumable,
+    read_mark,
+)
 from statecraft.checkpoint.verify import VerifiedCheckpoint, list_iterations, verify_checkpoint
 from statecraft.errors import CheckpointError, CheckpointSourceError, StatecraftError
 from statecraft.storage.filesystem import Filesystem, OsFilesystem
@@ -107,6 +116,7 @@ class _Chosen:
     trainer: Any  # TrainerState | None
     payloads: dict[str, Any] = attrs.field(eq=False, repr=False)
     kind: str = "checkpoint"
+    weights_only: bool = False
 
 
 def _is_dir(path: Path, fs: Filesystem = _FS) -> bool:
@@ -198,9 +208,7 @@ def _choose(source: str | os.PathLike[str], verify: str) -> _Chosen:
         iterations = [pinned] if pinned is not None else list_iterations(store)
         for iteration in iterations:
             try:
-                return _of_checkpoint(
-                    verify_checkpoint(store, iteration, level=verify, only=(_MODEL,))
-                )
+                return _of_checkpoint(_verify_model(store, iteration, verify, given))
             except (StatecraftError, OSError) as exc:  # does not verify: pass over, with why
                 if pinned is not None:
                     raise
@@ -217,9 +225,31 @@ def _choose(source: str | os.PathLike[str], verify: str) -> _Chosen:
     )
 
 
+def _verify_model(store: LocalStore, iteration: int, verify: str, given: str) -> VerifiedCheckpoint:
+    """Verify ``iteration`` model-only; a weights-only one without its optimizer entries.
+
+    Raises:
+        CheckpointCorruptError: retention invalidated it, or it does not verify.
+    """
+    mark = read_mark(store, iteration)
+    if mark is not None and mark.kind is MarkKind.INVALIDATED:
+        raise invalidated_refusal(
+            store, mark, source=given, newest=newest_resumable(store), loading=True
+        )
+    return verify_checkpoint(
+        store, iteration, level=verify, only=(_MODEL,), weights_only=mark is not None
+    )
+
+
 def _of_checkpoint(verified: VerifiedCheckpoint) -> _Chosen:
     location = verified.location.removeprefix("local:")
-    return _Chosen(location, verified.iteration, verified.trainer, verified.payloads)
+    return _Chosen(
+        location,
+        verified.iteration,
+        verified.trainer,
+        verified.payloads,
+        weights_only=verified.weights_only,
+    )
 
 
 def _artifact_source(path: Path) -> tuple[Path, int | None] | None:
@@ -308,7 +338,10 @@ def load_weights(
     location = chosen.location
     check_fit(_Model(model), chosen.trainer, Components(state, None, None), location=location)
     model.load_state_dict(state)
-    log.info("loaded the weights of %s %s (iter %d)", chosen.kind, location, chosen.iteration)
+    pruned = " (weights-only: optimizer removed by retention)" if chosen.weights_only else ""
+    log.info(
+        "loaded the weights of %s %s (iter %d)%s", chosen.kind, location, chosen.iteration, pruned
+    )
     return LoadedCheckpoint(location, chosen.iteration, _loop_state(chosen), chosen.kind)
 
 

@@ -175,12 +175,17 @@ def complete_adopted_attempt(
 
 def newest_committed(store: Store) -> int | None:
     """The newest iteration of ``store`` that holds a readable manifest (a commit), or
-    ``None``. Only manifests are read: this is the cheap "does the attempt hold checkpoints"
-    question, not a verification."""
+    ``None``. Only manifests (and retention markers) are read: this is the cheap "does the
+    attempt hold checkpoints" question, not a verification. A weights-only checkpoint counts
+    (it is a commit of this series, pruned by retention); an invalidated one does not (it is
+    being deleted)."""
     for iteration in list_iterations(store):
-        if classify(store, iteration, level="manifest").state is CheckpointState.COMMITTED:
+        if classify(store, iteration, level="manifest").state in _COMMITS:
             return iteration
     return None
+
+
+_COMMITS = frozenset({CheckpointState.COMMITTED, CheckpointState.WEIGHTS_ONLY})
 
 
 def newest_committed_artifact(artifacts: Store) -> int | None:

@@ -22,7 +22,7 @@ policy and the field: never at the first prune, hours into a run.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 import attrs
@@ -147,11 +147,15 @@ class BestN:
         return f"best {self.n} by {self.metric} ({self.mode})"
 
 
+def _as_tuple(policies: Iterable[RetentionPolicy]) -> tuple[RetentionPolicy, ...]:
+    return tuple(policies)
+
+
 @attrs.frozen
 class AnyOf:
     """Keep what any of ``policies`` keeps (at least one policy)."""
 
-    policies: tuple[RetentionPolicy, ...] = attrs.field(converter=tuple)
+    policies: tuple[RetentionPolicy, ...] = attrs.field(converter=_as_tuple)
 
     def __attrs_post_init__(self) -> None:
         if not self.policies:

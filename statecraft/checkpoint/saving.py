@@ -1,38 +1,70 @@
-"""One full save of the tracked objects through the ``save`` machine (``machines/save.toml``),
-on the rank that writes, and its :class:`SaveReport`.
+"""One full save of the tracked objects through the write job (``machines/write_job.toml``:
+the ``save`` machine, then retention), on the rank that writes, and its :class:`SaveReport`.
 
 The trainer state is captured first (it refuses values ``torch.load(weights_only=True)`` could
 not read back, before anything is written), then the plan model's payloads are handed to the
-machine's ``recover`` run, which observes the iteration on disk and writes, completes or refuses.
+write job, whose save step runs the save machine's ``recover`` (it observes the iteration on
+disk and writes, completes or refuses) and whose retention step runs only once the save is
+durable. Synchronously, the job runs on the calling thread; asynchronously, the payloads are
+first copied into reused staging buffers and the job runs on the role's background slot
+(:mod:`statecraft.checkpoint.async_saving`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
+from statecraft.checkpoint.async_saving import stage_async
 from statecraft.checkpoint.layout import iter_dirname
 from statecraft.checkpoint.lease import WriterLease
+from statecraft.checkpoint.manifest import SavePlan
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN
+from statecraft.checkpoint.retention import RetentionPlan, RetentionReport
+from statecraft.checkpoint.staging import StagingBuffers
 from statecraft.checkpoint.state import DataState, TrainerState
 from statecraft.checkpoint.transactions.save import SaveContext
+from statecraft.checkpoint.transactions.write_job import WriteJobContext, run_write_job
 from statecraft.checkpoint.validation_records import ValidationState
+from statecraft.checkpoint.write_slot import PendingSave, WriteSlot
 from statecraft.engine import RunResult
 from statecraft.parallel.collectives import Collective
 from statecraft.storage.base import Store
 
-__all__ = ["SaveReport", "capture_trainer", "gather_into", "save_full_checkpoint"]
+__all__ = [
+    "SaveMachines",
+    "SaveReport",
+    "capture_trainer",
+    "gather_into",
+    "run_write",
+    "save_full_checkpoint",
+]
 
 log = logging.getLogger("statecraft")
 
 
 @attrs.frozen
 class SaveReport:
-    """One completed save: where, how big, how long, and the effects' trace."""
+    """One completed save: where, how big, how long, and the effects' trace.
+
+    Attributes:
+        iteration: the saved iteration.
+        location: ``<checkpoints>/iter_<9 digits>``.
+        bytes_written: the size of every file the save wrote.
+        seconds: the write job's time (save machine and retention; for an asynchronous save,
+            on the background slot).
+        retried_commit: the iteration was found committed and only its pointer completed.
+        effects: the save machine's effects and their durations, in order.
+        blocking_seconds: the training thread's time in the save call (for a synchronous
+            save, everything; for an asynchronous one, producing, copying and proving the
+            snapshot).
+        retention: what the retention pass after the save did (``None``: no pass ran).
+        asynchronous: the save was written on the background slot.
+    """
 
     iteration: int
     location: str
@@ -40,6 +72,38 @@ class SaveReport:
     seconds: float
     retried_commit: bool
     effects: tuple[tuple[str, float], ...]
+    blocking_seconds: float = 0.0
+    retention: RetentionReport | None = None
+    asynchronous: bool = False
+
+
+@attrs.define
+class SaveMachines:
+    """The loaded tables a full save runs: ``save`` inside ``write_job``, then ``retention``.
+
+    ``of(machine)`` loads the write job and retention tables once per process.
+    """
+
+    save: Any
+    write_job: Any
+    retention: Any
+
+    @classmethod
+    def of(cls, save: Any, load: Callable[[str], Any] | None = None) -> SaveMachines:
+        """The machines around the loaded ``save`` machine (``load``: a machine loader)."""
+        loader = load or _shipped
+        return cls(save=save, write_job=loader("write_job"), retention=loader("retention"))
+
+
+_LOADED: dict[str, Any] = {}
+
+
+def _shipped(name: str) -> Any:
+    if name not in _LOADED:
+        from statecraft.checkpoint.machines import load_machine
+
+        _LOADED[name] = load_machine(name)
+    return _LOADED[name]
 
 
 def save_full_checkpoint(
@@ -53,8 +117,20 @@ def save_full_checkpoint(
     machine: Any,
     location: str,
     validation: ValidationState | None = None,
-) -> SaveReport:
-    """Capture the trainer state and run the save machine for iteration ``step``.
+    retention: RetentionPlan | None = None,
+    staging: StagingBuffers | None = None,
+    slot: WriteSlot | None = None,
+    machines: Callable[[str], Any] | None = None,
+) -> SaveReport | PendingSave:
+    """Capture the trainer state and run the write job (``machines/write_job.toml``: the save
+    machine, then retention) for iteration ``step``.
+
+    With ``staging`` and ``slot`` the save is asynchronous when it can be: the payloads are
+    copied into the staging buffers, proven isolated, and the write job is handed to the slot
+    (:mod:`statecraft.checkpoint.async_saving`); the call returns a
+    :class:`~statecraft.checkpoint.write_slot.PendingSave` whose ``wait()`` gives the
+    :class:`SaveReport`. Otherwise (no slot, or the snapshot refused, logged at INFO) the
+    write job runs here and the report is returned.
 
     Args:
         tracked: the tracked objects (``Tracked``).
@@ -67,41 +143,128 @@ def save_full_checkpoint(
         validation: the run's validation identity and the stage ``trainer.pt`` records
             (``EVALUATION_PENDING`` for the save of a durable validation); ``None`` records
             ``ValidationState()`` (disabled, stage ``NONE``).
+        retention: the retention plan run after the save is durable (``None``: none).
+        staging: the role's reused staging buffers (asynchronous saves only).
+        slot: the role's background slot, already joined (asynchronous saves only).
+        machines: a loader of the shipped tables (default: loaded once per process).
 
     Raises:
         UnsafeStateError: a value to save could not be loaded back (nothing written).
         StoreError / PlanDriftError / CheckpointCorruptError / WriterLeaseError: the save
-            failed; the previous checkpoint is intact and ``latest`` still names it.
+            failed; the previous checkpoint is intact and ``latest`` still names it (for an
+            asynchronous save: raised by ``wait()`` / the next join).
+        RetentionError: the save is committed and durable; retention could not finish.
     """
+    started = time.perf_counter()
     trainer = capture_trainer(tracked, rng=rng, data=data, validation=validation)
     plan = CHECKPOINT_PLAN.save_plan(step, with_data=tracked.data is not None)
+    producers = CHECKPOINT_PLAN.payloads(tracked, trainer, data=data)
+    producers = {name: producers[name] for name in plan.files}
+    loaded = SaveMachines.of(machine, machines)
+    where = f"{location}/{iter_dirname(plan.iteration)}"
+
+    def write(payloads: Mapping[str, Any], pending: PendingSave | None) -> SaveReport:
+        return run_write(
+            store,
+            plan,
+            payloads={name: _given(value) for name, value in payloads.items()},
+            lease=lease,
+            machines=loaded,
+            retention=retention,
+            location=where,
+            pending=pending,
+            started=started,
+        )
+
+    if staging is not None and slot is not None:
+        outcome = stage_async(
+            producers,
+            tracked=tracked,
+            step=step,
+            location=where,
+            staging=staging,
+            slot=slot,
+            job=write,
+            started=started,
+        )
+        if isinstance(outcome, PendingSave):
+            return outcome
+        return write(outcome.produced, None)
+    return run_write(
+        store,
+        plan,
+        payloads=producers,
+        lease=lease,
+        machines=loaded,
+        retention=retention,
+        location=where,
+        pending=None,
+        started=started,
+    )
+
+
+def _given(value: Any) -> Callable[[], Any]:
+    return lambda: value
+
+
+def run_write(
+    store: Store,
+    plan: SavePlan,
+    *,
+    payloads: Mapping[str, Callable[[], Any]],
+    lease: WriterLease | None,
+    machines: SaveMachines,
+    retention: RetentionPlan | None,
+    location: str,
+    pending: PendingSave | None,
+    started: float,
+) -> SaveReport:
+    """Run the write job for ``plan`` here (the training thread, or the slot's thread for a
+    ``pending`` save) and build its :class:`SaveReport`; log the ``saved iter`` line.
+
+    Raises:
+        what :func:`save_full_checkpoint` raises.
+    """
     from statecraft import __version__
 
     ctx = SaveContext(
         store=store,
         plan=plan,
-        payloads=CHECKPOINT_PLAN.payloads(tracked, trainer, data=data),
+        payloads=payloads,
         writer_info={"statecraft": __version__},
         lease=lease,
     )
-    started = time.perf_counter()
-    result: RunResult = machine.recover(ctx)
-    result.raise_for_failure()
-    seconds = time.perf_counter() - started
+    begun = time.perf_counter()
+    job = WriteJobContext(
+        save=ctx,
+        retention=retention,
+        save_machine=machines.save,
+        retention_machine=machines.retention,
+        lease=lease,
+        on_durable=None if pending is None else pending.durable.set,
+    )
+    done = run_write_job(job, machines.write_job)
+    seconds = time.perf_counter() - begun
+    result: RunResult = done.save
+    blocking = seconds + begun - started if pending is None else pending.blocking_seconds
     report = SaveReport(
         iteration=plan.iteration,
-        location=f"{location}/{iter_dirname(plan.iteration)}",
+        location=location,
         bytes_written=sum(r.size for r in ctx.records.values()),
         seconds=seconds,
         retried_commit=result.observed in ("manifest_committed", "committed"),
         effects=tuple((e.effect, e.duration_s) for e in result.trace),
+        blocking_seconds=blocking,
+        retention=done.retention,
+        asynchronous=pending is not None,
     )
     mib = report.bytes_written / 2**20
     log.info(
-        "saved iter %d: %s MiB in %.3f s -> %s",
+        "saved iter %d: %s MiB in %.3f s%s -> %s",
         report.iteration,
         f"{mib:.1f}" if mib >= 1 else f"{mib:.3f}",
         seconds,
+        f" (in the background; training blocked {blocking:.3f} s)" if pending else "",
         report.location,
     )
     return report

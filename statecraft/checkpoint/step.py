@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # the facade imports this module; the report types are only a
     from statecraft.checkpoint.artifact_saving import ArtifactReport
     from statecraft.checkpoint.saving import SaveReport
     from statecraft.checkpoint.validation_saving import ValidationReport
+    from statecraft.checkpoint.write_slot import PendingSave
 
 __all__ = ["StepEnd"]
 
@@ -37,7 +38,8 @@ class StepEnd:
     Attributes:
         saved: the report of the full checkpoint this boundary saved (a regular save, or the
             evaluation-pending save of a durable validation); on rank 0 (``None`` on other
-            ranks, and ``None`` when no checkpoint was saved).
+            ranks, and ``None`` when no checkpoint was saved); for an asynchronous save
+            (``save_async=true``) the ``PendingSave`` (``wait()`` gives the report).
         artifact: the report of the partial artifact this boundary committed
             (``checkpoint_artifacts/iter_*``, a partial plan), on rank 0; else ``None``.
         metrics: the evaluation's metrics when it ran at this boundary (``None`` otherwise).
@@ -54,7 +56,7 @@ class StepEnd:
         False
     """
 
-    saved: SaveReport | None = None
+    saved: SaveReport | PendingSave | None = None
     stop: bool = False
     reason: str | None = None
     artifact: ArtifactReport | None = None

@@ -11,7 +11,7 @@ from typing import Any
 
 from statecraft.errors import TrackingError
 
-__all__ = ["BUILT_IN_NAMES", "require_stateful", "stateful_objects"]
+__all__ = ["BUILT_IN_NAMES", "register", "require_stateful", "stateful_objects"]
 
 #: names a named stateful object may not take (the checkpoint's own parts)
 BUILT_IN_NAMES = frozenset({"model", "optimizer", "scheduler", "data", "loop_state", "rng"})
@@ -50,3 +50,36 @@ def stateful_objects(stateful: Any) -> dict[str, Any]:
             )
         require_stateful(f"stateful[{name!r}]", obj)
     return dict(stateful)
+
+
+def register(
+    tracked: Any,
+    *,
+    model: Any,
+    optimizer: Any,
+    scheduler: Any,
+    data: Any,
+    scheduler_identity: Any,
+    stateful: dict[str, Any] | None,
+) -> None:
+    """Check and set what ``Checkpointer.track`` registers on ``tracked`` (all or nothing).
+
+    Raises:
+        TrackingError: as ``Checkpointer.track`` documents.
+    """
+    from statecraft.checkpoint.state import SchedulerIdentity
+
+    for name, obj in (("model", model), ("optimizer", optimizer)):
+        require_stateful(name, obj)
+    for name, obj in (("scheduler", scheduler), ("data", data)):
+        if obj is not None:
+            require_stateful(name, obj)
+    if scheduler_identity is not None and not isinstance(scheduler_identity, SchedulerIdentity):
+        raise TrackingError("scheduler_identity must be a SchedulerIdentity")
+    named = stateful_objects(stateful)
+    tracked.model = model
+    tracked.optimizer = optimizer
+    tracked.scheduler = scheduler
+    tracked.data = data
+    tracked.scheduler_identity = scheduler_identity
+    tracked.stateful = named

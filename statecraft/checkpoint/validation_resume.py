@@ -18,7 +18,7 @@ from statecraft.checkpoint.evaluation import Evaluation
 from statecraft.checkpoint.lease import WriterLease
 from statecraft.checkpoint.transactions.resume import ResumeResult
 from statecraft.checkpoint.validation_records import ValidationIdentity, ValidationStage
-from statecraft.checkpoint.validation_saving import finish_pending_validation
+from statecraft.checkpoint.validation_saving import ValidationReport, finish_pending_validation
 from statecraft.errors import TrackingError, ValidationIdentityError
 from statecraft.parallel.rank0 import on_rank_zero
 from statecraft.storage.base import Store
@@ -131,9 +131,9 @@ def _finish(
             stage.value,
         )
         return result, None
-    report = on_rank_zero(
-        runner.collective,
-        lambda: finish_pending_validation(
+
+    def finish() -> ValidationReport:
+        report = finish_pending_validation(
             store,
             result.step,
             evaluation=evaluation,
@@ -141,6 +141,9 @@ def _finish(
             lease=lease,
             machine=runner.machine("validation"),
             location=store.describe(),
-        ),
-    )
+        )
+        runner.retain(store, result.step, lease)  # retention after the publication
+        return report
+
+    report = on_rank_zero(runner.collective, finish)
     return attrs.evolve(result, metrics=report.metrics), result.step

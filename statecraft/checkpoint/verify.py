@@ -22,6 +22,12 @@ holds and the conversion the saving code needs, so ``resume=auto`` passes over i
 ``statecraft inspect`` reports it. The parsed payloads are kept on the
 :class:`VerifiedCheckpoint` (``payloads``) and resume loads them instead of reading the files
 again; they are not pickled, so another rank that receives the verdict reads its own.
+
+A **weights-only** checkpoint (``weights_only=True``: retention removed its optimizer component
+after writing ``.retention-weights-only.json``) is verified the same way except for the entries
+of :data:`OPTIMIZER_ENTRIES`: the manifest still records them (it is never rewritten), but they
+are neither required nor read, so one still on disk (a crash before retention removed it) and
+one already gone verify alike. Such a checkpoint loads for evaluation, never for resume.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from statecraft.writers.consolidated import ConsolidatedWriter
 
 __all__ = [
     "LEVELS",
+    "OPTIMIZER_ENTRIES",
     "ParsedPayloads",
     "VerifiedCheckpoint",
     "check_recorded_file",
@@ -53,6 +60,12 @@ __all__ = [
 ]
 
 LEVELS = ("manifest", "size", "digest")
+
+#: the entries of the ``optimizer`` component, which retention removes from a weights-only
+#: checkpoint (``("optim.pt",)``; DCP's ``optim/`` later)
+OPTIMIZER_ENTRIES: tuple[str, ...] = tuple(
+    e.name for e in CHECKPOINT_PLAN if e.component == "optimizer"
+)
 
 
 class ParsedPayloads(dict[str, Any]):
@@ -70,7 +83,8 @@ class ParsedPayloads(dict[str, Any]):
 class VerifiedCheckpoint:
     """A checkpoint whose integrity was proven; ``trainer`` is its parsed control state
     (``None`` only at level ``"manifest"``); ``payloads`` the components verification parsed
-    (empty when they were not kept, or after pickling)."""
+    (empty when they were not kept, or after pickling); ``weights_only``: verified without its
+    optimizer entries (:data:`OPTIMIZER_ENTRIES`), never a resume source."""
 
     store: Store
     iteration: int
@@ -79,6 +93,7 @@ class VerifiedCheckpoint:
     manifest: Manifest | None = None
     legacy_payload: dict[str, Any] | None = None
     payloads: ParsedPayloads = attrs.field(factory=ParsedPayloads, eq=False, repr=False)
+    weights_only: bool = False
 
     def path(self, name: str) -> str:
         return f"{iter_dirname(self.iteration)}/{name}"
@@ -207,6 +222,7 @@ def verify_checkpoint(
     writer: Writer | None = None,
     keep_payloads: bool = True,
     only: Collection[str] | None = None,
+    weights_only: bool = False,
 ) -> VerifiedCheckpoint:
     """Prove that ``iteration`` in ``store`` is a complete, intact, exact-resume checkpoint at
     ``level`` (see the module docstring).
@@ -219,6 +235,9 @@ def verify_checkpoint(
             file is still required with its recorded size. A model-only reader
             (:func:`statecraft.load_weights`) passes ``("model.pt",)`` so ``optim.pt`` is
             never read. ``None``: every entry.
+        weights_only: the iteration holds retention's weights-only marker: the entries of
+            :data:`OPTIMIZER_ENTRIES` are skipped (recorded by the manifest, but neither
+            required nor read); everything else is verified as usual.
 
     Raises:
         CheckpointCorruptError: the first problem found, naming the file and what to do (a
@@ -237,7 +256,9 @@ def verify_checkpoint(
         )
     manifest = read_manifest(store, iteration)
     if level == "manifest":
-        return VerifiedCheckpoint(store, iteration, where, None, manifest)
+        return VerifiedCheckpoint(
+            store, iteration, where, None, manifest, weights_only=weights_only
+        )
     problems = plan_problems(manifest, writer)
     if problems:
         raise CheckpointCorruptError(
@@ -247,7 +268,10 @@ def verify_checkpoint(
             "from another checkpoint, or load its model.pt as initialisation if that file is "
             "intact",
         )
+    skipped = frozenset(OPTIMIZER_ENTRIES if weights_only else ())
     for file_name, entry in sorted(manifest.files.items()):
+        if file_name in skipped:
+            continue
         hash_it = level == "digest" and (
             only is None or file_name in only or file_name == TRAINER_ENTRY
         )
@@ -270,10 +294,14 @@ def verify_checkpoint(
         )
     payloads = ParsedPayloads()
     for file_name in sorted(manifest.files):
-        if file_name == TRAINER_ENTRY or (only is not None and file_name not in only):
+        if file_name == TRAINER_ENTRY or file_name in skipped:
+            continue
+        if only is not None and file_name not in only:
             continue
         mmap = CHECKPOINT_PLAN.entry(file_name).mmap or not keep_payloads
         parsed = writer.read(store, f"{name}/{file_name}", mmap=mmap)
         if keep_payloads:
             payloads[file_name] = parsed
-    return VerifiedCheckpoint(store, iteration, where, trainer, manifest, payloads=payloads)
+    return VerifiedCheckpoint(
+        store, iteration, where, trainer, manifest, payloads=payloads, weights_only=weights_only
+    )

@@ -7,10 +7,12 @@
 
 A small real training run (an MLP with dropout on synthetic regression data, AdamW, a warmup +
 cosine ``LambdaLR``, a shuffled data source) checkpointed through the public API with
-``save_every=K save_async=false keep_optim_last=0 resume=auto``. With ``--validate-every V``
-the run also validates (``validation.every=V validation.save_checkpoint=true``): the held-out
-MSE of a fixed held-out set is evaluated at every V-th step through the durable validation
-transaction (an evaluation-pending checkpoint, then the evaluation, then publication).
+``save_every=K resume=auto`` and the default knobs: asynchronous saves (``save_async=true``)
+and retention (``keep_optim_last=null``: the optimizer state of the newest checkpoint only).
+With ``--validate-every V`` the run also validates (``validation.every=V
+validation.save_checkpoint=true``): the held-out MSE of a fixed held-out set is evaluated at
+every V-th step through the durable validation transaction (an evaluation-pending checkpoint,
+then the evaluation, then publication).
 Running the same command again after a kill resumes from the newest checkpoint that verifies,
 and first finishes its validation when it was pending.
 
@@ -20,7 +22,11 @@ process at a chosen point and know where it was::
     resumed <step> <source or ->     once, after the resume decision
     step <n>                         after optimizer step n is applied and recorded
     save-begin <n>                   right before the checkpoint of step n is written
-    save-end <n> <seconds>           after it is committed (seconds of the save transaction)
+    save-staged <n> <blocking>       an asynchronous save returned (its state copied; the
+                                     write runs in the background); blocking: the training
+                                     thread's seconds in the save call
+    save-end <n> <seconds> <blocking> after it is committed (seconds of the write job:
+                                     the save and retention), printed when it is joined
     evaluated <n> <val_loss>         the evaluation of step n returns (printed by the evaluation
                                      callable, so before its result is recorded)
     pending <n> <stage>              after the resume decision, when the adopted checkpoint's
@@ -237,8 +243,6 @@ def train(
         None,
         overrides=[
             f"save_every={save_every}",
-            "save_async=false",
-            "keep_optim_last=0",
             "resume=auto",
             *(
                 [f"validation.every={validate_every}", "validation.save_checkpoint=true"]
@@ -300,10 +304,26 @@ def train(
 
 
 def _report(stream: TextIO, ckpt: sc.Checkpointer, end: sc.StepEnd, saves_before: int) -> None:
-    if len(ckpt.saves) > saves_before:
-        _say(stream, "save-end", ckpt.step, f"{ckpt.saves[-1].seconds:.4f}")
+    # In the order it happened: the earlier saves joined first, then this boundary's staged
+    # save, then (finalize() joins its own final save) that save's end.
+    staged = end.saved if isinstance(end.saved, sc.PendingSave) else None
+    joined = ckpt.saves[saves_before:]
+    for report in joined:
+        if staged is None or report.iteration < staged.iteration:
+            _save_end(stream, report)
+    if staged is not None:
+        _say(stream, "save-staged", staged.iteration, f"{staged.blocking_seconds:.4f}")
+        for report in joined:
+            if report.iteration >= staged.iteration:
+                _save_end(stream, report)
     if end.validation is not None and end.metrics is not None:
         _say(stream, "published", ckpt.step, f"{end.metrics['val_loss']:.6f}")
+
+
+def _save_end(stream: TextIO, report: sc.SaveReport) -> None:
+    _say(
+        stream, "save-end", report.iteration, f"{report.seconds:.4f} {report.blocking_seconds:.4f}"
+    )
 
 
 def _positive(text: str) -> int:

@@ -350,7 +350,11 @@ def _explore(scenario: Scenario, spec: Spec, options: ExploreOptions) -> Scenari
     started = time.perf_counter()
     rng = random.Random(options.seed)
     reference = reference_run(scenario)
-    points = crash_points(reference, faults=options.faults)
+    # A scenario may opt out of fault injection (``inject_faults = False``) when another
+    # scenario of its machine already injects a fault at every operation of the same effects.
+    points = crash_points(
+        reference, faults=options.faults and getattr(scenario, "inject_faults", True)
+    )
     report = ScenarioReport(
         scenario=scenario.name,
         machine=scenario.machine,

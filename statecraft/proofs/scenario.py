@@ -28,6 +28,10 @@ class Scenario(Protocol):
            restart (observe, continue the machine, resume...). Its return value is handed to
            the checks as ``ctx.recovery``. It may raise; that is a violation unless the
            scenario sets ``recovery_may_fail``.
+
+    Optional attribute: ``inject_faults`` (default true): ``False`` explores crash points
+    only, no injected I/O error (for a scenario whose effects another scenario of the same
+    machine already proves under a fault at every operation).
     """
 
     name: str

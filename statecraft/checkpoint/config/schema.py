@@ -259,12 +259,13 @@ class CheckpointConfig:
         """Refuse knobs whose feature is not built yet; return warnings for safe defaults.
 
         Returns:
-            One warning line per default whose feature is absent but whose absence is safe
-            (``save_async=true``, ``keep_optim_last=null``); the caller logs them.
+            One warning line per default whose feature is absent but whose absence is safe;
+            the caller logs them (none in this release: the defaults ``save_async=true`` and
+            ``keep_optim_last=null`` are built).
 
         Raises:
             NotSupportedYetError: for the first knob (backend, format, upload, emergency
-                plan, retention) whose value would change behaviour this release cannot
+                plan) whose value would change behaviour this release cannot
                 deliver.
         """
         from statecraft.checkpoint.config.support import require_supported

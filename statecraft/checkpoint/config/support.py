@@ -101,19 +101,6 @@ class Feature:
         return [n.text for n in self.notes if n.applies(_knob_value(config, n.knob))]
 
 
-ASYNC_SAVE = Feature(
-    "asynchronous saves",
-    notes=(
-        KnobNote(
-            "save_async",
-            bool,
-            "save_async=true: asynchronous writes are not supported yet; checkpoints are "
-            "written synchronously; set save_async=false to silence",
-        ),
-    ),
-)
-
-
 OBJECT_STORE_PRIMARY = Feature(
     "object-store primary",
     requests=(
@@ -154,31 +141,6 @@ EMERGENCY_RUN = Feature(
     ),
 )
 
-RETENTION = Feature(
-    "retention",
-    requests=(
-        KnobRequest(
-            "keep_optim_last",
-            lambda v: v is not None and v >= 1,
-            "retention is not built yet; set keep_optim_last=0 (keep optimizer state everywhere)",
-        ),
-        KnobRequest(
-            "keep_model_last",
-            lambda v: v >= 1,
-            "retention is not built yet; set keep_model_last=0 (keep every checkpoint)",
-        ),
-    ),
-    notes=(
-        KnobNote(
-            "keep_optim_last",
-            lambda v: v is None,
-            "keep_optim_last=null: would resolve to 1 for a local primary, but retention is "
-            "not supported yet: optimizer state is kept for every checkpoint; set "
-            "keep_optim_last=0 to silence",
-        ),
-    ),
-)
-
 
 def declared_features(*modules: types.ModuleType) -> list[Feature]:
     """Every :class:`Feature` bound at the top level of ``modules`` (default: this module), in
@@ -195,8 +157,9 @@ def require_supported(config: CheckpointConfig) -> list[str]:
     """Refuse knobs whose feature is not built yet; return warnings for safe defaults.
 
     Returns:
-        One warning line per default whose feature is absent but whose absence is safe
-        (``save_async=true``, ``keep_optim_last=null``), in declaration order.
+        One warning line per default whose feature is absent but whose absence is safe, in
+        declaration order (none in this release: asynchronous saves and retention, the two
+        defaults that used to warn, are built).
 
     Raises:
         NotSupportedYetError: for the first declared unbuilt feature that ``config`` asks for.

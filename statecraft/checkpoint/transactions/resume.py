@@ -7,7 +7,9 @@ reason. ``latest_checkpoint.txt`` names the newest committed iteration for outsi
 resume does not trust it blindly: a pointer that is garbage or dangles is reported and
 ignored, because the verified manifests are the ground truth. An explicit path must verify
 or the resume fails; it never falls back and never trains from scratch
-(:mod:`.resume_explicit`).
+(:mod:`.resume_explicit`). An iteration retention marked (weights-only: its optimizer was
+removed; invalidated: it is being deleted) is never adopted: ``resume=auto`` passes over it
+with the reason, an explicit path to one is refused.
 
 The attempt's partial artifacts (``checkpoint_artifacts/``) are never adopted, but the
 checkpoint resumed must be at or beyond the newest one, and ``resume=auto`` refuses a fresh
@@ -34,7 +36,8 @@ import logging
 import sys
 
 from statecraft.checkpoint.artifact_catalog import scan_artifacts
-from statecraft.checkpoint.catalog import PassedOver, scan
+from statecraft.checkpoint.catalog import CheckpointState, PassedOver, scan
+from statecraft.checkpoint.layout import iter_dirname
 from statecraft.checkpoint.loading import load_all_or_nothing, read_components
 from statecraft.checkpoint.state import (
     check_scheduler_identity,
@@ -122,7 +125,9 @@ def verify_next_candidate(ctx: ResumeContext) -> None:
         raise ResumeError("verify_next_candidate ran without a checkpoints store")
     catalog = ctx.catalog or scan(ctx.store, level=ctx.verify_level, writer=ctx.writer)
     entry = catalog.entry(iteration)
-    unfit = fit_problem(ctx, entry.verified) if entry.verified is not None else None
+    unfit = None  # a marked (weights-only) entry is passed over for its mark, not its fit
+    if entry.state.adoptable and entry.verified is not None:
+        unfit = fit_problem(ctx, entry.verified)
     if entry.state.adoptable and unfit is None:
         ctx.chosen = entry.verified
         ctx.chosen_stage = entry.state.validation_stage
@@ -134,9 +139,18 @@ def verify_next_candidate(ctx: ResumeContext) -> None:
     ctx.passed_over.append(PassedOver(entry.name, reason))
     log.warning("resume=auto passed over %s: %s", entry.name, reason)
     if not ctx.candidates:
+        passed = {p.name for p in ctx.passed_over}
+        pruned = sum(
+            1
+            for i in catalog.iterations
+            if iter_dirname(i) in passed and catalog.entry(i).state is CheckpointState.WEIGHTS_ONLY
+        )
+        which = (
+            f", {pruned} of them weights-only (optimizer removed by retention)" if pruned else ""
+        )
         ctx.fresh_reason = (
             f"resume=auto found no checkpoint that verifies ({len(ctx.passed_over)} passed "
-            "over): starting fresh"
+            f"over{which}): starting fresh"
         )
     if unfit is not None:
         raise ResumeError(unfit)

@@ -16,6 +16,13 @@ from pathlib import Path
 
 from statecraft.checkpoint.artifact_catalog import ArtifactEntry
 from statecraft.checkpoint.layout import parse_iter_dirname
+from statecraft.checkpoint.retention_marks import (
+    MarkKind,
+    invalidated_refusal,
+    newest_resumable,
+    read_mark,
+    weights_only_refusal,
+)
 from statecraft.checkpoint.state import TrainerState
 from statecraft.checkpoint.transactions.resume_rules import (
     artifact_refusal,
@@ -78,13 +85,21 @@ def verify_explicit_source(
         ArtifactResumeError: the path is an artifact, or a legacy file without trainer state
             while the attempt holds an artifact.
         ResumeError: the path does not resolve, or a legacy file has no trainer state.
-        CheckpointCorruptError / TrainerStateError: the checkpoint does not verify.
+        WeightsOnlyResumeError: retention removed the checkpoint's optimizer state.
+        CheckpointCorruptError / TrainerStateError: the checkpoint does not verify, or
+            retention invalidated it (is deleting it).
     """
     refusal = artifact_source_refusal(path_text, fs, newest_artifact)
     if refusal is not None:
         raise refusal
     store, iteration, name = resolve_explicit(path_text, fs)
     if iteration is not None:
+        mark = read_mark(store, iteration)
+        if mark is not None:
+            refuse = (
+                invalidated_refusal if mark.kind is MarkKind.INVALIDATED else weights_only_refusal
+            )
+            raise refuse(store, mark, source=path_text, newest=newest_resumable(store))
         verified = verify_checkpoint(store, iteration, level=level, writer=writer)
         saved = verified.trainer.validation if verified.trainer is not None else None
         return verified, read_stage(store, iteration, saved)

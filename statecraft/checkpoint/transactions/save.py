@@ -160,8 +160,12 @@ def _latest_iteration(store: Store) -> int | None:
 def observe_save(ctx: SaveContext) -> str:
     """Classify durable storage for this plan's iteration (the table's ``[recover]`` keys),
     from the catalog at level ``"manifest"`` (a retry at a committed iteration then checks
-    the committed files itself, in ``reconcile_committed``)."""
+    the committed files itself, in ``reconcile_committed``). An iteration retention marked
+    (weights-only or invalidated) is observed ``corrupt``: it is never rewritten and never
+    named by ``latest``, and ``refuse_corrupt`` says why."""
     entry = classify(ctx.store, ctx.plan.iteration, level="manifest")
+    if entry.mark is not None:
+        return CheckpointState.CORRUPT.value
     if entry.state is not CheckpointState.COMMITTED:
         return entry.state.value  # absent / partial / corrupt
     if _latest_iteration(ctx.store) == ctx.plan.iteration:
@@ -319,7 +323,17 @@ def reconcile_committed(ctx: SaveContext) -> None:
 
 @effect(role=Role.COORDINATOR)
 def refuse_corrupt(ctx: SaveContext) -> None:
-    """The iteration holds a manifest that does not parse: refuse to touch it."""
+    """The iteration holds a manifest that does not parse, or retention marked it: refuse to
+    touch it."""
+    entry = classify(ctx.store, ctx.plan.iteration, level="manifest")
+    if entry.mark is not None:
+        raise CheckpointCorruptError(
+            f"{ctx.store.describe()}/{ctx.iter_dir}",
+            f"is {entry.mark.reason()}; a save never rewrites an iteration retention has "
+            "pruned or is deleting, and latest never names one. Nothing was touched",
+            "Resume from the newest committed checkpoint (resume=auto) instead of saving this "
+            "step again.",
+        )
     read_manifest(ctx.store, ctx.plan.iteration)  # raises with the precise problem
     raise CheckpointCorruptError(ctx.iter_dir, "manifest changed while saving", "Retry the save.")
 

@@ -14,6 +14,7 @@ from statecraft.checkpoint.layout import (
     iter_dirname,
     newest_attempt,
 )
+from statecraft.checkpoint.validation_records import PUBLISHED_RECORD
 from statecraft.cli.demo.records import Launch
 from statecraft.cli.demo_train import DEMO_RUN
 from statecraft.storage.local import LocalStore
@@ -60,11 +61,20 @@ def committed_iterations(directory: Path | None) -> list[int]:
 
 def published_iterations(directory: Path | None) -> list[int]:
     """Iterations under ``directory`` whose validation is published (verified at digest
-    level), oldest first."""
+    level), oldest first; a published checkpoint that retention made weights-only (its
+    optimizer state removed, its published record kept) still counts."""
     if directory is None or not directory.is_dir():
         return []
     catalog = scan(_store(directory), level="digest")
-    return sorted(e.iteration for e in catalog.entries() if e.state is CheckpointState.PUBLISHED)
+    return sorted(
+        e.iteration
+        for e in catalog.entries()
+        if e.state is CheckpointState.PUBLISHED
+        or (
+            e.state is CheckpointState.WEIGHTS_ONLY
+            and (directory / e.name / PUBLISHED_RECORD).is_file()
+        )
+    )
 
 
 def validation_state(directory: Path, iteration: int) -> str:

@@ -76,14 +76,15 @@ def _choose_trigger(
 
 def _delay_cap(launches: list[Launch]) -> float:
     """The longest delay after ``save-begin`` that still lands inside a typical save."""
-    seen = [seconds for launch in launches for _, seconds in list(launch.saves)]
+    seen = [save[1] for launch in launches for save in list(launch.saves)]
     if not seen:
         return _FIRST_SAVE_DELAY_S
     return min(SAVE_KILL_DELAY_S, 0.8 * statistics.median(seen))
 
 
 _PROGRESS = re.compile(
-    r"^(resumed|step|save-begin|save-end|evaluated|pending|published|done) (\d+)(?: (.+))?$"
+    r"^(resumed|step|save-begin|save-staged|save-end|evaluated|pending|published|done) (\d+)"
+    r"(?: (.+))?$"
 )
 
 
@@ -93,9 +94,9 @@ def _parse_progress(line: str) -> tuple[str, int, str] | None:
     if match is None:
         return None
     kind, number, rest = match.group(1), int(match.group(2)), match.group(3) or ""
-    if kind == "save-end":
+    if kind in ("save-end", "save-staged"):
         try:
-            float(rest)
+            [float(x) for x in rest.split()]
         except ValueError:
             return None
     return kind, number, rest
@@ -190,7 +191,8 @@ def _follow(
         elif kind == "step":
             launch.last_step = number
         elif kind == "save-end":
-            launch.saves.append([number, float(rest)])
+            seconds, *blocking = (float(x) for x in rest.split())
+            launch.saves.append([number, seconds, blocking[0] if blocking else seconds])
         elif kind == "evaluated":
             launch.evaluated.append(number)
         elif kind == "pending":
@@ -340,6 +342,9 @@ def run_kill_demo(
             "min": min(all_saves),
             "median": statistics.median(all_saves),
             "max": max(all_saves),
+            "blocking_median": statistics.median(
+                s[2] for launch in report.launches for s in launch.saves
+            ),
         }
     report.wall_s = round(time.monotonic() - started, 2)
     return report

@@ -36,7 +36,7 @@ class Launch:
         last_line: the last progress line the process wrote before it ended.
         killed_in_save: the iteration whose save the kill interrupted, or None.
         last_step: the last ``step`` line seen (None before the first step).
-        saves: ``[iteration, seconds]`` of each ``save-end`` line.
+        saves: ``[iteration, seconds, blocking seconds]`` of each ``save-end`` line.
         done_step: the ``done`` line's step, or None when the launch did not complete.
         returncode: the process's exit status (``-9`` for SIGKILL).
         wall_s: seconds from launch to exit.

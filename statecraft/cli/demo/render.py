@@ -42,7 +42,7 @@ def _describe_launch(launch: Launch) -> str:
         )
         start += f" ({_stage(launch.resumed_stage)} -> {again}published)"
     saved = (
-        ", saved " + ", ".join(f"{int(i)} ({s * 1000:.0f} ms)" for i, s in launch.saves)
+        ", saved " + ", ".join(f"{int(x[0])} ({x[1] * 1000:.0f} ms)" for x in launch.saves)
         if launch.saves
         else ""
     )
@@ -117,7 +117,8 @@ def render(report: DemoReport) -> str:
         s = report.save_seconds
         lines.append(
             f"save times: {s['count']} saves, min {s['min'] * 1000:.0f} ms, median "
-            f"{s['median'] * 1000:.0f} ms, max {s['max'] * 1000:.0f} ms"
+            f"{s['median'] * 1000:.0f} ms, max {s['max'] * 1000:.0f} ms; training blocked "
+            f"(median) {s.get('blocking_median', s['median']) * 1000:.1f} ms per save"
         )
     if report.validate_every:
         lines.append(

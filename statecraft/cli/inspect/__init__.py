@@ -14,14 +14,18 @@ reports each ``iter_*`` as
   file, a file that does not deserialize with ``torch.load(weights_only=True)`` the way resume
   loads it, malformed ``trainer.pt``; with ``--verify`` also a digest mismatch);
 - ``evaluation_pending`` / ``publication_pending`` / ``published``: committed by a durable
-  validation, at that stage (with the evaluated metrics, and notes on ignored records),
+  validation, at that stage (with the evaluated metrics, and notes on ignored records);
+- ``weights-only`` (``weights_only`` in ``--json``): retention removed its optimizer state
+  (the policy is named); it loads with ``statecraft.load_weights``, never as a resume source;
+- ``invalidated``: retention is deleting it (whatever is left); never adopted,
 
-with its files and sizes, what ``latest_checkpoint.txt`` names (or that it is missing, garbage
-or dangling), and which iteration ``resume=auto`` would adopt, listing every newer one it passes
-over with the reason. Each attempt's partial artifacts (``checkpoint_artifacts/iter_*``) are
-listed too (kind ``artifact``, components, ``committed`` / ``partial`` / ``corrupt``), and
-"resume=auto would: adopt iter_N (stage) / start fresh / refuse: <reason>" is decided by the
-resume machine's own artifact rules
+with its files and sizes, the policies that keep it in the last retention pass ("kept by",
+from ``.retention-decision.json``; blank without one), what ``latest_checkpoint.txt`` names
+(or that it is missing, garbage or dangling), and which iteration ``resume=auto`` would adopt,
+listing every newer one it passes over with the reason. Each attempt's partial artifacts
+(``checkpoint_artifacts/iter_*``) are listed too (kind ``artifact``, components,
+``committed`` / ``partial`` / ``corrupt``), and "resume=auto would: adopt iter_N (stage) /
+start fresh / refuse: <reason>" is decided by the resume machine's own artifact rules
 (:func:`~statecraft.checkpoint.transactions.resume_rules.auto_outcome`). PATH may also be a
 ``checkpoint_artifacts/`` dir or one artifact (then it says why ``resume=PATH`` is refused).
 

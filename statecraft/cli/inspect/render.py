@@ -13,6 +13,7 @@ from statecraft.checkpoint.layout import (
     MANIFEST_NAME,
 )
 from statecraft.cli.inspect.report import PARTIAL
+from statecraft.cli.inspect.retention import file_note
 
 __all__ = ["render_text"]
 
@@ -32,7 +33,10 @@ def _file_lines(it: dict[str, Any], manifest_name: str) -> list[str]:
     width = max((len(f["name"]) for f in it["files"]), default=0)
     for f in it["files"]:
         note = ""
-        if not f["in_manifest"] and f["name"] != manifest_name and it["state"] != PARTIAL:
+        retained = file_note(it, f["name"], f["size"]) if manifest_name == MANIFEST_NAME else None
+        if retained is not None:
+            note = retained
+        elif not f["in_manifest"] and f["name"] != manifest_name and it["state"] != PARTIAL:
             note = "  (not in the manifest)"
         elif f["size"] is None:
             note = f"  (MISSING; manifest recorded {f['recorded_size']} B)"
@@ -70,7 +74,9 @@ def _checkpoints_lines(report: dict[str, Any]) -> list[str]:
     if not report["iterations"]:
         lines.append("    (no iter_* directories)")
     for it in report["iterations"]:
-        lines.append(f"    {it['name']}  {it['state']:<9}  {_size(it['total_bytes'])}")
+        state = "weights-only" if it["state"] == "weights_only" else it["state"]
+        kept = f"  kept by: {', '.join(it['kept_by'])}" if it.get("kept_by") else ""
+        lines.append(f"    {it['name']}  {state:<9}  {_size(it['total_bytes'])}{kept}")
         if it["reason"]:
             lines.append(f"      why: {it['reason']}")
         if it["metrics"]:
@@ -83,6 +89,12 @@ def _checkpoints_lines(report: dict[str, Any]) -> list[str]:
     lines.append(
         f"    total: {_size(report['total_bytes'])} in {len(report['iterations'])} iteration(s)"
     )
+    if report.get("retention") is not None:
+        last = report["retention"]
+        lines.append(
+            f"    last retention pass: after iter_{last['saved_iteration']:09d} under "
+            f"{last['policy']}"
+        )
     if report.get("latest") is not None:
         latest = report["latest"]
         lines.append(f"    {LATEST_POINTER}: {latest['status']}: {latest['detail']}")

@@ -24,6 +24,7 @@ from statecraft.checkpoint.layout import (
     parse_iter_dirname,
 )
 from statecraft.checkpoint.manifest import Manifest
+from statecraft.checkpoint.retention_records import RetentionDecision, read_decision
 from statecraft.checkpoint.transactions.resume_rules import (
     artifact_refusal,
     artifact_source_refusal,
@@ -32,6 +33,12 @@ from statecraft.checkpoint.verify import read_manifest
 from statecraft.cli.inspect.artifacts import artifacts_of, artifacts_report, auto_record
 from statecraft.cli.inspect.disk import FS as _FS
 from statecraft.cli.inspect.disk import file_records, files_on_disk, is_dir
+from statecraft.cli.inspect.retention import (
+    ROOT_FILES,
+    decision_report,
+    marked_refusal,
+    retention_fields,
+)
 from statecraft.errors import CheckpointError, InspectError
 from statecraft.storage.local import LocalStore
 
@@ -50,8 +57,11 @@ _ADOPTABLE = {state.value for state in CheckpointState if state.adoptable}
 _is_dir = is_dir
 
 
-def _iteration_report(store: LocalStore, entry: CatalogEntry) -> dict[str, Any]:
-    """One iteration's record: the catalog's state and reason, and its files on disk."""
+def _iteration_report(
+    store: LocalStore, entry: CatalogEntry, decision: RetentionDecision | None = None
+) -> dict[str, Any]:
+    """One iteration's record: the catalog's state and reason, its files on disk, and its
+    retention fields (:func:`~.retention.retention_fields`)."""
     name = entry.name
     manifest: Manifest | None = entry.verified.manifest if entry.verified else None
     if manifest is None and entry.state is not CheckpointState.PARTIAL:
@@ -73,6 +83,7 @@ def _iteration_report(store: LocalStore, entry: CatalogEntry) -> dict[str, Any]:
         "notes": list(entry.notes),
         "files": file_records(on_disk, recorded),
         "total_bytes": sum(on_disk.values()),
+        **retention_fields(entry, decision),
     }
 
 
@@ -117,10 +128,13 @@ def _checkpoints_report(
 ) -> dict[str, Any]:
     store = LocalStore(str(path.resolve()), fs=_FS)
     catalog = scan(store, level=level, keep_payloads=False)
+    decision = read_decision(store)
     numbers = [n for n in catalog.iterations if only is None or n == only]
-    iterations = [_iteration_report(store, catalog.entry(n)) for n in numbers]
+    iterations = [_iteration_report(store, catalog.entry(n), decision) for n in numbers]
     extras = sorted(
-        n for n in store.list("") if parse_iter_dirname(n) is None and n != LATEST_POINTER
+        n
+        for n in store.list("")
+        if parse_iter_dirname(n) is None and n != LATEST_POINTER and n not in ROOT_FILES
     )
     report: dict[str, Any] = {
         "path": store.root,
@@ -130,6 +144,7 @@ def _checkpoints_report(
         "total_bytes": sum(it["total_bytes"] for it in iterations),
         "auto": auto_record(catalog, artifacts, level) if only is None else None,
         "explicit": None,
+        "retention": decision_report(decision),
     }
     if only is not None and iterations:
         it = iterations[0]
@@ -141,7 +156,10 @@ def _checkpoints_report(
             iteration=entry.iteration,
         )
         accepted = it["state"] in _ADOPTABLE and refusal is None
-        if accepted:
+        marked = marked_refusal(store, entry, path=it["path"])
+        if marked is not None:  # resume refuses a marked iteration before verifying it
+            reason = f"resume={it['path']} would be refused: {marked}"
+        elif accepted:
             reason = f"resume={it['path']} would load {it['name']} (verify={level})"
         elif refusal is not None and it["state"] in _ADOPTABLE:
             reason = f"resume={it['path']} would be refused: {refusal}"
@@ -247,7 +265,9 @@ def inspect_path(path: str | os.PathLike[str], *, verify: bool = False) -> dict[
         ``checkpoint_artifacts/``) and its ``checkpoints`` report — ``iterations`` newest first,
         each with ``kind`` (``checkpoint``), ``state``, ``stage`` (the validation stage of an
         adoptable one, else ``None``), ``reason``, ``metrics``, ``notes``, ``files`` (``size``
-        on disk, ``recorded_size`` in the manifest) and ``total_bytes``; ``latest`` (``status``:
+        on disk, ``recorded_size`` in the manifest), ``total_bytes``, ``policy``, ``kept_by``,
+        ``retention_action`` (:func:`~.retention.retention_fields`); ``retention`` (the last
+        pass, :func:`~.retention.decision_report`); ``latest`` (``status``:
         ok / missing / garbage / dangling); ``total_bytes``; ``auto``
         (:func:`~.artifacts.auto_record`: ``action`` adopt / fresh / refuse, ``would``,
         ``pick``, ``iteration``, ``stage``, ``reason``, ``passed_over``, ``checkpoint``,
