@@ -223,7 +223,7 @@ class _Run:
         view = torch.empty(0, dtype=t.dtype).set_(
             buf.untyped_storage(), t.storage_offset(), t.size(), t.stride()
         )
-        if isinstance(t, torch.nn.Parameter):
+        if type(t) is torch.nn.Parameter:  # isinstance goes through a slow metaclass hook
             return torch.nn.Parameter(view, requires_grad=t.requires_grad)
         if t.requires_grad:
             view.requires_grad_(True)

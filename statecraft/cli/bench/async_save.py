@@ -7,13 +7,13 @@ parameters, two thirds moments), each repeat times, in a rotating order:
 - **copy_ floor**: ``copy_`` of every state tensor into preallocated buffers (the physical
   floor of any snapshot);
 - **clone**: ``clone()`` of every state tensor (fresh allocations each time);
-- **statecraft async**: the training-thread time of one async save (join the previous write,
-  produce the payloads, copy them into the reused :class:`StagingBuffers`, prove the copy
-  isolated, hand the write job to the :class:`WriteSlot`), from the second save on; and its
-  time to durable (the save machine committed);
+- **statecraft async**: the training-thread time of one ``Checkpointer(save_async=true).save()``
+  (join the previous write, produce the payloads, copy them into the role's reused staging
+  buffers, prove the copy isolated, hand the write job to the role's slot), from the second
+  save on; and its time to durable (``PendingSave.durable``: the save machine committed);
 - **dcp.async_save**: ``torch.distributed.checkpoint.async_save`` of the same state dicts (no
   process group: one process), its blocking time and its time to durable;
-- **sync save**: the same save written on the calling thread (``save_full_checkpoint``).
+- **sync save**: ``Checkpointer(save_async=false).save()`` of the same state.
 
 The step slowdown: a fixed matmul step (calibrated to about a fortieth of a sync save) is
 timed back to back while a background write runs on the role's slot (a thread), then as many
@@ -22,9 +22,9 @@ stalls). ``step.process`` is reserved for a writer process and is ``None`` here:
 writer deadlocks on the commit thread pool it inherits (``statecraft.storage.deferred``), so a
 writer process needs ``spawn`` and shared-memory staging buffers.
 
-Until the facade's ``Checkpointer(save_async=True)`` lands, the async save is composed here
-from the production pieces (staging, isolation proof, write slot, the ``save`` machine), as
-the facade does. Nothing asserts a speed; ``tests/test_bench_async.py`` checks the shape.
+Both saves are real ``Checkpointer.save()`` calls (``save_async`` on and off, each with its
+own output root, ``keep_model_last=2`` so retention rides every write job). Nothing asserts
+a speed; ``tests/test_bench_async.py`` checks the shape.
 """
 
 from __future__ import annotations
@@ -64,127 +64,59 @@ def _row(samples: list[float]) -> dict[str, Any]:
     }
 
 
-class _AsyncSaver:
-    """Async and sync saves of one model + optimizer through the production pieces, into a
-    checkpoints directory of their own (older iterations removed after each save)."""
+class _Saver:
+    """A running ``Checkpointer`` over the benchmark state (resumed once, then one save per
+    call at the next iteration), ``save_async`` on or off; retention keeps the newest two
+    checkpoints (``keep_model_last=2``), so the disk holds at most three."""
 
-    def __init__(self, root: str, model: Any, optimizer: Any) -> None:
-        from statecraft.checkpoint.machines import load_machine
-        from statecraft.checkpoint.staging import StagingBuffers
-        from statecraft.checkpoint.transactions.resume_records import Tracked
-        from statecraft.checkpoint.write_slot import WriteSlot
-        from statecraft.storage.local import LocalStore
+    def __init__(self, output_root: str, model: Any, optimizer: Any, *, save_async: bool) -> None:
+        from statecraft import CheckpointConfig, Checkpointer, RunIdentity
 
-        self.root = root
-        self.store = LocalStore(root)
-        self.machine = load_machine("save")
-        self.staging = StagingBuffers()
-        self.slot = WriteSlot()
-        self.tracked = Tracked(model=model, optimizer=optimizer)
-        self.live = {"model": model, "optimizer": optimizer}
-        self.step = 0
-        self.kept: list[str] = []
-
-    def _rng(self) -> Any:
-        from statecraft.checkpoint.state import gather_rng_inventory
-
-        return gather_rng_inventory(rank=0, world_size=1)
-
-    def snapshot(self) -> Any:
-        """Produce the payloads and copy them into the staging buffers (proven isolated)."""
-        from statecraft.checkpoint.plan import CHECKPOINT_PLAN
-        from statecraft.checkpoint.saving import capture_trainer
-        from statecraft.checkpoint.staging import isolation_problem
-
-        trainer = capture_trainer(self.tracked, rng=self._rng(), data=None)
-        producers = CHECKPOINT_PLAN.payloads(self.tracked, trainer)
-        snap = self.staging.snapshot({name: make() for name, make in producers.items()})
-        problem = isolation_problem(snap, self.live)
-        if problem is not None:  # pragma: no cover - the staging copy is always isolated
-            raise StatecraftError(f"bench async: the snapshot is not isolated: {problem}")
-        return snap
-
-    def write_job(self, snap: Any, step: int, on_durable: Callable[[], None]) -> Callable[[], Any]:
-        """The job that runs the save machine over ``snap`` for iteration ``step``."""
-        from statecraft import __version__
-        from statecraft.checkpoint.plan import CHECKPOINT_PLAN
-        from statecraft.checkpoint.transactions.save import SaveContext
-
-        plan = CHECKPOINT_PLAN.save_plan(step, with_data=False)
-
-        def job() -> Any:
-            ctx = SaveContext(
-                store=self.store,
-                plan=plan,
-                payloads={name: _producer(v) for name, v in snap.payloads.items()},
-                writer_info={"statecraft": __version__},
-            )
-            self.machine.recover(ctx).raise_for_failure()
-            on_durable()
-            return step
-
-        return job
-
-    def save_async(self) -> tuple[float, Any, list[float]]:
-        """One async save: (training-thread seconds, the PendingSave, a list that receives
-        the seconds from the call to the commit once the write is durable)."""
-        from statecraft.checkpoint.layout import iter_dirname
-        from statecraft.checkpoint.write_slot import PendingSave
-
-        started = time.perf_counter()
-        self.slot.join()
-        self.step += 1
-        snap = self.snapshot()
-        pending = PendingSave(iteration=self.step, location=f"{self.root}/{self.step}")
-        durable_s: list[float] = []
-
-        def on_durable() -> None:
-            durable_s.append(time.perf_counter() - started)
-            pending.durable.set()
-
-        self.slot.submit(pending, self.write_job(snap, self.step, on_durable))
-        pending.blocking_seconds = time.perf_counter() - started
-        self._keep(iter_dirname(self.step))
-        return pending.blocking_seconds, pending, durable_s
-
-    def save_sync(self) -> float:
-        from statecraft.checkpoint.layout import iter_dirname
-        from statecraft.checkpoint.saving import save_full_checkpoint
-
-        self.slot.join()
-        self.step += 1
-        started = time.perf_counter()
-        save_full_checkpoint(
-            self.tracked,
-            self.store,
-            rng=self._rng(),
-            data=None,
-            step=self.step,
-            lease=None,
-            machine=self.machine,
-            location=self.root,
+        config = CheckpointConfig.from_dict(
+            {
+                "resume": "auto",
+                "save_every": 0,
+                "save_async": save_async,
+                "keep_optim_last": 0,
+                "keep_model_last": 2,
+            }
         )
+        kind = "async" if save_async else "sync"
+        self.ckpt = Checkpointer(
+            config, run=RunIdentity("bench", kind, "run"), output_root=output_root
+        )
+        self.ckpt.track(model=model, optimizer=optimizer)
+        self.ckpt.resume()
+
+    def save(self) -> tuple[float, Any]:
+        """(seconds of the ``save()`` call, what it returned: a ``PendingSave`` or a report)."""
+        from statecraft import Outcome
+
+        self.ckpt.record(Outcome.APPLIED)
+        started = time.perf_counter()
+        result = self.ckpt.save()
         seconds = time.perf_counter() - started
-        self._keep(iter_dirname(self.step))
-        return seconds
+        if result is None:  # pragma: no cover - single process is rank 0
+            raise StatecraftError("bench async: Checkpointer.save returned nothing on rank 0")
+        return seconds, result
 
-    def _keep(self, name: str) -> None:
-        """Remember ``name``; remove iterations older than the previous one (never one a
-        write in flight reads or writes)."""
-        import shutil
+    def save_async(self) -> tuple[float, Any, float]:
+        """(blocking seconds, the ``PendingSave``, its time to durable): waits until the save
+        committed (retention may still run; the next save joins it)."""
+        from statecraft import PendingSave
 
-        self.kept.append(name)
-        while len(self.kept) > 2:
-            shutil.rmtree(os.path.join(self.root, self.kept.pop(0)), ignore_errors=True)
+        started = time.perf_counter()
+        seconds, pending = self.save()
+        if not isinstance(pending, PendingSave):
+            raise StatecraftError(
+                "bench async: Checkpointer.save wrote synchronously (see the INFO line "
+                "'writing iter_N synchronously: ...' with --verbose)"
+            )
+        pending.durable.wait()
+        return seconds, pending, time.perf_counter() - started
 
     def close(self) -> None:
-        self.slot.join()
-        self.slot.close()
-
-
-def _producer(value: Any) -> Callable[[], Any]:
-    """A zero-argument producer of an already staged payload (what the save machine calls)."""
-    return lambda: value
+        self.ckpt.close()
 
 
 def _state_tensors(model: Any, optimizer: Any) -> list[Any]:
@@ -270,12 +202,12 @@ def measure_async(*, size_mib: int, repeat: int, directory: str | None = None) -
     blocking: dict[str, list[float]] = {"copy_floor": [], "clone": [], "statecraft": [], "dcp": []}
     durable: dict[str, list[float]] = {"statecraft": [], "sync": [], "dcp": []}
     with bench_root(directory) as root, _quiet_statecraft_logger():
-        saver = _AsyncSaver(tempfile.mkdtemp(prefix="statecraft-", dir=root), model, optimizer)
+        ours = _Saver(tempfile.mkdtemp(dir=root), model, optimizer, save_async=True)
+        sync = _Saver(tempfile.mkdtemp(dir=root), model, optimizer, save_async=False)
         try:
-            first_blocking, first, _ = saver.save_async()  # allocates the staging buffers
-            first.wait()
-            first_alloc = saver.staging.allocated_bytes
-            sync_warm = saver.save_sync()
+            first_blocking, _, _ = ours.save_async()  # allocates the staging buffers
+            ours.ckpt.wait()
+            sync_warm, _ = sync.save()
             _dcp_save(dcp_state, tempfile.mkdtemp(prefix="dcp-", dir=root))  # warm-up
             step, step_info = _matmul_step(min(0.02, max(0.0005, sync_warm / 40)))
 
@@ -291,14 +223,14 @@ def measure_async(*, size_mib: int, repeat: int, directory: str | None = None) -
                 blocking["clone"].append(time.perf_counter() - started)
                 del copies
 
-            def ours() -> None:
-                seconds, pending, durable_s = saver.save_async()
-                pending.wait()
+            def statecraft_async() -> None:
+                seconds, _, to_durable = ours.save_async()
+                ours.ckpt.wait()  # the write job's retention too: nothing in flight after
                 blocking["statecraft"].append(seconds)
-                durable["statecraft"].append(durable_s[0])
+                durable["statecraft"].append(to_durable)
 
-            def sync() -> None:
-                durable["sync"].append(saver.save_sync())
+            def statecraft_sync() -> None:
+                durable["sync"].append(sync.save()[0])
 
             def dcp() -> None:
                 with scratch(root, "dcp") as where:
@@ -306,19 +238,20 @@ def measure_async(*, size_mib: int, repeat: int, directory: str | None = None) -
                 blocking["dcp"].append(seconds)
                 durable["dcp"].append(total)
 
-            contenders = [floor, clone, ours, sync, dcp]
+            contenders = [floor, clone, statecraft_async, statecraft_sync, dcp]
             steps: dict[str, list[float]] = {"baseline": [], "thread": [], "process": []}
             for i in range(repeat):
                 for run in contenders[i % 5 :] + contenders[: i % 5]:
                     run()
                     gc.collect()
-                _, pending, _ = saver.save_async()
+                _, pending = ours.save()
                 during = _timed_steps(step, _until_done(pending))
-                pending.wait()
+                ours.ckpt.wait()
                 steps["thread"] += during
                 steps["baseline"] += _timed_steps(step, _until_count(max(len(during), 5)))
         finally:
-            saver.close()
+            ours.close()
+            sync.close()
     return _result(
         size_mib=size_mib,
         repeat=repeat,
@@ -327,7 +260,7 @@ def measure_async(*, size_mib: int, repeat: int, directory: str | None = None) -
         durable=durable,
         steps=steps,
         step_info=step_info,
-        first={"blocking_s": first_blocking, "allocated_bytes": first_alloc},
+        first={"blocking_s": first_blocking},
     )
 
 
