@@ -18,9 +18,12 @@ parameters, two thirds moments), each repeat times, in a rotating order:
 The step slowdown: a fixed matmul step (calibrated to about a fortieth of a sync save) is
 timed back to back while a background write runs on the role's slot (a thread), then as many
 steps with no write; the slowdown is the ratio of the medians (and of the means, which show
-stalls). ``step.process`` is reserved for a writer process and is ``None`` here: a forked
-writer deadlocks on the commit thread pool it inherits (``statecraft.storage.deferred``), so a
-writer process needs ``spawn`` and shared-memory staging buffers.
+stalls). For comparison the same steps are timed while a **writer process** (``spawn``,
+started once, holding its own copy of the state) runs a synchronous ``Checkpointer.save()``:
+the same bytes written without sharing the training process's GIL, so the thread's extra
+slowdown over the process's is the GIL's share (the rest is CPU, memory bandwidth and disk).
+A *forked* writer is not measured: it deadlocks on the commit thread pool it inherits
+(``statecraft.storage.deferred``).
 
 Both saves are real ``Checkpointer.save()`` calls (``save_async`` on and off, each with its
 own output root, ``keep_model_last=2`` so retention rides every write job). Nothing asserts
@@ -165,6 +168,50 @@ def _until_count(count: int) -> Callable[[int], bool]:
     return lambda n: n >= count
 
 
+def _writer_process(conn: Any, output_root: str, nbytes: int) -> None:
+    """The writer process (``spawn``): its own copy of the benchmark state and a synchronous
+    ``Checkpointer``; one save per ``"save"`` message, answered with its seconds."""
+    from statecraft.cli.bench.sweep import _quiet_statecraft_logger, build_training_state
+
+    with _quiet_statecraft_logger():
+        model, optimizer = build_training_state(nbytes)
+        saver = _Saver(output_root, model, optimizer, save_async=False)
+        conn.send("ready")
+        while conn.recv() == "save":
+            conn.send(saver.save()[0])
+        saver.close()
+
+
+class _WriterProcess:
+    """A spawned writer process, started once (its start-up is not timed)."""
+
+    def __init__(self, output_root: str, nbytes: int) -> None:
+        import multiprocessing
+
+        context = multiprocessing.get_context("spawn")
+        self.conn, child = context.Pipe()
+        self.process = context.Process(
+            target=_writer_process, args=(child, output_root, nbytes), daemon=True
+        )
+        self.process.start()
+        if not self.conn.poll(300) or self.conn.recv() != "ready":
+            self.process.kill()
+            raise StatecraftError("bench async: the writer process did not start in 300 s")
+
+    def steps_during_save(self, step: Callable[[], None]) -> list[float]:
+        """Step times while the writer process saves once."""
+        self.conn.send("save")
+        times = _timed_steps(step, lambda n: n >= 1 and bool(self.conn.poll()))
+        self.conn.recv()
+        return times
+
+    def close(self) -> None:
+        self.conn.send("stop")
+        self.process.join(60)
+        if self.process.is_alive():  # pragma: no cover - the child answers "stop"
+            self.process.kill()
+
+
 def _dcp_save(state: dict[str, Any], where: str) -> tuple[float, float]:
     """(blocking seconds, seconds to durable) of one ``dcp.async_save`` into ``where``."""
     import torch.distributed.checkpoint as dcp
@@ -208,6 +255,7 @@ def measure_async(*, size_mib: int, repeat: int, directory: str | None = None) -
             first_blocking, _, _ = ours.save_async()  # allocates the staging buffers
             ours.ckpt.wait()
             sync_warm, _ = sync.save()
+            writer = _WriterProcess(tempfile.mkdtemp(dir=root), size_mib * MIB)
             _dcp_save(dcp_state, tempfile.mkdtemp(prefix="dcp-", dir=root))  # warm-up
             step, step_info = _matmul_step(min(0.02, max(0.0005, sync_warm / 40)))
 
@@ -249,6 +297,8 @@ def measure_async(*, size_mib: int, repeat: int, directory: str | None = None) -
                 ours.ckpt.wait()
                 steps["thread"] += during
                 steps["baseline"] += _timed_steps(step, _until_count(max(len(during), 5)))
+                steps["process"] += writer.steps_during_save(step)
+            writer.close()
         finally:
             ours.close()
             sync.close()

@@ -224,7 +224,7 @@ def format_async(data: dict) -> str:
         "",
         f"training step ({st['matmuls']} matmuls of {st['n']}x{st['n']}), median ms:",
         f"  no write {ms(st['baseline'])}   write on a thread {ms(st['thread'])}   "
-        f"write in a forked process {ms(st['process'])}",
+        f"write in a writer process {ms(st['process'])}",
         f"  slowdown: thread {pct(r['step_slowdown_thread'])} (mean "
         f"{pct(r['step_slowdown_thread_mean'])}), process {pct(r['step_slowdown_process'])} "
         f"(mean {pct(r['step_slowdown_process_mean'])})",
