@@ -76,17 +76,17 @@ def isolation_problem(snapshot: Snapshot, live: Mapping[str, Any]) -> str | None
     ranges = _LiveRanges(live)
     for name, payload in snapshot.payloads.items():
         for path, obj in _walk_snapshot(payload, ()):
-            where = format_path(name, path)
             if isinstance(obj, torch.Tensor):
                 if obj.device.type != "cpu":
-                    return f"{where} is on {obj.device}, not the CPU"
+                    return f"{format_path(name, path)} is on {obj.device}, not the CPU"
                 if obj.layout != torch.strided or obj.is_quantized or obj.is_nested:
-                    return f"{where} is not a dense tensor ({obj.layout})"
+                    return f"{format_path(name, path)} is not a dense tensor ({obj.layout})"
                 culprit = ranges.overlap(obj)
                 if culprit is not None:
-                    return f"{where} shares storage with live {culprit}"
+                    return f"{format_path(name, path)} shares storage with live {culprit}"
             elif id(obj) in ranges.objects:
-                return f"{where} is the live object {ranges.objects[id(obj)]} itself"
+                live_path = format_path(*ranges.objects[id(obj)])
+                return f"{format_path(name, path)} is the live object {live_path} itself"
     return None
 
 
@@ -124,19 +124,20 @@ class _LiveRanges:
     """The storage byte ranges (and mutable objects) reachable from the live objects."""
 
     def __init__(self, live: Mapping[str, Any]) -> None:
-        self.objects: dict[int, str] = {}
-        self._found: dict[tuple[str, int, int], str] = {}  # (device, start, end) -> live path
+        # key paths are formatted only for the message of a failure
+        self.objects: dict[int, tuple[str, KeyPath]] = {}
+        self._found: dict[tuple[str, int, int], tuple[str, KeyPath]] = {}  # -> (root, path)
         self._seen: set[int] = set()
         self._keep: list[Any] = []  # temporaries walked (an optimizer's state dict) stay alive
         for name, obj in live.items():
             self._walk(obj, name, (), depth=0)
-        self._sorted: dict[str, list[tuple[int, int, str]]] = {}
+        self._sorted: dict[str, list[tuple[int, int, tuple[str, KeyPath]]]] = {}
         for (device, start, end), where in self._found.items():
             self._sorted.setdefault(device, []).append((start, end, where))
         self._starts: dict[str, list[int]] = {}
         self._max_end: dict[str, list[int]] = {}
         for device, rows in self._sorted.items():
-            rows.sort()
+            rows.sort(key=lambda r: (r[0], r[1]))
             self._starts[device] = [r[0] for r in rows]
             self._max_end[device] = list(itertools.accumulate((r[1] for r in rows), max))
 
@@ -153,7 +154,7 @@ class _LiveRanges:
             return None
         while rows[i][1] <= start:
             i -= 1
-        return rows[i][2]
+        return format_path(*rows[i][2])
 
     def _walk(self, obj: Any, root: str, path: KeyPath, *, depth: int) -> None:
         if isinstance(obj, _LEAVES) or depth > 64:
@@ -164,7 +165,7 @@ class _LiveRanges:
                 start = storage.data_ptr()
                 if storage.nbytes():
                     key = (str(obj.device), start, start + storage.nbytes())
-                    self._found.setdefault(key, format_path(root, path))
+                    self._found.setdefault(key, (root, path))
             return
         if id(obj) in self._seen or isinstance(obj, _SKIPPED):
             return
@@ -184,7 +185,7 @@ class _LiveRanges:
                 for i, p in enumerate(group["params"]):
                     self._walk(p, root, (*path, "param_groups", g, "params", i), depth=step)
             return
-        self.objects.setdefault(id(obj), format_path(root, path))
+        self.objects.setdefault(id(obj), (root, path))
         if isinstance(obj, Mapping):
             for k, v in list(obj.items()):
                 self._walk(v, root, (*path, k), depth=step)

@@ -159,6 +159,11 @@ class StagingBuffers:
         return fresh
 
 
+_IMMUTABLE = frozenset(
+    {str, bytes, int, float, complex, bool, type(None), torch.dtype, torch.device, torch.Size}
+)
+
+
 class _Run:
     """One :meth:`StagingBuffers.snapshot` call: the storage memo of each file, counters."""
 
@@ -171,6 +176,8 @@ class _Run:
         self.allocated = 0
 
     def copy(self, obj: Any, name: str, path: KeyPath) -> Any:
+        if type(obj) in _IMMUTABLE:  # deepcopy would return the object itself, only slower
+            return obj
         if isinstance(obj, torch.Tensor):
             return self.tensor(obj, name, path)
         if type(obj) is dict:
@@ -223,7 +230,7 @@ class _Run:
         view = torch.empty(0, dtype=t.dtype).set_(
             buf.untyped_storage(), t.storage_offset(), t.size(), t.stride()
         )
-        if isinstance(t, torch.nn.Parameter):
+        if type(t) is torch.nn.Parameter:  # isinstance goes through a slow metaclass hook
             return torch.nn.Parameter(view, requires_grad=t.requires_grad)
         if t.requires_grad:
             view.requires_grad_(True)

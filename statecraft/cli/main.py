@@ -7,7 +7,7 @@ Subcommands:
                                 (machines and crashcheck take --machines-dir/--specs-dir)
     demo                        train, SIGKILL, resume, compare bit-for-bit with a clean run
     inspect PATH [--verify]     attempts and checkpoints under PATH and what resume=auto would pick
-    bench save | validation | engine   ratios against baselines in one process
+    bench save | validation | async | engine   ratios against baselines in one process
 
 ``--json`` prints one versioned envelope: ``{"result_version", "command", "status",
 "exit_code", "data", "errors": [{"code", "message"}]}``; failures use the same shape.
@@ -112,6 +112,16 @@ def build_parser() -> argparse.ArgumentParser:
     bval.add_argument("--dir", help="directory to write in (default: a temporary one)")
     bval.add_argument("--json", action="store_true")
     bval.set_defaults(func=_lazy("statecraft.cli.bench.validation", "run_bench_validation"))
+    basync = bsub.add_parser(
+        "async", help="async save blocking time, time to durable, step slowdown"
+    )
+    basync.add_argument("--size-mib", type=int, default=64, help="state size (default 64)")
+    basync.add_argument(
+        "--repeat", "--repeats", type=int, default=5, help="runs of each (default 5, median)"
+    )
+    basync.add_argument("--dir", help="directory to write in (default: a temporary one)")
+    basync.add_argument("--json", action="store_true")
+    basync.set_defaults(func=_lazy("statecraft.cli.bench.async_save", "run_bench_async"))
     bengine = bsub.add_parser("engine", help="engine overhead per transition")
     bengine.add_argument("--transitions", type=int, default=20000)
     bengine.add_argument("--json", action="store_true")

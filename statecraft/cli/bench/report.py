@@ -5,7 +5,7 @@ from __future__ import annotations
 from statecraft.cli.bench.common import MIB, PARTS
 from statecraft.cli.bench.save import RESUME_LOAD_TARGET, RESUME_RSS_TARGET, SAVE_RAW_TARGET
 
-__all__ = ["format_engine", "format_save", "format_sweep"]
+__all__ = ["format_async", "format_engine", "format_save", "format_sweep"]
 
 
 def _verdict(ok: bool) -> str:
@@ -173,4 +173,70 @@ def format_sweep(data: dict) -> str:
             found = [e["median_s"] for e in r["statecraft"]["effects"] if e["effect"] == name]
             cells.append(f"{1e3 * found[0]:>10.2f}" if found else f"{'-':>10}")
         lines.append(f"  {name:<22}" + "".join(cells))
+    return "\n".join(lines)
+
+
+def format_async(data: dict) -> str:
+    """The human table of :func:`~statecraft.cli.bench.async_save.measure_async`'s result."""
+    from statecraft.cli.bench.async_save import (
+        ASYNC_BLOCKING_TARGET,
+        ASYNC_DURABLE_TARGET,
+        ASYNC_STEP_TARGET,
+    )
+
+    b, d, st, r = data["blocking"], data["durable"], data["step"], data["ratios"]
+
+    def ms(row: dict | None) -> str:
+        return f"{'n/a':>10}" if row is None else f"{1e3 * row['median_s']:>10.2f}"
+
+    def pct(value: float | None) -> str:
+        return "n/a" if value is None else f"{100 * value:+.1f}%"
+
+    lines = [
+        f"async save: model + AdamW state of {data['state_bytes'] / MIB:.1f} MiB, median of "
+        f"{data['repeat']} runs ({data['cpus']} CPUs, {data['torch_threads']} torch threads)",
+        "",
+        f"{'training-thread blocking time':<44}{'ms':>10}{'x copy_':>9}",
+    ]
+    floor = b["copy_floor"]["median_s"]
+    for name, key in (
+        ("copy_ into preallocated buffers (floor)", "copy_floor"),
+        ("clone()", "clone"),
+        ("statecraft async save (2nd save on)", "statecraft"),
+        ("torch.distributed.checkpoint.async_save", "dcp"),
+    ):
+        lines.append(f"{name:<44}{ms(b[key])}{b[key]['median_s'] / floor:>9.2f}")
+    first = data["first_save"]
+    lines += [
+        f"  first statecraft save (allocates the staging buffers): "
+        f"{1e3 * first['blocking_s']:.2f} ms",
+        "",
+        f"{'time to durable':<44}{'ms':>10}{'x sync':>9}",
+    ]
+    sync = d["sync"]["median_s"]
+    for name, key in (
+        ("synchronous save", "sync"),
+        ("statecraft async save", "statecraft"),
+        ("dcp.async_save", "dcp"),
+    ):
+        lines.append(f"{name:<44}{ms(d[key])}{d[key]['median_s'] / sync:>9.2f}")
+    lines += [
+        "",
+        f"training step ({st['matmuls']} matmuls of {st['n']}x{st['n']}), median ms:",
+        f"  no write {ms(st['baseline'])}   write on a thread {ms(st['thread'])}   "
+        f"write in a writer process {ms(st['process'])}",
+        f"  slowdown: thread {pct(r['step_slowdown_thread'])} (mean "
+        f"{pct(r['step_slowdown_thread_mean'])}), process {pct(r['step_slowdown_process'])} "
+        f"(mean {pct(r['step_slowdown_process_mean'])})",
+        "",
+        "targets:",
+        f"  blocking / copy_ floor   {r['blocking_vs_copy_floor']:6.2f}  (target <= "
+        f"{ASYNC_BLOCKING_TARGET}: "
+        f"{_verdict(r['blocking_vs_copy_floor'] <= ASYNC_BLOCKING_TARGET)})",
+        f"  step slowdown (thread)   {pct(r['step_slowdown_thread']):>6}  (target <= "
+        f"{100 * ASYNC_STEP_TARGET:.0f}%: "
+        f"{_verdict((r['step_slowdown_thread'] or 0.0) <= ASYNC_STEP_TARGET)})",
+        f"  durable / sync save      {r['durable_vs_sync']:6.2f}  (target <= "
+        f"{ASYNC_DURABLE_TARGET}: {_verdict(r['durable_vs_sync'] <= ASYNC_DURABLE_TARGET)})",
+    ]
     return "\n".join(lines)
