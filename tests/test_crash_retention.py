@@ -83,6 +83,10 @@ class TestShippedMachine:
                 {6: KEEP, 4: WEIGHTS_ONLY, 2: WEIGHTS_ONLY},
                 ("iter_000000003",),
             ),
+            "second-pass-after-a-recorded-one": (
+                {8: KEEP, 6: WEIGHTS_ONLY, 4: WEIGHTS_ONLY, 2: WEIGHTS_ONLY},
+                (),
+            ),
             "keep-model-last-1-pending-validation": ({6: KEEP, 4: KEEP, 2: DELETE}, ()),
             "best-n-by-metric": ({6: KEEP, 4: DELETE, 2: KEEP}, ()),
             "require-uploaded": ({6: KEEP, 4: KEEP, 2: DELETE}, ()),

@@ -117,6 +117,8 @@ class RetentionScenario:
         partial: iterations left as an interrupted save's leftovers (no manifest).
         invalidated: committed iterations a killed pass had just invalidated (marker
             published, manifest still there).
+        earlier_pass: a completed pass (same plan) ran after the save of this iteration,
+            before the later iterations were committed (its decision record is on disk).
         machine_factory: the retention machine (tests swap in deliberately broken ones).
     """
 
@@ -129,6 +131,7 @@ class RetentionScenario:
     uploaded: tuple[int, ...] = ()
     partial: tuple[int, ...] = ()
     invalidated: tuple[int, ...] = ()
+    earlier_pass: int | None = None
     machine_factory: Callable[[], Machine] = attrs.field(
         default=lambda: shipped_machine("retention")
     )
@@ -183,6 +186,14 @@ class RetentionScenario:
             if iteration in self.invalidated:
                 record = InvalidatedRecord(iteration, "latest 1").encode()
                 store.create_exclusive(f"{name}/{INVALIDATED_MARKER}", record)
+            if iteration == self.earlier_pass:
+                run_retention(
+                    store,
+                    self.plan,
+                    saved_iteration=iteration,
+                    lease=None,
+                    machine=shipped_machine("retention"),
+                )
         for iteration in self.partial:
             damage.leftovers_of(iteration)(world)
         artifacts = world.local_store(ARTIFACTS_ROOT)
@@ -268,6 +279,13 @@ def retention_scenarios() -> list[RetentionScenario]:
             saved=6,
             committed=(2, 4, 6),
             partial=(3,),
+        ),
+        RetentionScenario(
+            "second-pass-after-a-recorded-one",
+            RetentionPlan(optimizer=optim1),
+            saved=8,
+            committed=(2, 4, 6, 8),
+            earlier_pass=6,
         ),
         RetentionScenario(
             "keep-model-last-1-pending-validation",

@@ -260,7 +260,10 @@ def delete_invalidated(ctx: RetentionContext) -> None:
 @effect(role=Role.COORDINATOR)
 def mark_weights_only(ctx: RetentionContext) -> None:
     """Publish the weights-only marker of each iteration whose optimizer state goes
-    (exclusive create, durable), before any of its files is removed."""
+    (exclusive create, durable), before any of its files is removed. A marker already there
+    is published again (:func:`_publish_marker`) unless the previous pass's decision record
+    lists the iteration as weights-only (that pass finished it durably before recording);
+    marker temporaries a killed pass left are removed first."""
     store = ctx.fenced
     sweep = getattr(ctx.store, "sweep_temporaries", None)
     for it in ctx.to_prune:
