@@ -16,9 +16,16 @@ from typing import Any
 import attrs
 import pytest
 import torch
-from hypothesis import HealthCheck, event, settings
+from hypothesis import HealthCheck, Phase, event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
 
 from statecraft.checkpoint.isolation import isolation_problem
 from statecraft.checkpoint.machines import load_machine
@@ -150,28 +157,46 @@ class AsyncInterleavings(RuleBasedStateMachine):
         run_write_job(self.job(pending.iteration, pending.payloads), MACHINES["write_job"])
         # The checkpoint holds the snapshot's values, not what training wrote since.
         weight = self.view().payload(pending.iteration, "model.pt")["weight"]
-        assert torch.all(weight == float(pending.iteration)), weight
+        assert torch.all(weight == float(pending.iteration)), (
+            f"iter {pending.iteration} holds model weight {weight.flatten().tolist()}"
+        )
 
     # ------------------------------------------------------------------ rules
+    @initialize(synchronous=st.booleans())
+    def first_checkpoint(self, synchronous: bool) -> None:
+        """Every run starts with one checkpoint (sync or joined async): crashes then always
+        have something to lose."""
+        self.train()
+        if synchronous:
+            self.save()
+        else:
+            self.save_async()
+            self.join()
+
     @rule()
     def train(self) -> None:
         """Two optimizer steps: the live tensors are rewritten in place."""
         self.live.advance(self.live.step + 2)
 
-    @precondition(lambda self: self.live.step > self.saved_up_to)
+    def unsaved_step(self) -> None:
+        """Saves happen at a step not saved yet: train first when there is none."""
+        if self.live.step <= self.saved_up_to:
+            self.train()
+
     @rule()
     def save(self) -> None:
         """A synchronous save: join, then the write job on this thread (live references)."""
+        self.unsaved_step()
         self.join()
         iteration = self.live.step
         run_write_job(self.job(iteration, self.live.payloads()), MACHINES["write_job"])
         self.saved_up_to = iteration
         assert self.durable == iteration
 
-    @precondition(lambda self: self.live.step > self.saved_up_to)
     @rule()
     def save_async(self) -> None:
         """Join, snapshot into the reused buffers, prove it isolated, hand the job over."""
+        self.unsaved_step()
         self.join()
         produced = {name: make() for name, make in self.live.payloads().items()}
         snapshot = self.staging.snapshot(produced)
@@ -198,7 +223,6 @@ class AsyncInterleavings(RuleBasedStateMachine):
         """Crash at a random I/O point of the pending job, then restart: resume."""
         self.crash(kind, data)
 
-    @precondition(lambda self: self.live.step > self.saved_up_to)
     @rule(kind=KINDS, data=st.data(), train_first=st.booleans())
     def crash_in_next_async_save(
         self, kind: CrashKind, data: st.DataObject, train_first: bool
@@ -303,3 +327,32 @@ AsyncInterleavings.TestCase.settings = settings(
 class TestAsyncInterleavings(AsyncInterleavings.TestCase):  # type: ignore[misc,valid-type]
     """Any interleaving of saves, async saves, training, joins, retention, crashes and resumes
     keeps the four guarantees of the issue (see the module docstring)."""
+
+
+class AliasingAsyncSaves(AsyncInterleavings):
+    """Broken: an asynchronous save hands the job the live state (no snapshot, no proof)."""
+
+    def save_async(self) -> None:
+        self.unsaved_step()
+        self.join()
+        self.pending = Pending(self.live.step, self.live.payloads())
+        self.saved_up_to = self.live.step
+
+
+@pytest.mark.slow
+def test_an_async_save_without_a_snapshot_is_caught() -> None:
+    """The stateful test can fail: serializing live references instead of a snapshot writes
+    what training changed after save() returned, and the join's check finds it."""
+    with pytest.raises(AssertionError, match="weight"):
+        run_state_machine_as_test(
+            AliasingAsyncSaves,
+            settings=settings(
+                max_examples=60,
+                stateful_step_count=12,
+                deadline=None,
+                derandomize=True,
+                database=None,
+                phases=[Phase.generate],  # the first failure is enough: no shrinking
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+            ),
+        )

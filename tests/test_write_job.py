@@ -20,7 +20,7 @@ from statecraft.checkpoint.transactions.write_job import (
 )
 from statecraft.engine import Machine, parse_table
 from statecraft.engine.crash import FaultKind, IoGate
-from statecraft.errors import CheckpointError
+from statecraft.errors import CheckpointError, RetentionError
 from statecraft.proofs.save_scenarios import save_context
 from statecraft.resources import machine_path
 from statecraft.storage.filesystem import OsFilesystem
@@ -147,7 +147,7 @@ class TestWriteJob:
 
     def test_retention_failure_after_durable_save(self, tmp_path: Path) -> None:
         """An I/O error at retention's first operation ends the job in retention_failed: the
-        error is raised, yet iter_4 is committed, durable and named by latest."""
+        RetentionError is raised, iter_4 is committed and named by latest, iter_2 untouched."""
         probe = tmp_path / "probe"
         saved(LocalStore(probe), 2)
         gate = IoGate()
@@ -157,15 +157,26 @@ class TestWriteJob:
         first = next(r.index for r in gate.log if "iter_000000002" in r.target)
         out = tmp_path / "out"
         saved(LocalStore(out), 2)
+        before = committed_bytes(out)
         faulty = LocalStore(out, fs=OsFilesystem(gate=IoGate(faults={first: FaultKind.IO_ERROR})))
         ctx = job(faulty, 4)
         machine = load_machine("write_job")
-        with pytest.raises(Exception) as raised:
+        with pytest.raises(RetentionError, match="iter_000000004 is committed and durable") as e:
             run_write_job(ctx, machine)
+        assert "iter_000000002" in str(e.value)
         assert ctx.durable
-        assert "iter_000000004" in str(raised.value) or "iter_000000002" in str(raised.value)
+        # The first retention operation failed: iter_2 is untouched, byte for byte.
+        assert {
+            k: v for k, v in committed_bytes(out).items() if k.startswith("iter_000000002")
+        } == {k: v for k, v in before.items() if k.startswith("iter_000000002")}
         assert (out / "latest_checkpoint.txt").read_text() == "iter_000000004\n"
-        assert (out / "iter_000000004/.posttrain-manifest.json").is_file()
+        saved_bytes = {
+            k: v for k, v in committed_bytes(out).items() if k.startswith("iter_000000004")
+        }
+        assert sorted(saved_bytes) == [
+            f"iter_000000004/{n}"
+            for n in (".posttrain-manifest.json", "model.pt", "optim.pt", "trainer.pt")
+        ]
         # The next pass finishes what the failed one left.
         run_write_job(job(LocalStore(out), 4), machine)
         assert sorted(p.name for p in out.iterdir() if p.name.startswith("iter_")) == [

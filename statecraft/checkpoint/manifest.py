@@ -16,7 +16,6 @@ Schema versions (both are read; new manifests are written as v2):
 
 from __future__ import annotations
 
-import functools
 import json
 from typing import Any, TypeVar
 
@@ -26,7 +25,7 @@ import cattrs
 from statecraft.checkpoint.schemas import (
     MANIFEST_SCHEMA_FILE,
     encode_conforming,
-    schema_violations,
+    json_text_violations,
 )
 from statecraft.errors import CheckpointCorruptError
 from statecraft.storage.digest import ALGORITHMS, Digest
@@ -218,7 +217,7 @@ def _decode_manifest(data: bytes, *, source: str) -> Manifest:
         raise CheckpointCorruptError(
             source, f"manifest schema is {found!r}, expected {MANIFEST_SCHEMA!r}", fix
         )
-    # validated against the JSON schema as written (v1 or v2 shape): _schema_violations
+    # validated (last) against the JSON schema as written: the v1 or v2 shape of ``data``
     if raw["schema"] == MANIFEST_SCHEMA_V1:
         raw = {**raw, "files": _v1_files_to_v2(raw.get("files"))}
     unknown = _unknown_algorithms(raw.get("files"))
@@ -243,17 +242,9 @@ def _decode_manifest(data: bytes, *, source: str) -> Manifest:
         raise CheckpointCorruptError(
             source, "manifest values are invalid: " + ", ".join(problems), fix
         )
-    violations = _schema_violations(bytes(data))  # the schema check of ``document``
+    violations = json_text_violations(MANIFEST_SCHEMA_FILE, bytes(data))  # the raw document
     if violations:
         raise CheckpointCorruptError(
             source, f"manifest violates specs/{MANIFEST_SCHEMA_FILE}: {'; '.join(violations)}", fix
         )
     return manifest
-
-
-@functools.lru_cache(maxsize=256)
-def _schema_violations(data: bytes) -> tuple[str, ...]:
-    """The schema check of one manifest's bytes, memoized: a process (a crash-harness run, a
-    long training run's resumes and retention scans) reads the same few manifests many times,
-    and the JSON-schema walk is most of a manifest read's cost."""
-    return tuple(schema_violations(MANIFEST_SCHEMA_FILE, json.loads(data)))

@@ -23,7 +23,12 @@ from statecraft.engine.schema import compile_schema, instance_violations
 from statecraft.errors import CheckpointError, StatecraftError
 from statecraft.resources import specs_dir
 
-__all__ = ["MANIFEST_SCHEMA_FILE", "encode_conforming", "schema_violations"]
+__all__ = [
+    "MANIFEST_SCHEMA_FILE",
+    "encode_conforming",
+    "json_text_violations",
+    "schema_violations",
+]
 
 #: the schema of ``iter_<9 digits>/.posttrain-manifest.json`` (named by ``specs/save.toml``).
 MANIFEST_SCHEMA_FILE = "save.manifest.schema.json"
@@ -53,6 +58,14 @@ def schema_violations(file_name: str, document: Any) -> list[str]:
     return instance_violations(_validator(file_name), document)
 
 
+@functools.lru_cache(maxsize=512)
+def json_text_violations(file_name: str, text: str | bytes) -> tuple[str, ...]:
+    """:func:`schema_violations` of the JSON document ``text`` (which must parse), memoized by
+    its bytes: a process writes and reads the same few records many times (every resume and
+    retention scan re-reads the manifests), and the schema walk is most of their cost."""
+    return tuple(schema_violations(file_name, json.loads(text)))
+
+
 def encode_conforming(document: Any, file_name: str, *, what: str) -> bytes:
     """The canonical JSON bytes of ``document`` (sorted keys, one-space indent, a final
     newline), checked against the shipped schema ``file_name`` before they leave the process.
@@ -63,7 +76,7 @@ def encode_conforming(document: Any, file_name: str, *, what: str) -> bytes:
             written.
     """
     text = json.dumps(document, sort_keys=True, indent=1) + "\n"
-    violations = schema_violations(file_name, json.loads(text))
+    violations = json_text_violations(file_name, text)
     if violations:
         raise CheckpointError(
             f"refusing to write {what}: it violates specs/{file_name}: {'; '.join(violations)}; "
