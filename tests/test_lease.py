@@ -250,10 +250,17 @@ import sys, time
 from statecraft.cli.demo_train import train
 
 class Slow:
+    line = ""
     def write(self, text):
         sys.stdout.write(text)
         if text.startswith("step"):
             time.sleep(float(sys.argv[2]))
+        self.line += text
+        if "\\n" in self.line:
+            done, self.line = self.line, ""
+            if sys.argv[2] != "0.0" and done.startswith(("save-staged 20 ", "save-end 20 ")):
+                sys.stdout.flush()
+                time.sleep(60)  # hold the lease after the second save until the kill
     def flush(self):
         sys.stdout.flush()
 

@@ -52,11 +52,13 @@ def _store(directory: Path) -> LocalStore:
 
 def committed_iterations(directory: Path | None) -> list[int]:
     """Iterations under ``directory`` whose manifest is the commit (catalog level
-    ``"manifest"``), oldest first."""
+    ``"manifest"``), oldest first; weights-only ones (their optimizer state removed by
+    retention) are committed checkpoints too."""
     if directory is None or not directory.is_dir():
         return []
     catalog = scan(_store(directory), level="manifest")
-    return sorted(e.iteration for e in catalog.entries() if e.state is CheckpointState.COMMITTED)
+    kept = (CheckpointState.COMMITTED, CheckpointState.WEIGHTS_ONLY)
+    return sorted(e.iteration for e in catalog.entries() if e.state in kept)
 
 
 def published_iterations(directory: Path | None) -> list[int]:
