@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,3 +15,32 @@ from checkpoint_runs import private_copy
 def out(pristine: Path, tmp_path: Path) -> Path:
     """A private copy of the requesting module's ``pristine`` output root, free to damage."""
     return private_copy(pristine, tmp_path)
+
+
+#: the size of the real tmpfs the disk-full tests fill
+TMPFS_BYTES = 4 << 20
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A real 4 MiB tmpfs mounted for the test (skipped where mounting is not permitted)."""
+    mount = tmp_path / "tmpfs"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root; the fault-injection tests cover the path")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES}", "tmpfs", str(mount)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        pytest.skip(f"mount -t tmpfs is not permitted here ({done.stderr.strip()})")
+    try:
+        yield mount
+    finally:
+        # A descriptor still open on the mount (a writer lock of this process) makes a plain
+        # umount fail with "busy"; the lazy unmount detaches it anyway, so no mount outlives
+        # the test (a left mount would make the temporary directory unremovable).
+        if subprocess.run(["umount", str(mount)], capture_output=True, check=False).returncode:
+            subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)

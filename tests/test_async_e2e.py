@@ -10,16 +10,13 @@ and ``latest`` untouched; retention keeps the newest and leaves weights-only ite
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 from checkpoint_runs import RUN, Objects
-from test_disk_full import TMPFS_BYTES, fill, snapshot
+from test_disk_full import fill, snapshot
 
 import statecraft as sc
 from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, parse_latest
@@ -128,28 +125,6 @@ class TestStagedState:
         assert torch.equal(fresh.model.weight, objects.model.weight)
         assert fresh.cursor.position == objects.cursor.position
         again.close()
-
-
-@pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A real 4 MiB tmpfs (as in test_disk_full.py; skipped where mounting is not allowed)."""
-    mount = tmp_path / "tmpfs"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES}", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"mount -t tmpfs is not permitted here ({done.stderr.strip()})")
-    try:
-        yield mount
-    finally:
-        if subprocess.run(["umount", str(mount)], capture_output=True, check=False).returncode:
-            subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
 
 
 class TestBackgroundFailure:

@@ -8,8 +8,6 @@ injection and ``SimFilesystem(capacity_bytes=...)`` so CI covers the path withou
 from __future__ import annotations
 
 import os
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +22,6 @@ from statecraft.storage.local import is_temporary_name
 from statecraft.storage.simfs import SimFilesystem
 
 CONFIG = ["save_every=2", "save_async=false", "keep_optim_last=0"]
-TMPFS_BYTES = 4 << 20
 
 
 class Objects:
@@ -109,31 +106,6 @@ def fill(mount: Path, leave: int) -> Path:
     os.close(fd)
     os.truncate(filler, max(0, filler.stat().st_size - leave))
     return filler
-
-
-@pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A real 4 MiB tmpfs mounted for the test (skipped where mounting is not permitted)."""
-    mount = tmp_path / "tmpfs"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root; the fault-injection tests cover the path")
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={TMPFS_BYTES}", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"mount -t tmpfs is not permitted here ({done.stderr.strip()})")
-    try:
-        yield mount
-    finally:
-        # A descriptor still open on the mount (a writer lock of this process) makes a plain
-        # umount fail with "busy"; the lazy unmount detaches it anyway, so no mount outlives
-        # the test (a left mount would make the temporary directory unremovable).
-        if subprocess.run(["umount", str(mount)], capture_output=True, check=False).returncode:
-            subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
 
 
 class TestRealTmpfs:

@@ -6,9 +6,8 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -274,28 +273,6 @@ def tree(root: Path) -> dict[str, bytes]:
     return {
         str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
     }
-
-
-@pytest.fixture
-def tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A real 4 MiB tmpfs mounted for the test (skipped where mounting is not permitted)."""
-    mount = tmp_path / "tmpfs"
-    mount.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root; the fault-injection test covers the path")
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=4194304", "tmpfs", str(mount)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        pytest.skip(f"mount -t tmpfs is not permitted here ({done.stderr.strip()})")
-    try:
-        yield mount
-    finally:
-        if subprocess.run(["umount", str(mount)], capture_output=True, check=False).returncode:
-            subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
 
 
 def fill(mount: Path) -> Path:
