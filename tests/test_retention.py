@@ -41,14 +41,11 @@ from statecraft.checkpoint.retention_records import (
     read_weights_only,
 )
 from statecraft.checkpoint.retention_scan import RetentionScan, ScanKind, ScannedIteration
-from statecraft.checkpoint.saving import save_full_checkpoint
 from statecraft.checkpoint.transactions.retention import RetentionContext, plan_rows
-from statecraft.checkpoint.validation_records import ValidationStage, ValidationState
 from statecraft.engine import Bindings, Machine
 from statecraft.errors import ConfigError, RetentionError, WriterLeaseError
 from statecraft.proofs.save_scenarios import save_context, shipped_machine
-from statecraft.proofs.training import rng_at, tracked_at
-from statecraft.proofs.validation_scenarios import IDENTITY
+from statecraft.proofs.validation_scenarios import save_evaluation_pending
 from statecraft.storage.filesystem import OsFilesystem
 from statecraft.storage.local import LocalStore
 
@@ -269,17 +266,7 @@ def commit(store: LocalStore, iteration: int) -> None:
 
 
 def commit_pending(store: LocalStore, iteration: int, root: str) -> None:
-    save_full_checkpoint(
-        tracked_at(iteration, salt=0),
-        store,
-        rng=rng_at(iteration),
-        data=None,
-        step=iteration,
-        lease=None,
-        machine=shipped_machine("save"),
-        location=root,
-        validation=ValidationState(IDENTITY, ValidationStage.EVALUATION_PENDING),
-    )
+    save_evaluation_pending(store, iteration, salt=0, location=root)
 
 
 def tree(root: Path) -> dict[str, bytes]:

@@ -28,15 +28,12 @@ from statecraft.checkpoint.retention_records import (
     DecisionRow,
     InvalidatedRecord,
 )
-from statecraft.checkpoint.saving import save_full_checkpoint
 from statecraft.checkpoint.transactions.retention import RetentionContext
 from statecraft.checkpoint.validation_records import (
     EVALUATED_RECORD,
     PUBLISHED_RECORD,
     EvaluatedRecord,
     PublishedRecord,
-    ValidationStage,
-    ValidationState,
 )
 from statecraft.engine import CrashPlan, Machine, RunResult
 from statecraft.engine.crash import IoGate, IoRecord
@@ -53,10 +50,12 @@ from statecraft.proofs.training import (
     LoadedState,
     fresh_objects,
     preserved_rng,
-    rng_at,
-    tracked_at,
 )
-from statecraft.proofs.validation_scenarios import IDENTITY, expected_metrics
+from statecraft.proofs.validation_scenarios import (
+    IDENTITY,
+    expected_metrics,
+    save_evaluation_pending,
+)
 from statecraft.storage.base import Store
 from statecraft.storage.sim import SimWorld
 
@@ -153,16 +152,8 @@ class RetentionScenario:
 
     # ------------------------------------------------------------------ setup
     def _validation_save(self, world: SimWorld, iteration: int) -> None:
-        save_full_checkpoint(
-            tracked_at(iteration, salt=SALT_SETUP),
-            self.store(world),
-            rng=rng_at(iteration),
-            data=None,
-            step=iteration,
-            lease=None,
-            machine=shipped_machine("save"),
-            location=CHECKPOINTS_ROOT,
-            validation=ValidationState(IDENTITY, ValidationStage.EVALUATION_PENDING),
+        save_evaluation_pending(
+            self.store(world), iteration, salt=SALT_SETUP, location=CHECKPOINTS_ROOT
         )
 
     def setup(self, world: SimWorld) -> None:

@@ -62,6 +62,7 @@ __all__ = [
     "ValidationRecovery",
     "ValidationScenario",
     "expected_metrics",
+    "save_evaluation_pending",
     "validation_scenarios",
 ]
 
@@ -78,6 +79,23 @@ IDENTITY = ValidationIdentity(
         }
     ),
 )
+
+
+def save_evaluation_pending(store: Store, iteration: int, *, salt: int, location: str) -> Any:
+    """The production save of a durable validation's checkpoint at ``iteration`` (the
+    harness's tracked objects for ``salt``, stage ``EVALUATION_PENDING``): the one place the
+    proofs and tests commit an evaluation-pending checkpoint."""
+    return save_full_checkpoint(
+        tracked_at(iteration, salt=salt),
+        store,
+        rng=rng_at(iteration),
+        data=None,
+        step=iteration,
+        lease=None,
+        machine=shipped_machine("save"),
+        location=location,
+        validation=ValidationState(IDENTITY, ValidationStage.EVALUATION_PENDING),
+    )
 
 
 def expected_metrics(step: int) -> dict[str, float]:
@@ -177,19 +195,10 @@ class ValidationScenario:
         run's finish (no save)."""
         save: Callable[[], Any] | None = None
         if salt is not None:
-            pending = ValidationState(IDENTITY, ValidationStage.EVALUATION_PENDING)
 
             def save() -> Any:
-                return save_full_checkpoint(
-                    tracked_at(self.target, salt=salt),
-                    store,
-                    rng=rng_at(self.target),
-                    data=None,
-                    step=self.target,
-                    lease=None,
-                    machine=shipped_machine("save"),
-                    location=CHECKPOINTS_ROOT,
-                    validation=pending,
+                return save_evaluation_pending(
+                    store, self.target, salt=salt, location=CHECKPOINTS_ROOT
                 )
 
         return ValidationContext(

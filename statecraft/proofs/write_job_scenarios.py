@@ -26,10 +26,8 @@ import attrs
 
 from statecraft.checkpoint.retention import RetentionPlan
 from statecraft.checkpoint.retention_policies import LatestN
-from statecraft.checkpoint.saving import save_full_checkpoint
 from statecraft.checkpoint.staging import StagingBuffers
 from statecraft.checkpoint.transactions.write_job import WriteJobContext
-from statecraft.checkpoint.validation_records import ValidationStage, ValidationState
 from statecraft.engine import CrashPlan, Machine, RunResult
 from statecraft.engine.crash import IoGate, IoRecord
 from statecraft.proofs import damaged_trees as damage
@@ -47,10 +45,8 @@ from statecraft.proofs.training import (
     LoadedState,
     fresh_objects,
     preserved_rng,
-    rng_at,
-    tracked_at,
 )
-from statecraft.proofs.validation_scenarios import IDENTITY
+from statecraft.proofs.validation_scenarios import save_evaluation_pending
 from statecraft.storage.base import Store
 from statecraft.storage.sim import SimWorld
 
@@ -206,16 +202,8 @@ class WriteJobScenario:
         store = self.store(world)
         for iteration in sorted((*self.previous, *self.pending)):
             if iteration in self.pending:
-                save_full_checkpoint(
-                    tracked_at(iteration, salt=SALT_SETUP),
-                    store,
-                    rng=rng_at(iteration),
-                    data=None,
-                    step=iteration,
-                    lease=None,
-                    machine=shipped_machine("save"),
-                    location=CHECKPOINTS_ROOT,
-                    validation=ValidationState(IDENTITY, ValidationStage.EVALUATION_PENDING),
+                save_evaluation_pending(
+                    store, iteration, salt=SALT_SETUP, location=CHECKPOINTS_ROOT
                 )
                 continue
             ctx = save_context(store, iteration, with_data=False, salt=SALT_SETUP)
