@@ -7,6 +7,7 @@ directories.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Mapping
 
 from statecraft.engine import Bindings, Machine, load_table, registry
@@ -29,6 +30,17 @@ def load_machine(name: str) -> Machine:
         MachineDefinitionError: the table or its bindings fail a static check.
     """
     return registry.load_machine(name, machines_dir())
+
+
+@functools.cache
+def shipped_machine(name: str) -> Machine:
+    """The shipped table ``name``, loaded and checked once per process (a ``Machine`` is
+    immutable; every run has its own state), for callers on a hot path such as every save.
+
+    Raises:
+        as :func:`load_machine`.
+    """
+    return load_machine(name)
 
 
 def machine_bindings(name: str) -> Bindings:

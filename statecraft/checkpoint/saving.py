@@ -12,6 +12,7 @@ first copied into reused staging buffers and the job runs on the role's backgrou
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -22,13 +23,18 @@ import attrs
 from statecraft.checkpoint.async_saving import stage_async
 from statecraft.checkpoint.layout import iter_dirname
 from statecraft.checkpoint.lease import WriterLease
+from statecraft.checkpoint.machines import shipped_machine
 from statecraft.checkpoint.manifest import SavePlan
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN
 from statecraft.checkpoint.retention import RetentionPlan, RetentionReport
 from statecraft.checkpoint.staging import StagingBuffers
 from statecraft.checkpoint.state import DataState, TrainerState
 from statecraft.checkpoint.transactions.save import SaveContext
-from statecraft.checkpoint.transactions.write_job import WriteJobContext, run_write_job
+from statecraft.checkpoint.transactions.write_job import (
+    WriteJobContext,
+    found_committed,
+    run_write_job,
+)
 from statecraft.checkpoint.validation_records import ValidationState
 from statecraft.checkpoint.write_slot import PendingSave, WriteSlot
 from statecraft.engine import RunResult
@@ -90,20 +96,10 @@ class SaveMachines:
 
     @classmethod
     def of(cls, save: Any, load: Callable[[str], Any] | None = None) -> SaveMachines:
-        """The machines around the loaded ``save`` machine (``load``: a machine loader)."""
-        loader = load or _shipped
+        """The machines around the loaded ``save`` machine (``load``: a machine loader;
+        default: the shipped tables, loaded once per process)."""
+        loader = load or shipped_machine
         return cls(save=save, write_job=loader("write_job"), retention=loader("retention"))
-
-
-_LOADED: dict[str, Any] = {}
-
-
-def _shipped(name: str) -> Any:
-    if name not in _LOADED:
-        from statecraft.checkpoint.machines import load_machine
-
-        _LOADED[name] = load_machine(name)
-    return _LOADED[name]
 
 
 def save_full_checkpoint(
@@ -163,11 +159,11 @@ def save_full_checkpoint(
     loaded = SaveMachines.of(machine, machines)
     where = f"{location}/{iter_dirname(plan.iteration)}"
 
-    def write(payloads: Mapping[str, Any], pending: PendingSave | None) -> SaveReport:
+    def write(payloads: Mapping[str, Callable[[], Any]], pending: PendingSave | None) -> SaveReport:
         return run_write(
             store,
             plan,
-            payloads={name: _given(value) for name, value in payloads.items()},
+            payloads=payloads,
             lease=lease,
             machines=loaded,
             retention=retention,
@@ -184,27 +180,22 @@ def save_full_checkpoint(
             location=where,
             staging=staging,
             slot=slot,
-            job=write,
+            job=lambda staged, pending: write(_given(staged), pending),
             started=started,
         )
         if isinstance(outcome, PendingSave):
             return outcome
-        return write(outcome.produced, None)
-    return run_write(
-        store,
-        plan,
-        payloads=producers,
-        lease=lease,
-        machines=loaded,
-        retention=retention,
-        location=where,
-        pending=None,
-        started=started,
-    )
+        return write(_given(outcome.produced), None)
+    return write(producers, None)
 
 
-def _given(value: Any) -> Callable[[], Any]:
-    return lambda: value
+def _given(payloads: Mapping[str, Any]) -> dict[str, Callable[[], Any]]:
+    """Producers of already-produced (or staged) payloads, for the save's ``stage`` step."""
+    return {name: functools.partial(_same, value) for name, value in payloads.items()}
+
+
+def _same(value: Any) -> Any:
+    return value
 
 
 def run_write(
@@ -252,7 +243,7 @@ def run_write(
         location=location,
         bytes_written=sum(r.size for r in ctx.records.values()),
         seconds=seconds,
-        retried_commit=result.observed in ("manifest_committed", "committed"),
+        retried_commit=found_committed(result),
         effects=tuple((e.effect, e.duration_s) for e in result.trace),
         blocking_seconds=blocking,
         retention=done.retention,

@@ -17,13 +17,12 @@ Every construction of a ``SaveContext`` or ``ResumeContext`` is in :func:`save_c
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
 import attrs
 
-from statecraft.checkpoint.machines import load_machine
+from statecraft.checkpoint.machines import shipped_machine
 from statecraft.checkpoint.transactions.resume import ResumeContext, ResumeResult, Tracked
 from statecraft.checkpoint.transactions.save import SaveContext, full_save_plan
 from statecraft.engine import CrashPlan, Machine, RunResult
@@ -53,12 +52,6 @@ __all__ = [
     "save_context",
     "save_scenarios",
 ]
-
-
-@functools.cache
-def shipped_machine(name: str) -> Machine:
-    """The shipped machine ``name``, loaded once (a run's state is reset when it starts)."""
-    return load_machine(name)
 
 
 def save_context(store: Store, iteration: int, *, with_data: bool, salt: int) -> SaveContext:

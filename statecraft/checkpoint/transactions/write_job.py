@@ -41,7 +41,13 @@ from statecraft.engine import Bindings, RunResult
 from statecraft.engine.tagging import Role, collect_bindings, effect, guard, observer
 from statecraft.errors import CheckpointError, RetentionError
 
-__all__ = ["WriteJobContext", "WriteJobReport", "run_write_job", "write_job_bindings"]
+__all__ = [
+    "WriteJobContext",
+    "WriteJobReport",
+    "found_committed",
+    "run_write_job",
+    "write_job_bindings",
+]
 
 log = logging.getLogger("statecraft.write_job")
 
@@ -229,7 +235,7 @@ def apply_retention(ctx: WriteJobContext) -> None:
     if plan is None:  # the retention_planned guard let this run: a table bug
         raise CheckpointError(f"{ctx.where}: apply_retention ran without a retention plan")
     started = time.perf_counter()
-    if ctx.save_result is not None and ctx.save_result.observed in _FOUND_COMMITTED:
+    if ctx.save_result is not None and found_committed(ctx.save_result):
         _require_verified(ctx)
     try:
         ctx.retention_report = run_retention(
@@ -243,9 +249,10 @@ def apply_retention(ctx: WriteJobContext) -> None:
         ctx.retention_seconds = time.perf_counter() - started
 
 
-#: the save machine's observations of an iteration found committed (a retried save: its
-#: bytes were not written, hence not digested, by this job)
-_FOUND_COMMITTED = ("manifest_committed", "committed")
+def found_committed(result: RunResult) -> bool:
+    """The save machine's run found its iteration committed already (a retried save: it only
+    completed the pointer; its bytes were not written, hence not digested, by this run)."""
+    return result.observed in ("manifest_committed", "committed")
 
 
 def _require_verified(ctx: WriteJobContext) -> None:
