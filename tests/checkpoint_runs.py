@@ -104,3 +104,17 @@ def flip_tensor_bit(path: Path) -> None:
     size = path.stat().st_size
     path.write_bytes(bytes(data))
     assert path.stat().st_size == size  # the damage must be invisible to a size check
+
+
+class NoLockStore:
+    """A local store seen without an OS path (like the simulated one): a writer lease over it
+    takes no ``flock`` and is checked by its record and PID liveness alone."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def local_path(self, path: str) -> None:
+        return None

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from checkpoint_runs import NoLockStore
 
 from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname
 from statecraft.checkpoint.lease import (
@@ -141,7 +142,7 @@ class TestAcquire:
         """Without an OS lock (a simulated store), a record whose PID is gone is taken over."""
         write_record(run, pid=dead_pid(), generation=1)
         store = LocalStore(str(run))
-        lease = acquire_lease(_NoLock(store))
+        lease = acquire_lease(NoLockStore(store))
         lease.check()
         assert json.loads((run / LEASE_NAME).read_text())["generation"] == 2
 
@@ -175,7 +176,7 @@ class TestAcquire:
         """Without an OS lock, a record whose PID is alive on this host refuses startup."""
         other = write_record(run, pid=os.getppid())
         with pytest.raises(WriterLeaseError, match=f"PID {other.pid}.*whose process is alive"):
-            acquire_lease(_NoLock(LocalStore(str(run))))
+            acquire_lease(NoLockStore(LocalStore(str(run))))
 
     def test_release_frees_the_attempt_for_another_process(self, run: Path) -> None:
         """The lock is held until release; then the record is gone and another process locks."""
@@ -187,24 +188,11 @@ class TestAcquire:
         assert try_lock(run / LOCK_NAME) == "locked"
 
 
-class _NoLock:
-    """A store without an OS path (like the simulated one): no flock, PID liveness only."""
-
-    def __init__(self, inner: LocalStore) -> None:
-        self._inner = inner
-
-    def __getattr__(self, name: str):
-        return getattr(self._inner, name)
-
-    def local_path(self, path: str) -> None:
-        return None
-
-
 class TestFence:
     def test_commit_after_the_lease_was_stolen_refuses(self, run: Path) -> None:
         """A save whose lease was taken over refuses before it commits; committed bytes stay."""
         store = LocalStore(str(run / "checkpoints"))
-        lease = acquire_lease(_NoLock(LocalStore(str(run))))
+        lease = acquire_lease(NoLockStore(LocalStore(str(run))))
         save(store, 2, lease=lease)[0].raise_for_failure()
         before = tree_sha256(run / "checkpoints")
         thief = write_record(run, pid=12345, host="elsewhere", generation=2)

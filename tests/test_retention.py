@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pytest
+from checkpoint_runs import NoLockStore
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -436,19 +437,6 @@ class TestRunRetention:
         assert not (root / "iter_000000002" / "optim.pt").exists()
 
 
-class _NoLock:
-    """A store without an OS path: the lease is checked by its record alone (no flock)."""
-
-    def __init__(self, inner: LocalStore) -> None:
-        self._inner = inner
-
-    def __getattr__(self, name: str):
-        return getattr(self._inner, name)
-
-    def local_path(self, path: str) -> None:
-        return None
-
-
 class TestRetentionRefusals:
     def test_a_lease_taken_over_stops_the_pass_before_any_removal(self, root: Path) -> None:
         """When another process took the attempt over, the pass raises WriterLeaseError and
@@ -456,7 +444,7 @@ class TestRetentionRefusals:
         store = LocalStore(root)
         for it in (2, 4):
             commit(store, it)
-        lease = acquire_lease(_NoLock(LocalStore(root.parent)))
+        lease = acquire_lease(NoLockStore(LocalStore(root.parent)))
         lease.check()
         thief = LeaseRecord(
             LEASE_SCHEMA, "other:1:abc", "elsewhere", 12345, 2, "2026-01-01T00:00:00+00:00"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from checkpoint_runs import NoLockStore
 
 from statecraft.checkpoint.evaluation import Evaluation
 from statecraft.checkpoint.lease import LEASE_NAME, LEASE_SCHEMA, LeaseRecord, acquire_lease
@@ -381,26 +382,13 @@ class TestFinishPendingValidation:
         assert snapshot(tmp_path) == before
 
 
-class _NoLock:
-    """A store without an OS path: no flock, so a test can stage a takeover of the lease."""
-
-    def __init__(self, inner: LocalStore) -> None:
-        self._inner = inner
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self._inner, name)
-
-    def local_path(self, path: str) -> None:
-        return None
-
-
 class TestWriterLease:
     def test_a_taken_over_lease_writes_no_record(self, tmp_path: Path) -> None:
         """After another owner took the lease over, the resumed validation refuses before
         publishing a record: WriterLeaseError, and the checkpoint's bytes stay."""
         run = tmp_path / "run"
         store = LocalStore(run / "checkpoints")
-        lease = acquire_lease(_NoLock(LocalStore(str(run))))
+        lease = acquire_lease(NoLockStore(LocalStore(str(run))))
         with pytest.raises(ValidationFailedError):
             validate(store, tmp_path, Evaluator(fail=True), lease=lease)
         before = snapshot(run / "checkpoints")
