@@ -34,6 +34,7 @@ __all__ = [
     "ResumeError",
     "ResumeRequiredError",
     "RetentionError",
+    "RunStoppedError",
     "SpecError",
     "SpecialFileError",
     "StatecraftError",
@@ -460,3 +461,12 @@ class WeightsOnlyResumeError(ResumeError):
     still holds its optimizer, or ``None``)."""
 
     code = "weights_only_resume"
+
+
+class RunStoppedError(CheckpointError):
+    """A ``step_end()`` or ``save()`` after the run was stopped for termination (preemption,
+    timeout, a deadline): the emergency save and the DONE record are written and the loop
+    must end. Nothing was written. Fields: ``step`` (where it stopped), ``reason``
+    (``sentinel``, ``signal SIGTERM``, ...)."""
+
+    code = "run_stopped"

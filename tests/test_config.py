@@ -712,7 +712,6 @@ class TestRequireSupported:
                 "object_store",
             ),
             ({"upload": {"enabled": True}}, "upload.enabled", True),
-            ({"emergency_checkpoint_components": "run"}, "emergency_checkpoint_components", "run"),
         ],
     )
     def test_unsupported_knob_raises(self, data: dict[str, Any], knob: str, value: object) -> None:
@@ -821,7 +820,6 @@ class TestFeatureDeclarations:
             "object-store primary": ("checkpoint_store.backend",),
             "DCP (sharded) checkpoint format": ("checkpoint_format",),
             "archive upload": ("upload.enabled",),
-            "emergency saves of the run plan": ("emergency_checkpoint_components",),
         }
         assert not any(f.built for f in features.values())
 

@@ -25,6 +25,7 @@ import attrs
 if TYPE_CHECKING:  # the facade imports this module; the report types are only annotated
     from statecraft.checkpoint.artifact_saving import ArtifactReport
     from statecraft.checkpoint.saving import SaveReport
+    from statecraft.checkpoint.stop_records import EmergencyReport
     from statecraft.checkpoint.validation_saving import ValidationReport
     from statecraft.checkpoint.write_slot import PendingSave
 
@@ -45,9 +46,13 @@ class StepEnd:
         metrics: the evaluation's metrics when it ran at this boundary (``None`` otherwise).
         validated: the evaluation ran and succeeded at this boundary (every rank).
         validation: the durable validation's report (its stage: published), on rank 0.
-        stop: the loop must stop now (termination handling arrives with emergency saves; this
-            release never asks to stop).
-        reason: why the loop must stop (``None`` while ``stop`` is false).
+        stop: the loop must stop now: a termination (signal, sentinel file, deadline) was
+            decided at this boundary, on every rank alike; the emergency save is durable and
+            the DONE record written (``finalize()`` then only joins; exit 0).
+        reason: why the loop must stop (``sentinel``, ``signal SIGTERM``, ...; ``None`` while
+            ``stop`` is false).
+        emergency: what the emergency save did at a stop (``None`` otherwise); its ``kind``
+            is ``COVERED`` when the step was already on disk.
 
     ``bool(step_end)`` is ``stop``, so ``if ckpt.step_end(): break`` stops exactly when asked.
 
@@ -63,6 +68,7 @@ class StepEnd:
     metrics: dict[str, float] | None = None
     validated: bool = False
     validation: ValidationReport | None = None
+    emergency: EmergencyReport | None = None
 
     def __bool__(self) -> bool:
         return self.stop

@@ -39,6 +39,7 @@ from statecraft.checkpoint.config.schema import (
     CheckpointConfig,
     CheckpointStoreConfig,
     DataConfig,
+    TerminationConfig,
     UploadConfig,
     ValidationConfig,
 )
@@ -59,6 +60,7 @@ __all__ = [
     "KnobRequest",
     "KnobRow",
     "StoreBackend",
+    "TerminationConfig",
     "UploadConfig",
     "ValidationConfig",
     "VerifyMode",

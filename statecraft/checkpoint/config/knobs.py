@@ -19,12 +19,14 @@ from statecraft.errors import ConfigError, ConfigIssue
 __all__ = [
     "CONFIG_SCHEMA",
     "FULL_PLAN",
+    "TERMINATION_SIGNALS",
     "CheckpointFormat",
     "Component",
     "CursorResume",
     "EmergencyPlan",
     "StoreBackend",
     "VerifyMode",
+    "parse_deadline",
 ]
 
 CONFIG_SCHEMA = "statecraft.checkpoint-config.v1"
@@ -169,6 +171,73 @@ def _components(value: Any, path: str) -> tuple[Any, list[ConfigIssue]]:
     if issues:
         return value, issues
     return tuple(c for c in FULL_PLAN if c in seen), []
+
+
+#: the signals ``termination.signals`` may name (each gets a flag-only handler)
+TERMINATION_SIGNALS = ("SIGUSR1", "SIGUSR2", "SIGTERM", "SIGINT", "SIGHUP")
+
+
+def _signals(value: Any, path: str) -> tuple[Any, list[ConfigIssue]]:
+    """A list of distinct signal names from :data:`TERMINATION_SIGNALS` (empty: none)."""
+    allowed = "a list of distinct names from " + ", ".join(TERMINATION_SIGNALS) + " (or [])"
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        return value, [ConfigIssue(path, value, allowed)]
+    issues: list[ConfigIssue] = []
+    for i, name in enumerate(value):
+        if not isinstance(name, str) or name not in TERMINATION_SIGNALS:
+            issues.append(
+                ConfigIssue(f"{path}[{i}]", name, "one of " + ", ".join(TERMINATION_SIGNALS))
+            )
+        elif name in value[:i]:
+            issues.append(ConfigIssue(f"{path}[{i}]", name, "each signal at most once"))
+    return (value if issues else tuple(value)), issues
+
+
+def _file_name(value: Any, path: str) -> tuple[Any, list[ConfigIssue]]:
+    """A plain, non-empty file name (no directory part)."""
+    ok = isinstance(value, str) and value not in ("", ".", "..") and "/" not in value
+    if ok and "\0" not in value:
+        return value, []
+    return value, [
+        ConfigIssue(path, value, "a plain file name (no '/', not empty)" + _quote_hint(value))
+    ]
+
+
+def parse_deadline(value: str) -> float | None:
+    """The wall-clock deadline ``termination.deadline`` names, as a unix time; ``None`` for
+    ``""`` (no deadline) and for ``"slurm"`` (resolved from ``$SLURM_JOB_END_TIME`` when the
+    watch starts, :mod:`statecraft.checkpoint.termination`).
+
+    Accepted: ``""``, ``"slurm"``, a unix time in whole seconds (``"1767225600"``), or an ISO
+    8601 date-time with a UTC offset (``"2026-12-01T18:00:00+00:00"``, ``...Z``).
+
+    Raises:
+        ValueError: anything else (a naive date-time is refused: which zone it means is a guess).
+    """
+    if value in ("", "slurm"):
+        return None
+    if value.isascii() and value.isdigit():
+        return float(int(value))
+    text = value[:-1] + "+00:00" if value.endswith("Z") else value
+    when = datetime.datetime.fromisoformat(text)
+    if when.tzinfo is None:
+        raise ValueError("an ISO 8601 deadline needs a UTC offset (…+00:00 or …Z)")
+    return when.timestamp()
+
+
+def _deadline(value: Any, path: str) -> tuple[Any, list[ConfigIssue]]:
+    allowed = (
+        "'' (no deadline), 'slurm' ($SLURM_JOB_END_TIME), a unix time in whole seconds, or an "
+        "ISO 8601 date-time with a UTC offset such as 2026-12-01T18:00:00Z"
+    )
+    if isinstance(value, str):
+        try:
+            parse_deadline(value)
+        except ValueError:
+            pass
+        else:
+            return value, []
+    return value, [ConfigIssue(path, value, allowed + _quote_hint(value))]
 
 
 _BACKENDS = _choice("local", "object_store")

@@ -32,10 +32,13 @@ from statecraft.checkpoint.config.knobs import (
     VerifyMode,
     _check_fields,
     _components,
+    _deadline,
+    _file_name,
     _flag,
     _raise_if,
     _resume,
     _run_ts,
+    _signals,
     _text,
 )
 from statecraft.errors import ConfigIssue
@@ -44,6 +47,7 @@ __all__ = [
     "CheckpointConfig",
     "CheckpointStoreConfig",
     "DataConfig",
+    "TerminationConfig",
     "UploadConfig",
     "ValidationConfig",
 ]
@@ -151,6 +155,41 @@ class DataConfig:
 
 
 @attrs.frozen(kw_only=True)
+class TerminationConfig:
+    """How a run learns that it must stop and save (``termination.*``; preemption and timeout).
+
+    - ``enabled``: watch for termination at every step boundary (false: never stop early).
+    - ``sentinel_dir``: the directory polled for the sentinel file; ``""`` (the default) means
+      ``$SLURM_LOG_DIR`` when that is set, else no sentinel is polled.
+    - ``sentinel_name``: the sentinel's file name (the batch script's USR1 trap creates it).
+    - ``signals``: the signals that get a flag-only handler on the main thread at
+      ``resume()`` (empty: none); a handled signal only sets a flag, read at the next step
+      boundary.
+    - ``deadline``: a wall-clock deadline: ``""`` (none), ``"slurm"`` (``$SLURM_JOB_END_TIME``),
+      a unix time, or an ISO 8601 date-time with a UTC offset.
+    - ``deadline_margin_s``: stop this many seconds before the deadline (room for one step and
+      one save).
+
+    Raises:
+        ConfigError: a knob has the wrong type or a value outside what is allowed.
+    """
+
+    _knob_prefix = "termination."
+
+    enabled: bool = attrs.field(default=True, metadata={_CHECK: _flag})
+    sentinel_dir: str = attrs.field(default="", metadata={_CHECK: _text})
+    sentinel_name: str = attrs.field(default="SIGUSR1_RECEIVED", metadata={_CHECK: _file_name})
+    signals: tuple[str, ...] = attrs.field(
+        default=("SIGUSR1", "SIGTERM"), metadata={_CHECK: _signals}
+    )
+    deadline: str = attrs.field(default="", metadata={_CHECK: _deadline})
+    deadline_margin_s: int = attrs.field(default=0, metadata={_CHECK: _COUNT})
+
+    def __attrs_post_init__(self) -> None:
+        _raise_if(_check_fields(self), "TerminationConfig")
+
+
+@attrs.frozen(kw_only=True)
 class CheckpointConfig:
     """Every checkpoint knob, validated; build it with :meth:`load` or :meth:`from_dict`.
 
@@ -195,6 +234,7 @@ class CheckpointConfig:
     upload: UploadConfig = attrs.field(factory=UploadConfig)
     validation: ValidationConfig = attrs.field(factory=ValidationConfig)
     data: DataConfig = attrs.field(factory=DataConfig)
+    termination: TerminationConfig = attrs.field(factory=TerminationConfig)
     verify: VerifyMode = attrs.field(default="digest", metadata={_CHECK: _VERIFY_MODES})
     quiet: bool = attrs.field(default=False, metadata={_CHECK: _flag})
 
@@ -328,6 +368,12 @@ class CheckpointConfig:
         return load_config(path, overrides)
 
 
-_SECTIONS: tuple[type, ...] = (CheckpointStoreConfig, UploadConfig, ValidationConfig, DataConfig)
+_SECTIONS: tuple[type, ...] = (
+    CheckpointStoreConfig,
+    UploadConfig,
+    ValidationConfig,
+    DataConfig,
+    TerminationConfig,
+)
 for _cls in (*_SECTIONS, CheckpointConfig):
     attrs.resolve_types(_cls)

@@ -130,17 +130,6 @@ UPLOAD = Feature(
     ),
 )
 
-EMERGENCY_RUN = Feature(
-    "emergency saves of the run plan",
-    requests=(
-        KnobRequest(
-            "emergency_checkpoint_components",
-            lambda v: v == "run",
-            "set emergency_checkpoint_components=full",
-        ),
-    ),
-)
-
 
 def declared_features(*modules: types.ModuleType) -> list[Feature]:
     """Every :class:`Feature` bound at the top level of ``modules`` (default: this module), in
