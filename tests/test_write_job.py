@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from statecraft.checkpoint.layout import LATEST_POINTER, format_latest
 from statecraft.checkpoint.machines import MACHINE_BINDINGS, load_machine
 from statecraft.checkpoint.retention import RetentionPlan
 from statecraft.checkpoint.retention_policies import LatestN
@@ -20,7 +21,7 @@ from statecraft.checkpoint.transactions.write_job import (
 )
 from statecraft.engine import Machine, parse_table
 from statecraft.engine.crash import FaultKind, IoGate
-from statecraft.errors import CheckpointError, RetentionError
+from statecraft.errors import CheckpointCorruptError, CheckpointError, RetentionError
 from statecraft.proofs.save_scenarios import save_context
 from statecraft.resources import machine_path
 from statecraft.storage.filesystem import OsFilesystem
@@ -234,30 +235,45 @@ class TestWriteJob:
 
 
 class TestDamagedCommitFoundByARetriedSave:
-    def test_retention_removes_nothing_when_the_found_commit_does_not_verify(
+    def test_a_damaged_commit_is_refused_and_retention_removes_nothing(
         self, tmp_path: Path
     ) -> None:
         """A save that finds iter_4 committed (a resumed run reaching a step whose newer
-        checkpoint resume passed over as damaged) only completes its pointer; when iter_4's
-        bytes do not match its manifest, retention refuses with RetentionError and iter_2, the
-        last good checkpoint, keeps every byte (its optimizer included)."""
+        checkpoint resume passed over as damaged) verifies it at level digest before the pointer
+        moves: when iter_4's bytes do not match its manifest (same size), the save refuses with
+        CheckpointCorruptError naming the file, retention never runs, and iter_2, the last good
+        checkpoint, keeps every byte (its optimizer included)."""
         store = LocalStore(tmp_path)
         saved(store, 2)
         saved(store, 4)
         model = tmp_path / "iter_000000004" / "model.pt"
         data = bytearray(model.read_bytes())
-        data[-100] ^= 0xFF  # same size: the save machine's reconcile compares sizes only
+        data[-100] ^= 0xFF  # same size: only the digest tells
         model.write_bytes(bytes(data))
         before = committed_bytes(tmp_path / "iter_000000002")
-        with pytest.raises(RetentionError) as caught:
+        with pytest.raises(CheckpointCorruptError) as caught:
             run_write_job(job(store, 4), load_machine("write_job"))
         message = str(caught.value)
-        assert "retention skipped after the save of " in message
-        assert "iter_000000004: it was found committed" in message
-        assert "(a retried save) but does not verify" in message
-        assert "Nothing was removed" in message
+        assert "iter_000000004/model.pt: digest" in message
+        assert "found committed by this retried save, which leaves latest as it was" in message
+        assert "move it aside and resume from an older one" in message
         assert committed_bytes(tmp_path / "iter_000000002") == before
         assert (tmp_path / "iter_000000002" / "optim.pt").exists()
+
+    def test_latest_is_not_moved_onto_a_damaged_commit(self, tmp_path: Path) -> None:
+        """With latest still naming iter_2 (the pointer write of iter_4 was lost), the retried
+        save of iter_4 over damaged bytes refuses and latest keeps naming iter_2."""
+        store = LocalStore(tmp_path)
+        saved(store, 2)
+        saved(store, 4)
+        (tmp_path / LATEST_POINTER).write_bytes(format_latest(2))
+        model = tmp_path / "iter_000000004" / "model.pt"
+        data = bytearray(model.read_bytes())
+        data[-100] ^= 0xFF
+        model.write_bytes(bytes(data))
+        with pytest.raises(CheckpointCorruptError, match="leaves latest as it was"):
+            run_write_job(job(store, 4, retention=None), load_machine("write_job"))
+        assert (tmp_path / LATEST_POINTER).read_bytes() == format_latest(2)
 
     def test_a_retried_save_of_an_intact_commit_still_runs_retention(self, tmp_path: Path) -> None:
         """The same retried save over an intact iter_4 verifies it and prunes iter_2 as the

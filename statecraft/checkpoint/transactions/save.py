@@ -29,7 +29,7 @@ from statecraft.checkpoint.layout import (
 from statecraft.checkpoint.lease import WriterLease
 from statecraft.checkpoint.manifest import MANIFEST_SCHEMA, FileEntry, Manifest, SavePlan
 from statecraft.checkpoint.plan import CHECKPOINT_PLAN, FULL_COMPONENTS, Phase, full_save_plan
-from statecraft.checkpoint.verify import read_manifest
+from statecraft.checkpoint.verify import read_manifest, verify_checkpoint
 from statecraft.engine import Bindings
 from statecraft.engine.tagging import Role, collect_bindings, effect, observer
 from statecraft.errors import (
@@ -282,14 +282,16 @@ def advance_latest(ctx: SaveContext) -> None:
 
 @effect(role=Role.COORDINATOR)
 def reconcile_committed(ctx: SaveContext) -> None:
-    """A retry at a committed iteration: the plan must match and the files must be there;
+    """A retry at a committed iteration: the plan must match and the files must be there and
+    verify at level ``digest`` (a damaged commit is refused, ``latest`` is not moved onto it);
     leftover writer temporaries (never part of the commit) are removed, and the iteration is
     made durable (it may have been found unsynced after a process kill) before the pointer
     moves.
 
     Raises:
         PlanDriftError: the committed plan differs (nothing is touched).
-        CheckpointCorruptError: a committed file is missing or has another size.
+        CheckpointCorruptError: a committed file is missing, has another size or other bytes
+            than its manifest records (nothing is touched).
     """
     manifest = read_manifest(ctx.store, ctx.plan.iteration)
     differences = ctx.plan.differences(manifest.plan)
@@ -309,6 +311,18 @@ def reconcile_committed(ctx: SaveContext) -> None:
                 f"committed file is {found}, manifest says {entry.size} bytes",
                 "The committed checkpoint was damaged; move it aside and resume from an older one.",
             )
+    # Sizes can match while bytes do not (a damaged commit): the pointer never moves onto
+    # an iteration this process did not write unless it verifies at level digest.
+    try:
+        verify_checkpoint(
+            ctx.store, ctx.plan.iteration, level="digest", writer=ctx.writer, keep_payloads=False
+        )
+    except CheckpointCorruptError as exc:
+        raise CheckpointCorruptError(
+            exc.path,
+            f"{exc.problem} (found committed by this retried save, which leaves latest as it was)",
+            "The committed checkpoint was damaged; move it aside and resume from an older one.",
+        ) from None
     sweep = getattr(ctx.store, "sweep_temporaries", None)
     if sweep is not None:
         sweep(ctx.iter_dir)

@@ -36,10 +36,9 @@ import attrs
 from statecraft.checkpoint.lease import WriterLease
 from statecraft.checkpoint.retention import RetentionPlan, RetentionReport, run_retention
 from statecraft.checkpoint.transactions.save import SaveContext
-from statecraft.checkpoint.verify import verify_checkpoint
 from statecraft.engine import Bindings, RunResult
 from statecraft.engine.tagging import Role, collect_bindings, effect, guard, observer
-from statecraft.errors import CheckpointError, RetentionError
+from statecraft.errors import CheckpointError
 
 __all__ = [
     "WriteJobContext",
@@ -235,8 +234,6 @@ def apply_retention(ctx: WriteJobContext) -> None:
     if plan is None:  # the retention_planned guard let this run: a table bug
         raise CheckpointError(f"{ctx.where}: apply_retention ran without a retention plan")
     started = time.perf_counter()
-    if ctx.save_result is not None and found_committed(ctx.save_result):
-        _require_verified(ctx)
     try:
         ctx.retention_report = run_retention(
             ctx.save.store,
@@ -253,28 +250,6 @@ def found_committed(result: RunResult) -> bool:
     """The save machine's run found its iteration committed already (a retried save: it only
     completed the pointer; its bytes were not written, hence not digested, by this run)."""
     return result.observed in ("manifest_committed", "committed")
-
-
-def _require_verified(ctx: WriteJobContext) -> None:
-    """A retried save only completed the pointer of an iteration it found committed (the save
-    machine compares plan and sizes, not digests). Before retention may remove older
-    checkpoints, that iteration must verify at level ``digest``: a damaged commit kept as the
-    newest would otherwise cost the last good checkpoint its optimizer, or its existence.
-
-    Raises:
-        RetentionError: the iteration does not verify; retention removed nothing.
-    """
-    try:
-        verify_checkpoint(ctx.save.store, ctx.iteration, level="digest", keep_payloads=False)
-    except Exception as exc:
-        raise RetentionError(
-            f"retention skipped after the save of {ctx.where}: it was found committed (a retried "
-            f"save) but does not verify ({exc}). Nothing was removed, so the older checkpoints "
-            f"stay as they are; move {ctx.where} aside and resume from the newest checkpoint "
-            "that verifies",
-            path=ctx.where,
-            iteration=ctx.iteration,
-        ) from None
 
 
 @effect(role=Role.COORDINATOR)
