@@ -33,7 +33,6 @@ from __future__ import annotations
 import datetime as dt
 import errno
 import fcntl
-import json
 import logging
 import os
 import socket
@@ -43,8 +42,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import attrs
-import cattrs
 
+from statecraft.checkpoint.lease_record import (
+    LEASE_NAME,
+    LEASE_SCHEMA,
+    LeaseRecord,
+    pid_alive,
+    read_lease,
+)
 from statecraft.errors import StoreConflictError, WriterLeaseError
 from statecraft.storage.base import Store
 
@@ -61,85 +66,12 @@ __all__ = [
 
 log = logging.getLogger("statecraft.lease")
 
-LEASE_NAME = ".statecraft-writer.lease"
 LOCK_NAME = ".statecraft-writer.lock"
-LEASE_SCHEMA = "statecraft.writer-lease.v1"
 LAUNCH_LOCK_NAME = ".statecraft-launch.lock"
 _LAUNCH_WAIT_S = 30.0  # how long a launch waits for another launch to finish resolving
-_MAX_LEASE_BYTES = 64 << 10
 _RECORD_WAIT_S = 3.0  # how long a refused starter waits for the owner's record, to name it
 
-_converter = cattrs.Converter(forbid_extra_keys=True)
 _PROCESS_LOCKS: dict[str, int] = {}  # real lock path -> the descriptor holding the flock
-
-
-@attrs.frozen
-class LeaseRecord:
-    """Who owns the attempt: ``owner`` (unique per acquisition), ``host``, ``pid``,
-    ``generation`` (1 at first, +1 at each takeover), ``created`` (ISO 8601, UTC)."""
-
-    schema: str
-    owner: str
-    host: str
-    pid: int
-    generation: int
-    created: str
-
-    def encode(self) -> bytes:
-        return (json.dumps(_converter.unstructure(self), sort_keys=True, indent=2) + "\n").encode()
-
-    @classmethod
-    def decode(cls, data: bytes, where: str) -> LeaseRecord:
-        """Parse a lease file.
-
-        Raises:
-            WriterLeaseError: not JSON, another schema, or fields missing / of the wrong type.
-        """
-        try:
-            raw = json.loads(data.decode("utf-8"))
-            record = _converter.structure(raw, cls)
-        except (ValueError, TypeError, KeyError, cattrs.BaseValidationError) as exc:
-            raise WriterLeaseError(
-                f"{where}: the writer lease does not parse ({type(exc).__name__}: {exc}); "
-                "expected a statecraft.writer-lease.v1 record. Remove it only if no other "
-                "process writes this attempt",
-                path=where,
-            ) from None
-        if record.schema != LEASE_SCHEMA:
-            raise WriterLeaseError(
-                f"{where}: writer lease schema {record.schema!r}, expected {LEASE_SCHEMA!r}",
-                path=where,
-            )
-        return record
-
-    def describe(self) -> str:
-        return (
-            f"owner {self.owner} (host {self.host}, PID {self.pid}, generation "
-            f"{self.generation}, since {self.created})"
-        )
-
-    def fields(self) -> dict[str, object]:
-        return {
-            "owner": self.owner,
-            "host": self.host,
-            "pid": self.pid,
-            "generation": self.generation,
-            "since": self.created,
-        }
-
-
-def pid_alive(record: LeaseRecord) -> bool:
-    """True when ``record``'s PID runs on this host (another host's owner counts as alive:
-    we cannot tell, so we fail closed)."""
-    if record.host != socket.gethostname():
-        return True
-    try:
-        os.kill(record.pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _lock(store: Store) -> bool | None:
@@ -167,24 +99,6 @@ def _unlock(store: Store) -> None:
     fd = _PROCESS_LOCKS.pop(real, None) if real is not None else None
     if fd is not None:
         os.close(fd)  # closing the only descriptor releases the flock
-
-
-def _read(store: Store) -> LeaseRecord | None:
-    where = f"{store.describe()}/{LEASE_NAME}"
-    stat = store.stat(LEASE_NAME)
-    if stat is None:
-        return None
-    if stat.is_dir or stat.size > _MAX_LEASE_BYTES:
-        raise WriterLeaseError(
-            f"{where} is a directory or over {_MAX_LEASE_BYTES} bytes; expected a small "
-            "statecraft.writer-lease.v1 record. Move it aside",
-            path=where,
-        )
-    try:
-        data = store.read_bytes(LEASE_NAME)
-    except FileNotFoundError:
-        return None
-    return LeaseRecord.decode(data, where)
 
 
 def _refuse_live(where: str, other: LeaseRecord | None, how: str) -> WriterLeaseError:
@@ -229,12 +143,12 @@ class WriterLease:
         """
         if self.published:
             return
-        current = _read(self.store)
+        current = read_lease(self.store)
         if current is None:
             try:
                 self.store.create_exclusive(LEASE_NAME, self.record.encode())
             except StoreConflictError:
-                current = _read(self.store)
+                current = read_lease(self.store)
                 raise self._stolen(current) from None
         elif self.previous is None or current != self.previous:
             raise self._stolen(current)
@@ -276,14 +190,14 @@ class WriterLease:
         if not self.published:
             self.publish()
             return
-        current = _read(self.store)
+        current = read_lease(self.store)
         if current != self.record:
             raise self._stolen(current)
 
     def release(self) -> None:
         """Give the lease up: remove the record if it is still ours, drop the lock."""
         try:
-            current = _read(self.store)
+            current = read_lease(self.store)
         except WriterLeaseError:
             current = None
         if self.published and current == self.record:
@@ -326,7 +240,7 @@ def acquire_lease(
     held_before = real is not None and real in _PROCESS_LOCKS
     locked = _lock(store)
     try:
-        existing = _read(store)
+        existing = read_lease(store)
     except WriterLeaseError:
         if locked is False:
             raise _refuse_live(where, None, "lock is held") from None
@@ -336,7 +250,7 @@ def acquire_lease(
         deadline = time.monotonic() + _RECORD_WAIT_S
         while existing is None and time.monotonic() < deadline:
             time.sleep(0.05)
-            existing = _read(store)
+            existing = read_lease(store)
         raise _refuse_live(where, existing, "lock is held")
     same_process = existing is not None and existing.host == host and existing.pid == pid
     if existing is not None and same_process and (held_before or locked is None):
