@@ -323,6 +323,7 @@ def roll_pointer_forward(
         plan=plan,
         payloads={name: _never_staged(name) for name in plan.files},
         lease=lease,
+        found_level="size",  # resume verified it at the configured level before adopting it
     )
     machine.recover(ctx).raise_for_failure()
     line = f"latest pointer rolled forward to {iter_dirname(iteration)} (was {_describe(behind)})"

@@ -76,6 +76,10 @@ class SaveContext:
         lease: this process's writer lease (:mod:`statecraft.checkpoint.lease`), checked
             before every publication and removal; ``None`` (the crash harness's single
             writer, tools) skips only the lease check, never the no-manifest check.
+        found_level: how a retry verifies an iteration it finds committed before the pointer
+            moves onto it (``reconcile_committed``): ``"digest"`` (a save) or ``"size"``
+            (resume's pointer roll-forward, which adopted the iteration after verifying it at
+            the configured ``verify`` level).
     """
 
     store: Store
@@ -87,6 +91,7 @@ class SaveContext:
     records: dict[str, FileRecord] = attrs.field(factory=dict)
     commit_conflict: bool = False
     lease: WriterLease | None = None
+    found_level: str = "digest"
 
     def __attrs_post_init__(self) -> None:
         missing = sorted(set(self.plan.files) - set(self.payloads))
@@ -283,7 +288,7 @@ def advance_latest(ctx: SaveContext) -> None:
 @effect(role=Role.COORDINATOR)
 def reconcile_committed(ctx: SaveContext) -> None:
     """A retry at a committed iteration: the plan must match and the files must be there and
-    verify at level ``digest`` (a damaged commit is refused, ``latest`` is not moved onto it);
+    verify at ``found_level`` (a damaged commit is refused, ``latest`` is not moved onto it);
     leftover writer temporaries (never part of the commit) are removed, and the iteration is
     made durable (it may have been found unsynced after a process kill) before the pointer
     moves.
@@ -312,10 +317,14 @@ def reconcile_committed(ctx: SaveContext) -> None:
                 "The committed checkpoint was damaged; move it aside and resume from an older one.",
             )
     # Sizes can match while bytes do not (a damaged commit): the pointer never moves onto
-    # an iteration this process did not write unless it verifies at level digest.
+    # an iteration this process did not write unless it verifies (at level digest for a save).
     try:
         verify_checkpoint(
-            ctx.store, ctx.plan.iteration, level="digest", writer=ctx.writer, keep_payloads=False
+            ctx.store,
+            ctx.plan.iteration,
+            level=ctx.found_level,
+            writer=ctx.writer,
+            keep_payloads=False,
         )
     except CheckpointCorruptError as exc:
         raise CheckpointCorruptError(
