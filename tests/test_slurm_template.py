@@ -74,7 +74,7 @@ class TestSlurmTemplate:
         text = TEMPLATE.read_text()
         assert "#SBATCH --signal=B:SIGUSR1@600" in text
         assert "#SBATCH --requeue" in text
-        assert "trap 'touch \"$SLURM_LOG_DIR/SIGUSR1_RECEIVED\"" in text
+        assert 'trap \'touch "$SLURM_LOG_DIR/SIGUSR1_RECEIVED"' in text
         assert text.count('wait "$launcher"') == 2
 
     def test_usr1_to_the_shell_writes_the_sentinel_and_the_script_exits_0(self, tmp_path):
