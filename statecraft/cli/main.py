@@ -7,7 +7,7 @@ Subcommands:
                                 (machines and crashcheck take --machines-dir/--specs-dir)
     demo                        train, SIGKILL, resume, compare bit-for-bit with a clean run
     inspect PATH [--verify]     attempts and checkpoints under PATH and what resume=auto would pick
-    bench save | validation | async | engine   ratios against baselines in one process
+    bench save | validation | async | emergency | engine   ratios against baselines
 
 ``--json`` prints one versioned envelope: ``{"result_version", "command", "status",
 "exit_code", "data", "errors": [{"code", "message"}]}``; failures use the same shape.
@@ -122,6 +122,16 @@ def build_parser() -> argparse.ArgumentParser:
     basync.add_argument("--dir", help="directory to write in (default: a temporary one)")
     basync.add_argument("--json", action="store_true")
     basync.set_defaults(func=_lazy("statecraft.cli.bench.async_save", "run_bench_async"))
+    bemerg = bsub.add_parser(
+        "emergency", help="stop decision to durable emergency checkpoint vs a plain save"
+    )
+    bemerg.add_argument("--size-mib", type=int, default=64, help="state size (default 64)")
+    bemerg.add_argument(
+        "--repeat", "--repeats", type=int, default=5, help="runs of each (default 5, median)"
+    )
+    bemerg.add_argument("--dir", help="directory to write in (default: a temporary one)")
+    bemerg.add_argument("--json", action="store_true")
+    bemerg.set_defaults(func=_lazy("statecraft.cli.bench.emergency", "run_bench_emergency"))
     bengine = bsub.add_parser("engine", help="engine overhead per transition")
     bengine.add_argument("--transitions", type=int, default=20000)
     bengine.add_argument("--json", action="store_true")
