@@ -1,0 +1,313 @@
+"""Preemption in real processes: a training subprocess (``statecraft.cli.demo_train``) is
+stopped by the sentinel file, by SIGUSR1 and by SIGTERM; each exits 0 with the reason in
+``DONE.json`` and an emergency checkpoint at the step it stopped, and the requeued (unchanged)
+command resumes and finishes bit-identical to an uninterrupted run. A two-rank gloo run where
+only rank 1 receives SIGTERM stops both ranks at the same step with one checkpoint.
+
+Every process writes only under ``tmp_path`` (``TMPDIR`` and ``SLURM_LOG_DIR`` point there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from statecraft.checkpoint.layout import LATEST_POINTER, parse_latest
+from statecraft.checkpoint.stop_records import DONE_FILE, DONE_SCHEMA
+from statecraft.checkpoint.transactions.resume import verify_checkpoint
+from statecraft.cli.demo.compare import compare_checkpoints
+from statecraft.cli.demo.disk import checkpoints_dir, committed_iterations
+from statecraft.storage.local import LocalStore
+
+pytestmark = pytest.mark.slow
+
+STEPS = 30
+SAVE_EVERY = 10
+TRIGGER_STEP = 13  # off the cadence: the emergency checkpoint is one of its own
+STEP_SLEEP = 0.05  # after each step line, before the boundary: time for the parent to act
+SENTINEL = "SIGUSR1_RECEIVED"
+TIMEOUT_S = 120.0
+
+
+def _command(out: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "statecraft.cli.demo_train",
+        "--out",
+        str(out),
+        "--steps",
+        str(STEPS),
+        "--save-every",
+        str(SAVE_EVERY),
+        "--step-sleep",
+        str(STEP_SLEEP),
+    ]
+
+
+def _env(tmp: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("SLURM_LOG_DIR", "WORLD_SIZE")}
+    return {**env, "TMPDIR": str(tmp), "PYTHONUNBUFFERED": "1", **extra}
+
+
+class Training:
+    """One training process, its progress lines read on a thread; killed if it outlives the
+    test (by the pid this object started)."""
+
+    def __init__(self, command: list[str], env: dict[str, str], log: Path) -> None:
+        self.log = log
+        self._stderr = open(log, "w")  # noqa: SIM115 - closed in wait()
+        self.proc = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=self._stderr, text=True, env=env
+        )
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._queue.put(line.rstrip("\n"))
+        self._queue.put(None)
+
+    def wait_for(self, line: str) -> None:
+        """Read progress lines until ``line``; fail when the process ends first."""
+        deadline = time.monotonic() + TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                got = self._queue.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if got is None:
+                self._queue.put(None)
+                pytest.fail(f"the process ended before {line!r}: {self.lines[-3:]}; {self.tail()}")
+            self.lines.append(got)
+            if got == line:
+                return
+        pytest.fail(f"no {line!r} within {TIMEOUT_S} s")
+
+    def wait(self) -> int:
+        """The exit status, after every progress line was read."""
+        try:
+            code = self.proc.wait(timeout=TIMEOUT_S)
+        finally:
+            if self.proc.poll() is None:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+            self._stderr.close()
+        while (got := self._queue.get(timeout=10)) is not None:
+            self.lines.append(got)
+        return code
+
+    def tail(self) -> str:
+        return " | ".join(self.log.read_text(errors="replace").strip().splitlines()[-8:])
+
+    def find(self, kind: str) -> list[list[str]]:
+        return [line.split(" ") for line in self.lines if line.split(" ")[0] == kind]
+
+
+def _run_to_end(command: list[str], env: dict[str, str], log: Path) -> Training:
+    training = Training(command, env, log)
+    code = training.wait()
+    assert code == 0, training.tail()
+    return training
+
+
+def _stopped(training: Training) -> tuple[int, str, str, float, str]:
+    """(step, kind, path, seconds, reason) of the process's one ``stopped`` line."""
+    stops = training.find("stopped")
+    assert len(stops) == 1, training.lines[-5:]
+    _, step, kind, path, seconds, *reason = stops[0]
+    return int(step), kind, path, float(seconds), " ".join(reason)
+
+
+def _done(run_dir: Path) -> dict:
+    record = json.loads((run_dir / DONE_FILE).read_text())
+    assert record["schema"] == DONE_SCHEMA
+    return record
+
+
+def _final(out: Path) -> Path:
+    directory = checkpoints_dir(out)
+    assert directory is not None
+    return directory / f"iter_{STEPS:09d}"
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The final checkpoint of one uninterrupted single-process run of the same command."""
+    tmp = tmp_path_factory.mktemp("reference")
+    _run_to_end(_command(tmp / "out"), _env(tmp), tmp / "reference.log")
+    return _final(tmp / "out")
+
+
+def _sentinel(logs: Path, training: Training) -> None:
+    (logs / SENTINEL).touch()
+
+
+def _signal(number: signal.Signals) -> Callable[[Path, Training], None]:
+    def send(logs: Path, training: Training) -> None:
+        os.kill(training.proc.pid, number)  # the process this test started, by its pid
+
+    return send
+
+
+class TestOneProcess:
+    @pytest.mark.parametrize(
+        ("trigger", "reason"),
+        [
+            (_sentinel, "sentinel"),
+            (_signal(signal.SIGUSR1), "signal SIGUSR1"),
+            (_signal(signal.SIGTERM), "signal SIGTERM"),
+        ],
+        ids=["sentinel", "SIGUSR1", "SIGTERM"],
+    )
+    def test_stop_saves_exits_0_and_the_requeue_resumes_bit_exactly(
+        self,
+        tmp_path: Path,
+        reference: Path,
+        trigger: Callable[[Path, Training], None],
+        reason: str,
+    ) -> None:
+        """The stopped process exits 0 with an emergency checkpoint at the step it stopped
+        and the reason in DONE.json; the unchanged command resumes there and its final
+        checkpoint is bit-identical to the uninterrupted run's."""
+        logs = tmp_path / "slurm-logs"
+        logs.mkdir()
+        out = tmp_path / "out"
+        env = _env(tmp_path, SLURM_LOG_DIR=str(logs))
+        training = Training(_command(out), env, tmp_path / "window-1.log")
+        training.wait_for(f"step {TRIGGER_STEP}")
+        trigger(logs, training)
+        assert training.wait() == 0, training.tail()
+
+        step, kind, path, seconds, said = _stopped(training)
+        assert said == reason
+        assert TRIGGER_STEP <= step < STEPS
+        assert (kind, path) == ("checkpoint", f"checkpoints/iter_{step:09d}")
+        assert seconds > 0
+        assert training.lines[-1] == f"done {step}"  # finalize() after the stop saved nothing
+        assert not [x for x in training.find("step") if int(x[1]) > step]
+        ckpt_dir = checkpoints_dir(out)
+        assert ckpt_dir is not None
+        run_dir = ckpt_dir.parent
+        assert committed_iterations(ckpt_dir) == [10, step]
+        assert verify_checkpoint(LocalStore(str(ckpt_dir)), step).iteration == step
+        assert parse_latest((ckpt_dir / LATEST_POINTER).read_bytes()) == step
+        done = _done(run_dir)
+        assert (done["step"], done["preempted"], done["checkpoint"], done["saved"]) == (
+            step,
+            reason,
+            path,
+            True,
+        )
+        assert done["seconds_to_durable"] == pytest.approx(seconds, abs=1e-3)
+        assert done["pid"] == training.proc.pid
+        assert (
+            f"stopping at step {step}: {reason}; emergency save checkpoint {path} durable in "
+            in (tmp_path / "window-1.log").read_text()
+        )
+        if reason == "sentinel":  # consumed by rank 0, so the requeued window does not stop
+            assert not (logs / SENTINEL).exists()
+            assert (logs / f"{SENTINEL}.consumed").is_file()
+
+        requeued = _run_to_end(_command(out), env, tmp_path / "window-2.log")
+        resumed = requeued.find("resumed")
+        assert resumed[0][1] == str(step)
+        assert resumed[0][2].endswith(f"iter_{step:09d}")
+        assert requeued.lines[-1] == f"done {STEPS}"
+        assert not requeued.find("stopped")
+        assert compare_checkpoints(reference, _final(out)) == []
+        done = _done(run_dir)
+        assert (done["step"], done["preempted"]) == (STEPS, None)
+        assert (
+            f"previous window ended at step {step}: preempted: {reason}"
+            in (tmp_path / "window-2.log").read_text()
+        )
+
+
+# ------------------------------------------------------------------------------ two ranks
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _ranks(out: Path, tmp: Path, window: str) -> list[Training]:
+    """Two ranks of the command (torchrun's environment by hand: RANK, WORLD_SIZE,
+    MASTER_ADDR, MASTER_PORT), in one gloo process group."""
+    port = str(_free_port())
+    return [
+        Training(
+            _command(out),
+            _env(
+                tmp,
+                RANK=str(rank),
+                LOCAL_RANK=str(rank),
+                WORLD_SIZE="2",
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=port,
+            ),
+            tmp / f"{window}-rank{rank}.log",
+        )
+        for rank in (0, 1)
+    ]
+
+
+def _all_exit_0(ranks: list[Training]) -> None:
+    codes = [rank.wait() for rank in ranks]
+    assert codes == [0, 0], [rank.tail() for rank in ranks]
+
+
+@pytest.fixture(scope="module")
+def reference_two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The final checkpoint of one uninterrupted two-rank run of the same command."""
+    tmp = tmp_path_factory.mktemp("reference-2")
+    _all_exit_0(_ranks(tmp / "out", tmp, "reference"))
+    return _final(tmp / "out")
+
+
+class TestTwoGlooRanks:
+    def test_sigterm_to_rank_1_stops_both_at_one_step_and_the_requeue_is_exact(
+        self, tmp_path: Path, reference_two_ranks: Path
+    ) -> None:
+        """Only rank 1 receives SIGTERM: both ranks stop at the same step with one emergency
+        checkpoint, exit 0, DONE.json names the reason, and the requeued two ranks finish
+        bit-identical to an uninterrupted two-rank run."""
+        out = tmp_path / "out"
+        ranks = _ranks(out, tmp_path, "window-1")
+        ranks[1].wait_for(f"step {TRIGGER_STEP}")
+        os.kill(ranks[1].proc.pid, signal.SIGTERM)  # rank 1 only, the process we started
+        _all_exit_0(ranks)
+        stops = [_stopped(rank) for rank in ranks]
+        step = stops[0][0]
+        assert [(s[0], s[1], s[2], s[4]) for s in stops] == [
+            (step, "checkpoint", f"checkpoints/iter_{step:09d}", "signal SIGTERM")
+        ] * 2
+        assert TRIGGER_STEP <= step < STEPS
+        assert [rank.lines[-1] for rank in ranks] == [f"done {step}", f"done {step}"]
+        ckpt_dir = checkpoints_dir(out)
+        assert ckpt_dir is not None
+        assert committed_iterations(ckpt_dir) == [10, step]
+        assert verify_checkpoint(LocalStore(str(ckpt_dir)), step).iteration == step
+        done = _done(ckpt_dir.parent)
+        assert (done["step"], done["preempted"], done["saved"]) == (step, "signal SIGTERM", True)
+
+        requeued = _ranks(out, tmp_path, "window-2")
+        _all_exit_0(requeued)
+        for rank in requeued:
+            assert rank.find("resumed")[0][1] == str(step)
+            assert rank.lines[-1] == f"done {STEPS}"
+        assert compare_checkpoints(reference_two_ranks, _final(out)) == []
+        assert _done(ckpt_dir.parent)["preempted"] is None
