@@ -170,6 +170,28 @@ class TestSignals:
         deliver(signal.SIGINT, lambda: bool(watch.signals_received))
         assert watch.observed() == "signal SIGINT"
 
+    @pytest.mark.parametrize("previous", ["default", "python"])
+    def test_a_forked_child_keeps_its_previous_behaviour(self, previous: str) -> None:
+        """A child forked after install() (a DataLoader worker) dies of SIGTERM, or runs the
+        previous Python handler; the parent records nothing."""
+        if previous == "python":
+            signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(7))
+        watch = watch_of()
+        watch.install()
+        child = os.fork()
+        if child == 0:  # the child: only async-safe calls, and never back into pytest
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            finally:
+                os._exit(3)  # survived the signal: the handler swallowed it
+        _, status = os.waitpid(child, 0)
+        if previous == "python":
+            assert os.waitstatus_to_exitcode(status) == 7
+        else:
+            assert os.waitstatus_to_exitcode(status) == -signal.SIGTERM
+        assert watch.signals_received == ()
+
     def test_an_unlisted_signal_is_not_handled(self) -> None:
         """Only the listed signals get the flag-only handler."""
         before = signal.getsignal(signal.SIGUSR2)
