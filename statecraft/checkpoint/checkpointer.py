@@ -47,8 +47,8 @@ from statecraft.checkpoint.boundary_run import BoundaryRunner
 from statecraft.checkpoint.boundary_step import due_boundary, execute
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.config.plans import plan_warnings
-from statecraft.checkpoint.facade_parts import check_arguments, close_facade
 from statecraft.checkpoint.evaluation import Evaluation, Evaluator
+from statecraft.checkpoint.facade_parts import check_arguments, close_facade
 from statecraft.checkpoint.layout import RunAttempt, RunIdentity, as_run_identity
 from statecraft.checkpoint.lease import WriterLease
 from statecraft.checkpoint.lifecycle import Lifecycle
@@ -146,6 +146,7 @@ class Checkpointer:
         self.termination = TerminationWatch(config.termination, collective)
         self.stopped: StopDecision | None = None  # the stop decided at a step_end()
         self._stop_end: StepEnd | None = None  # what that step_end() did
+        self._closed = False  # close() ran
         self._lifecycle = Lifecycle()  # resume once, before saving (lifecycle.py)
         self._resume_machine = load_machine("resume")
         self.retention = RetentionPlan.from_config(config) if retention is None else retention
@@ -273,7 +274,7 @@ class Checkpointer:
         Raises:
             Exception: a background write's error (the lease is released all the same).
         """
-        if not getattr(self, "_closed", False):
+        if not self._closed:
             close_facade(self)
 
     def _ensure_attempt(self) -> Store:

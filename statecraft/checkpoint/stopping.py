@@ -46,12 +46,14 @@ def poll_stop(ckpt: Checkpointer) -> StepEnd | None:
     clocks = ckpt.tracked.clocks
     if not ckpt.config.termination.enabled or not clocks.quiescent or ckpt.step <= 0:
         return None
-    decision = ckpt.termination.should_stop()
+    watch = ckpt.termination
+    decision = watch.should_stop(step=ckpt.step)
     if not decision.stop:
         return None
     end = stop_boundary(ckpt, decision)
     if ckpt.collective.rank == 0:
-        ckpt.termination.consume_sentinel()
+        watch.consume_sentinel()
+    watch.log_late_signals()  # a second signal during the save changed nothing
     ckpt.stopped = decision
     ckpt._stop_end = end
     return end
