@@ -166,24 +166,34 @@ class TestStopAtAStep:
         )
         ckpt.resume()
         run_to(ckpt, objects, 2)  # the cadence save of step 2 goes to the background
-        assert gate.held.wait(10) and ckpt._boundaries.writes.in_flight()
+        assert gate.held.wait(10)
+        assert ckpt._boundaries.writes.in_flight()
         (sentinels / SENTINEL).touch()
         threading.Timer(0.3, gate.release.set).start()
         caplog.set_level(logging.INFO, logger="statecraft")
         end = step(ckpt, objects)
-        assert end and end.stop and end.reason == "sentinel"
-        assert end.emergency is not None and end.emergency.kind is EmergencyKind.CHECKPOINT
+        assert end
+        assert end.stop
+        assert end.reason == "sentinel"
+        assert end.emergency is not None
+        assert end.emergency.kind is EmergencyKind.CHECKPOINT
         assert end.emergency.path == "checkpoints/iter_000000003"
-        assert end.saved is not None and end.saved.iteration == 3 and not end.saved.asynchronous
+        assert end.saved is not None
+        assert end.saved.iteration == 3
+        assert not end.saved.asynchronous
         assert [s.iteration for s in ckpt.saves] == [2, 3]  # joined first, then the stop
         assert latest(out).endswith("iter_000000003")
         record = done(out)
-        assert record["preempted"] == "sentinel" and record["step"] == 3 and record["saved"]
+        assert record["preempted"] == "sentinel"
+        assert record["step"] == 3
+        assert record["saved"]
         assert record["checkpoint"] == "checkpoints/iter_000000003"
-        assert not (sentinels / SENTINEL).exists() and (sentinels / f"{SENTINEL}.consumed").exists()
+        assert not (sentinels / SENTINEL).exists()
+        assert (sentinels / f"{SENTINEL}.consumed").exists()
         assert "stopping at step 3: sentinel; emergency save checkpoint " in caplog.text
         assert "checkpoints/iter_000000003 durable in " in caplog.text
-        assert ckpt.stopped is not None and ckpt.stopped.reason == "sentinel"
+        assert ckpt.stopped is not None
+        assert ckpt.stopped.reason == "sentinel"
         ckpt.close()
 
     def test_after_a_stop_finalize_writes_nothing_and_step_end_and_save_refuse(
@@ -199,9 +209,11 @@ class TestStopAtAStep:
         run_to(ckpt, objects, 2)
         os.kill(os.getpid(), signal.SIGUSR1)
         end = step(ckpt, objects)
-        assert end.reason == "signal SIGUSR1" and done(out)["preempted"] == "signal SIGUSR1"
+        assert end.reason == "signal SIGUSR1"
+        assert done(out)["preempted"] == "signal SIGUSR1"
         before = snapshot(out)
-        assert ckpt.finalize() is end.saved and ckpt.final is end
+        assert ckpt.finalize() is end.saved
+        assert ckpt.final is end
         assert snapshot(out) == before
         objects.step()
         ckpt.record(sc.Outcome.APPLIED)
@@ -211,7 +223,8 @@ class TestStopAtAStep:
             message = str(caught.value)
             assert f"{name} after the run was stopped at step 3 (signal SIGUSR1)" in message
             assert "break out of the loop and call finalize()" in message
-            assert caught.value.step == 3 and caught.value.reason == "signal SIGUSR1"
+            assert caught.value.step == 3
+            assert caught.value.reason == "signal SIGUSR1"
         assert snapshot(out) == before
         ckpt.close()
 
@@ -234,7 +247,8 @@ class TestStopAtAStep:
         errors = [r for r in caplog.records if r.levelno == logging.ERROR]
         assert any("background save of iter_000000002 failed" in r.getMessage() for r in errors)
         assert "going on with the emergency save of step 3" in caplog.text
-        assert end.emergency is not None and end.emergency.kind is EmergencyKind.CHECKPOINT
+        assert end.emergency is not None
+        assert end.emergency.kind is EmergencyKind.CHECKPOINT
         assert done(out)["checkpoint"] == "checkpoints/iter_000000003"
         assert latest(out).endswith("iter_000000003")
         ckpt.close()
@@ -253,10 +267,12 @@ class TestStopAtAStep:
         ckpt.close()
         again, _ = stopping(out, sentinels)
         result = again.resume()
-        assert result.step == 3 and result.source.endswith("iter_000000003")
+        assert result.step == 3
+        assert result.source.endswith("iter_000000003")
         again.close()
         assert_same(requeue(out, sentinels, 6), uninterrupted(tmp_path, 6))
-        assert done(out)["preempted"] is None and done(out)["step"] == 6
+        assert done(out)["preempted"] is None
+        assert done(out)["step"] == 6
 
     def test_resume_logs_the_previous_window(
         self, tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -324,11 +340,14 @@ class TestSkipByCoverage:
         (sentinels / SENTINEL).touch()
         caplog.set_level(logging.INFO, logger="statecraft")
         end = ckpt.step_end()  # the same step, after the save
-        assert end.stop and end.emergency is not None
-        assert end.emergency.kind is EmergencyKind.COVERED and end.saved is None
+        assert end.stop
+        assert end.emergency is not None
+        assert end.emergency.kind is EmergencyKind.COVERED
+        assert end.saved is None
         assert {k: v for k, v in snapshot(out).items() if "iter_" in k} == committed
         record = done(out)
-        assert record["checkpoint"] == "checkpoints/iter_000000003" and not record["saved"]
+        assert record["checkpoint"] == "checkpoints/iter_000000003"
+        assert not record["saved"]
         assert (
             "stopping at step 3: sentinel; emergency save already on disk "
             "(checkpoints/iter_000000003), nothing saved"
@@ -354,7 +373,8 @@ class TestSkipByCoverage:
         ckpt.validate_with(lambda step: {"loss": 1.0 / step}, source="heldout")
         ckpt.resume()
         end = run_to(ckpt, objects, 2)
-        assert end.artifact is not None and end.artifact.components == ("model",)
+        assert end.artifact is not None
+        assert end.artifact.components == ("model",)
         (sentinels / SENTINEL).touch()
         return out, ckpt, ckpt.step_end()
 
@@ -363,7 +383,7 @@ class TestSkipByCoverage:
     ) -> None:
         """run plan [model] with the step's validation artifact [model]: COVERED, DONE names
         the artifact."""
-        with pytest.warns(UserWarning):
+        with pytest.warns(UserWarning, match="a partial plan; validation saves"):
             out, ckpt, end = self._validated_artifact_stop(
                 tmp_path, "emergency_checkpoint_components=run", "checkpoint_components=[model]"
             )
@@ -377,9 +397,10 @@ class TestSkipByCoverage:
     ) -> None:
         """full plan with only a validation artifact [model] of the step: a full checkpoint
         iter_2 is written and latest names it."""
-        with pytest.warns(UserWarning):
+        with pytest.warns(UserWarning, match="a partial plan; validation saves"):
             out, ckpt, end = self._validated_artifact_stop(tmp_path)
-        assert end.emergency.kind is EmergencyKind.CHECKPOINT and end.saved is not None
+        assert end.emergency.kind is EmergencyKind.CHECKPOINT
+        assert end.saved is not None
         assert done(out)["checkpoint"] == "checkpoints/iter_000000002"
         assert latest(out).endswith("iter_000000002")
         ckpt.close()
@@ -414,8 +435,10 @@ class TestSkipByCoverage:
         ckpt.resume()
         (sentinels / SENTINEL).touch()
         end = run_to(ckpt, objects, 5)
-        assert end.emergency.kind is EmergencyKind.ARTIFACT and end.artifact is not None
-        assert end.artifact.components == ("model",) and end.saved is None
+        assert end.emergency.kind is EmergencyKind.ARTIFACT
+        assert end.artifact is not None
+        assert end.artifact.components == ("model",)
+        assert end.saved is None
         assert end.emergency.path == "checkpoint_artifacts/iter_000000001"
         assert (attempt_dir(out) / "checkpoint_artifacts" / "iter_000000001").is_dir()
         assert not (attempt_dir(out) / "checkpoints" / "latest_checkpoint.txt").exists()
@@ -427,7 +450,8 @@ class TestSkipByCoverage:
             again.resume()
         message = str(caught.value)
         assert message.startswith("resume=auto refused: the attempt holds the ")
-        assert "iter_000000001" in message and "no resumable checkpoint" in message
+        assert "iter_000000001" in message
+        assert "no resumable checkpoint" in message
         again.close()
         assert snapshot(out) == before
 
@@ -482,8 +506,10 @@ class TestValidationDueAtTheStop:
         step(ckpt, objects)
         (sentinels / SENTINEL).touch()
         end = step(ckpt, objects)
-        assert end.emergency.kind is EmergencyKind.EVALUATION_PENDING and calls == []
-        assert not end.validated and end.metrics is None
+        assert end.emergency.kind is EmergencyKind.EVALUATION_PENDING
+        assert calls == []
+        assert not end.validated
+        assert end.metrics is None
         iteration = attempt_dir(out) / "checkpoints" / "iter_000000002"
         assert not [p for p in iteration.iterdir() if "validation" in p.name]
         ckpt.finalize()
@@ -491,7 +517,8 @@ class TestValidationDueAtTheStop:
         again, objects = stopping(out, sentinels, *knobs)
         again.validate_with(evaluate, source="heldout")
         result = again.resume()
-        assert calls == [2] and result.metrics == {"loss": 0.5}
+        assert calls == [2]
+        assert result.metrics == {"loss": 0.5}
         run_to(again, objects, 6)
         again.finalize()
         again.close()
@@ -513,7 +540,8 @@ class TestTheWatch:
         ckpt, objects = open_checkpointer(tmp_path / "out", "termination.deadline=1000000000")
         ckpt.resume()
         end = step(ckpt, objects)
-        assert end.stop and end.reason == "deadline"
+        assert end.stop
+        assert end.reason == "deadline"
         assert end.emergency.path == "checkpoints/iter_000000001"
         ckpt.close()
 
@@ -533,9 +561,11 @@ class TestTheWatch:
             assert run_to(ckpt, objects, 4) is not None
         finally:
             signal.signal(signal.SIGUSR1, previous)
-        assert ckpt.stopped is None and ckpt.step == 4
+        assert ckpt.stopped is None
+        assert ckpt.step == 4
         ckpt.finalize()
-        assert done(out)["preempted"] is None and done(out)["step"] == 4
+        assert done(out)["preempted"] is None
+        assert done(out)["step"] == 4
         assert (sentinels / SENTINEL).exists()
         ckpt.close()
 
