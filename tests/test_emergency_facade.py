@@ -579,6 +579,27 @@ class TestTheWatch:
         ckpt.close()
         assert all(signal.getsignal(s) is before[s] for s in before)
 
+    def test_finalize_restores_the_handlers_after_a_normal_end_and_after_a_stop(
+        self, tmp_path: Path
+    ) -> None:
+        """finalize() (normal, and after a SIGUSR1 stop) restores the previous handlers, so a
+        later SIGTERM is not swallowed by a flag no boundary polls any more."""
+        before = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM)}
+        ckpt, objects = open_checkpointer(tmp_path / "normal")
+        ckpt.resume()
+        run_to(ckpt, objects, 1)
+        ckpt.finalize()
+        assert all(signal.getsignal(s) is before[s] for s in before)
+        ckpt.close()
+        ckpt, objects = open_checkpointer(tmp_path / "stopped")
+        ckpt.resume()
+        os.kill(os.getpid(), signal.SIGUSR1)
+        assert run_to(ckpt, objects, 3).reason == "signal SIGUSR1"
+        assert signal.getsignal(signal.SIGUSR1) is not before[signal.SIGUSR1]
+        ckpt.finalize()
+        assert all(signal.getsignal(s) is before[s] for s in before)
+        ckpt.close()
+
     def test_a_bad_slurm_deadline_fails_at_construction(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:

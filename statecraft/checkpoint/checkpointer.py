@@ -59,7 +59,7 @@ from statecraft.checkpoint.saving import SaveReport
 from statecraft.checkpoint.state import Outcome, SchedulerIdentity
 from statecraft.checkpoint.step import StepEnd
 from statecraft.checkpoint.stop_records import StopDecision
-from statecraft.checkpoint.stopping import poll_stop, refuse_after_stop, write_completed
+from statecraft.checkpoint.stopping import finalize_run, poll_stop, refuse_after_stop
 from statecraft.checkpoint.termination import TerminationWatch
 from statecraft.checkpoint.tracking import register
 from statecraft.checkpoint.transactions.resume import ResumeResult, Tracked
@@ -350,7 +350,8 @@ class Checkpointer:
         joins every role's background write, the final save's included, so every checkpoint
         is durable when it returns, and writes ``DONE.json`` (``preempted: null``). The whole
         outcome is ``self.final``. After a stop it only joins: no final save, no evaluation,
-        ``DONE.json`` is the stop's.
+        ``DONE.json`` is the stop's. Either way it restores the signal handlers ``resume()``
+        installed (no boundary polls them any more).
 
         Returns:
             the final save's report (rank 0; a checkpoint's or an artifact's; a joined
@@ -361,12 +362,7 @@ class Checkpointer:
             ResumeRequiredError / ValidationFailedError: as :meth:`step_end`.
             Exception: a background write's error (raised here at the latest).
         """
-        stopped = self._stop_end
-        self.final = stopped or execute(self, due_boundary(self, final=True), self.step)
-        self._boundaries.writes.join(self.saves)
-        if stopped is None:
-            write_completed(self, self.final)
-        return self.final.saved or self.final.artifact
+        return finalize_run(self)
 
     # ------------------------------------------------------------------- save
     def save(self) -> SaveReport | PendingSave | ArtifactReport | None:

@@ -8,7 +8,10 @@
   :class:`~statecraft.errors.RunStoppedError` (:func:`refuse_after_stop`). A boundary inside an
   open accumulation window, or before the first update, has nothing exact to save: the watch
   is asked at the next one (a signal or the sentinel stays observed until then).
-- :func:`write_completed`: a normal ``finalize()`` writes ``DONE.json`` (``preempted: null``).
+- :func:`finalize_run`: a normal ``finalize()`` runs the final boundary, joins, and writes
+  ``DONE.json`` (``preempted: null``, :func:`write_completed`); after a stop it only joins.
+  Either way it restores the signal handlers: after ``finalize()`` no boundary polls them,
+  and a flag-only handler left in place would swallow a later SIGTERM.
 - :func:`previous_window`: ``resume()`` reads the previous window's ``DONE.json``, logs it,
   and tells the watch that older sentinels are stale.
 """
@@ -18,19 +21,29 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from statecraft.checkpoint.artifact_saving import ArtifactReport
+from statecraft.checkpoint.boundary_step import due_boundary, execute
 from statecraft.checkpoint.emergency_step import stop_boundary
 from statecraft.checkpoint.layout import ARTIFACTS_DIR, CHECKPOINTS_DIR, iter_dirname
 from statecraft.checkpoint.run_done import done_record, read_done, write_done
+from statecraft.checkpoint.saving import SaveReport
 from statecraft.checkpoint.step import StepEnd
 from statecraft.checkpoint.stop_records import DoneRecord
 from statecraft.checkpoint.transactions.emergency import read_step_coverage
+from statecraft.checkpoint.write_slot import PendingSave
 from statecraft.errors import CheckpointCorruptError, RunStoppedError
 from statecraft.parallel.rank0 import on_rank_zero
 
 if TYPE_CHECKING:  # the facade imports this module
     from statecraft.checkpoint.checkpointer import Checkpointer
 
-__all__ = ["poll_stop", "previous_window", "refuse_after_stop", "write_completed"]
+__all__ = [
+    "finalize_run",
+    "poll_stop",
+    "previous_window",
+    "refuse_after_stop",
+    "write_completed",
+]
 
 log = logging.getLogger("statecraft")
 
@@ -76,6 +89,19 @@ def refuse_after_stop(ckpt: Checkpointer, action: str) -> None:
         step=step,
         reason=decision.reason,
     )
+
+
+def finalize_run(ckpt: Checkpointer) -> SaveReport | PendingSave | ArtifactReport | None:
+    """The body of ``Checkpointer.finalize()`` (which documents it)."""
+    stopped = ckpt._stop_end
+    try:
+        ckpt.final = stopped or execute(ckpt, due_boundary(ckpt, final=True), ckpt.step)
+        ckpt._boundaries.writes.join(ckpt.saves)
+        if stopped is None:
+            write_completed(ckpt, ckpt.final)
+    finally:
+        ckpt.termination.uninstall()  # no boundary polls any more: SIGTERM is SIGTERM again
+    return ckpt.final.saved or ckpt.final.artifact
 
 
 def _on_disk(ckpt: Checkpointer, step: int) -> str | None:
