@@ -34,7 +34,8 @@ pytestmark = pytest.mark.slow
 
 STEPS = 30
 SAVE_EVERY = 10
-TRIGGER_STEP = 13  # off the cadence: the emergency checkpoint is one of its own
+TRIGGER_STEP = 13  # the two-rank run: off the cadence, the emergency checkpoint is its own
+STOP_AFTER = 4  # each single-process window is stopped on this many steps after its resume
 STEP_SLEEP = 0.05  # after each step line, before the boundary: time for the parent to act
 SENTINEL = "SIGUSR1_RECEIVED"
 TIMEOUT_S = 120.0
@@ -163,49 +164,75 @@ def _signal(number: signal.Signals) -> Callable[[Path, Training], None]:
     return send
 
 
+#: the three ways a window is stopped, in the order the test's windows meet them
+TRIGGERS = (
+    (_sentinel, "sentinel"),
+    (_signal(signal.SIGUSR1), "signal SIGUSR1"),
+    (_signal(signal.SIGTERM), "signal SIGTERM"),
+)
+
+
 class TestOneProcess:
-    @pytest.mark.parametrize(
-        ("trigger", "reason"),
-        [
-            (_sentinel, "sentinel"),
-            (_signal(signal.SIGUSR1), "signal SIGUSR1"),
-            (_signal(signal.SIGTERM), "signal SIGTERM"),
-        ],
-        ids=["sentinel", "SIGUSR1", "SIGTERM"],
-    )
-    def test_stop_saves_exits_0_and_the_requeue_resumes_bit_exactly(
-        self,
-        tmp_path: Path,
-        reference: Path,
-        trigger: Callable[[Path, Training], None],
-        reason: str,
+    def test_sentinel_sigusr1_sigterm_each_save_exit_0_and_the_requeue_is_bit_exact(
+        self, tmp_path: Path, reference: Path
     ) -> None:
-        """The stopped process exits 0 with an emergency checkpoint at the step it stopped
-        and the reason in DONE.json; the unchanged command resumes there and its final
-        checkpoint is bit-identical to the uninterrupted run's."""
+        """Three windows of one run are stopped by the sentinel, SIGUSR1 and SIGTERM: each
+        exits 0 with an emergency checkpoint at the step it stopped and the reason in
+        DONE.json, and the next window (the unchanged command) resumes there; the fourth
+        finishes, bit-identical to the uninterrupted run."""
         logs = tmp_path / "slurm-logs"
         logs.mkdir()
         out = tmp_path / "out"
         env = _env(tmp_path, SLURM_LOG_DIR=str(logs))
-        training = Training(_command(out), env, tmp_path / "window-1.log")
-        training.wait_for(f"step {TRIGGER_STEP}")
-        trigger(logs, training)
-        assert training.wait() == 0, training.tail()
+        resumed_at, previous = 0, None
+        for window, (trigger, reason) in enumerate(TRIGGERS, start=1):
+            log = tmp_path / f"window-{window}.log"
+            training = Training(_command(out), env, log)
+            training.wait_for(f"step {resumed_at + STOP_AFTER}")
+            trigger(logs, training)
+            assert training.wait() == 0, training.tail()
+            assert training.find("resumed")[0][1] == str(resumed_at)
+            if previous is not None:
+                assert f"previous window ended at step {resumed_at}: preempted: {previous}" in (
+                    log.read_text()
+                )
+            step = self._check_stop(training, out, logs, log, reason, resumed_at)
+            resumed_at, previous = step, reason
 
+        log = tmp_path / "window-4.log"
+        requeued = _run_to_end(_command(out), env, log)
+        resumed = requeued.find("resumed")
+        assert resumed[0][1] == str(resumed_at)
+        assert resumed[0][2].endswith(f"iter_{resumed_at:09d}")
+        assert requeued.lines[-1] == f"done {STEPS}"
+        assert not requeued.find("stopped")
+        assert compare_checkpoints(reference, _final(out)) == []
+        ckpt_dir = checkpoints_dir(out)
+        assert ckpt_dir is not None
+        done = _done(ckpt_dir.parent)
+        assert (done["step"], done["preempted"]) == (STEPS, None)
+        assert f"previous window ended at step {resumed_at}: preempted: signal SIGTERM" in (
+            log.read_text()
+        )
+
+    @staticmethod
+    def _check_stop(
+        training: Training, out: Path, logs: Path, log: Path, reason: str, resumed_at: int
+    ) -> int:
+        """The stopped window's promises; returns the step it stopped at."""
         step, kind, path, seconds, said = _stopped(training)
         assert said == reason
-        assert TRIGGER_STEP <= step < STEPS
+        assert resumed_at + STOP_AFTER <= step < STEPS
         assert (kind, path) == ("checkpoint", f"checkpoints/iter_{step:09d}")
         assert seconds > 0
         assert training.lines[-1] == f"done {step}"  # finalize() after the stop saved nothing
         assert not [x for x in training.find("step") if int(x[1]) > step]
         ckpt_dir = checkpoints_dir(out)
         assert ckpt_dir is not None
-        run_dir = ckpt_dir.parent
-        assert committed_iterations(ckpt_dir) == [10, step]
+        assert step in committed_iterations(ckpt_dir)
         assert verify_checkpoint(LocalStore(str(ckpt_dir)), step).iteration == step
         assert parse_latest((ckpt_dir / LATEST_POINTER).read_bytes()) == step
-        done = _done(run_dir)
+        done = _done(ckpt_dir.parent)
         assert (done["step"], done["preempted"], done["checkpoint"], done["saved"]) == (
             step,
             reason,
@@ -216,25 +243,12 @@ class TestOneProcess:
         assert done["pid"] == training.proc.pid
         assert (
             f"stopping at step {step}: {reason}; emergency save checkpoint {path} durable in "
-            in (tmp_path / "window-1.log").read_text()
+            in log.read_text()
         )
-        if reason == "sentinel":  # consumed by rank 0, so the requeued window does not stop
-            assert not (logs / SENTINEL).exists()
-            assert (logs / f"{SENTINEL}.consumed").is_file()
-
-        requeued = _run_to_end(_command(out), env, tmp_path / "window-2.log")
-        resumed = requeued.find("resumed")
-        assert resumed[0][1] == str(step)
-        assert resumed[0][2].endswith(f"iter_{step:09d}")
-        assert requeued.lines[-1] == f"done {STEPS}"
-        assert not requeued.find("stopped")
-        assert compare_checkpoints(reference, _final(out)) == []
-        done = _done(run_dir)
-        assert (done["step"], done["preempted"]) == (STEPS, None)
-        assert (
-            f"previous window ended at step {step}: preempted: {reason}"
-            in (tmp_path / "window-2.log").read_text()
-        )
+        # the sentinel, once handled, is consumed: the next window does not stop at once
+        assert not (logs / SENTINEL).exists()
+        assert (logs / f"{SENTINEL}.consumed").is_file()
+        return step
 
 
 # ------------------------------------------------------------------------------ two ranks
@@ -270,21 +284,42 @@ def _all_exit_0(ranks: list[Training]) -> None:
     assert codes == [0, 0], [rank.tail() for rank in ranks]
 
 
-@pytest.fixture(scope="module")
-def reference_two_ranks(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The final checkpoint of one uninterrupted two-rank run of the same command."""
-    tmp = tmp_path_factory.mktemp("reference-2")
-    _all_exit_0(_ranks(tmp / "out", tmp, "reference"))
-    return _final(tmp / "out")
+def _two_rank_differences(single: Path, two: Path) -> list[str]:
+    """Every difference between a two-rank checkpoint and the single-process one of the same
+    step: both ranks train alike (the same seed, the same batches), so the model and
+    optimizer files must be identical, and each rank's RNG streams and data cursor must be
+    the single process's rank 0 ones; the rest of ``trainer.pt`` must be identical too."""
+    import shutil
+
+    import torch
+
+    from statecraft.cli.demo.compare import _differences
+
+    out = []
+    for name in ("model.pt", "optim.pt"):
+        a, b = two.parent / f"cmp-single-{name}", two.parent / f"cmp-two-{name}"
+        for directory, source in ((a, single), (b, two)):
+            directory.mkdir()
+            shutil.copy(source / name, directory / name)
+        out += compare_checkpoints(a, b)
+    one_t, two_t = (torch.load(d / "trainer.pt", weights_only=True) for d in (single, two))
+    one_d, two_d = (torch.load(d / "data.pt", weights_only=True) for d in (single, two))
+    assert (two_t["rng"]["world_size"], two_d["world_size"]) == (2, 2)
+    for rank in (0, 1):
+        out += _differences(one_t["rng"]["ranks"][0], two_t["rng"]["ranks"][rank], f"rng{rank}")
+        out += _differences(one_d["ranks"][0], two_d["ranks"][rank], f"data{rank}")
+    rest = [{k: v for k, v in t.items() if k != "rng"} for t in (one_t, two_t)]
+    return out + _differences(rest[0], rest[1], "trainer")
 
 
 class TestTwoGlooRanks:
     def test_sigterm_to_rank_1_stops_both_at_one_step_and_the_requeue_is_exact(
-        self, tmp_path: Path, reference_two_ranks: Path
+        self, tmp_path: Path, reference: Path
     ) -> None:
         """Only rank 1 receives SIGTERM: both ranks stop at the same step with one emergency
         checkpoint, exit 0, DONE.json names the reason, and the requeued two ranks finish
-        bit-identical to an uninterrupted two-rank run."""
+        bit-identical to an uninterrupted run (both ranks train alike, so each rank's state is
+        the single process's)."""
         out = tmp_path / "out"
         ranks = _ranks(out, tmp_path, "window-1")
         ranks[1].wait_for(f"step {TRIGGER_STEP}")
@@ -309,5 +344,5 @@ class TestTwoGlooRanks:
         for rank in requeued:
             assert rank.find("resumed")[0][1] == str(step)
             assert rank.lines[-1] == f"done {STEPS}"
-        assert compare_checkpoints(reference_two_ranks, _final(out)) == []
+        assert _two_rank_differences(reference, _final(out)) == []
         assert _done(ckpt_dir.parent)["preempted"] is None
