@@ -40,6 +40,7 @@ def emergency_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict, 
 
 
 class TestBenchEmergency:
+    @pytest.mark.slow  # four real saves and four Checkpointers: a few seconds
     def test_json_envelope_and_figures(self, emergency_run: tuple[int, dict, Path]) -> None:
         """The envelope holds the decision-to-durable time, the step_end() wall time and the
         plain save, their ratios and overheads against the save; nothing is left on disk."""
@@ -72,6 +73,7 @@ class TestBenchEmergency:
         assert data["targets"] == {"overhead_max_s": 1.0}
         assert [p for p in where.rglob("*") if p.is_file()] == []
 
+    @pytest.mark.slow
     def test_text_names_each_row_and_the_target(
         self, emergency_run: tuple[int, dict, Path]
     ) -> None:

@@ -346,3 +346,35 @@ class TestTwoGlooRanks:
             assert rank.lines[-1] == f"done {STEPS}"
         assert _two_rank_differences(reference, _final(out)) == []
         assert _done(ckpt_dir.parent)["preempted"] is None
+
+
+class TestTorchrun:
+    def test_sigterm_to_torchrun_is_forwarded_and_both_ranks_stop_at_one_step(
+        self, tmp_path: Path
+    ) -> None:
+        """SIGTERM to torchrun reaches both ranks (torchrun forwards it): they stop at the same
+        step with one emergency checkpoint and DONE.json naming the signal; torchrun itself
+        exits non-zero after a forwarded signal, as the docs say (DONE.json is the record)."""
+        out = tmp_path / "out"
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node=2",
+            "--shutdown-timeout=120",
+            *_command(out)[1:],
+        ]
+        torchrun = Training(command, _env(tmp_path), tmp_path / "torchrun.log")
+        torchrun.wait_for(f"step {TRIGGER_STEP}")
+        os.kill(torchrun.proc.pid, signal.SIGTERM)  # torchrun, the process this test started
+        assert torchrun.wait() != 0
+        stops = {line for line in torchrun.lines if line.startswith("stopped ")}
+        assert len(stops) == 1, torchrun.lines[-6:]  # both ranks printed the same line
+        assert len([line for line in torchrun.lines if line.startswith("stopped ")]) == 2
+        step, reason = int(stops.pop().split()[1]), "signal SIGTERM"
+        assert torchrun.lines.count(f"done {step}") == 2
+        ckpt_dir = checkpoints_dir(out)
+        assert ckpt_dir is not None
+        assert verify_checkpoint(LocalStore(str(ckpt_dir)), step).iteration == step
+        done = _done(ckpt_dir.parent)
+        assert (done["step"], done["preempted"], done["saved"]) == (step, reason, True)
