@@ -15,11 +15,8 @@ from typing import Any
 
 from statecraft.checkpoint.stop_records import EmergencyKind
 from statecraft.proofs.artifact_oracle import ARTIFACTS_ROOT, ArtifactView
-from statecraft.proofs.emergency_scenarios import (
-    DONE_PATH,
-    EmergencyRecovery,
-    EmergencyScenario,
-)
+from statecraft.proofs.emergency_recovery import EmergencyRecovery
+from statecraft.proofs.emergency_scenarios import DONE_PATH, EmergencyScenario
 from statecraft.proofs.oracle import CHECKPOINTS_ROOT, iteration_name, touched_paths
 from statecraft.proofs.save_checks import before_view, world_view
 from statecraft.proofs.scenario import CheckContext, GuaranteeViolation

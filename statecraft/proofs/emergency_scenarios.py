@@ -40,28 +40,26 @@ from statecraft.checkpoint.stop_records import (
     signal_reason,
 )
 from statecraft.checkpoint.transactions.emergency import EmergencyContext
-from statecraft.checkpoint.transactions.resume import ResumeContext, ResumeResult, Tracked
-from statecraft.checkpoint.validation_records import ValidationStage, read_stage
 from statecraft.engine import CrashPlan, Machine, RunResult
-from statecraft.engine.crash import IoGate, IoRecord
-from statecraft.errors import ArtifactResumeError
-from statecraft.proofs.artifact_oracle import ARTIFACTS_ROOT, ArtifactView
+from statecraft.proofs.artifact_oracle import ARTIFACTS_ROOT
 from statecraft.proofs.artifact_scenarios import artifact_context
-from statecraft.proofs.oracle import CHECKPOINTS_ROOT, DiskView, iteration_name
+from statecraft.proofs.emergency_recovery import (
+    EmergencyRecovery,
+    finish_pending,
+    record_io,
+    resume_seen,
+)
+from statecraft.proofs.oracle import CHECKPOINTS_ROOT, iteration_name
 from statecraft.proofs.save_scenarios import save_context, shipped_machine
 from statecraft.proofs.training import (
     SALT_RETRY,
     SALT_RUN,
     SALT_SETUP,
-    LoadedState,
-    fresh_objects,
     preserved_rng,
     rng_at,
     tracked_at,
 )
 from statecraft.proofs.validation_scenarios import (
-    CountingEvaluator,
-    ValidationScenario,
     save_evaluation_pending,
 )
 from statecraft.storage.sim import SimWorld
@@ -70,10 +68,8 @@ __all__ = [
     "ATTEMPT",
     "DONE_PATH",
     "RUN_DIR",
-    "EmergencyRecovery",
     "EmergencyRun",
     "EmergencyScenario",
-    "ResumeSeen",
     "SignalLatch",
     "emergency_scenarios",
     "lacks_a_component",
@@ -119,47 +115,6 @@ class EmergencyRun:
     writes: list[str] = attrs.field(factory=list)
     delivered: int = 0
     context: EmergencyContext | None = None
-
-
-@attrs.frozen
-class ResumeSeen:
-    """One ``resume=auto``: its result (``None`` when it refused because of a newer
-    artifact; ``refused`` holds the error), what it loaded, the disk as it found it."""
-
-    result: ResumeResult | None
-    refused: ArtifactResumeError | None
-    loaded: LoadedState | None
-    seen: DiskView
-    artifacts: ArtifactView
-    stage: ValidationStage = ValidationStage.NONE
-
-
-@attrs.frozen
-class EmergencyRecovery:
-    """What the requeued process did and saw.
-
-    Attributes:
-        requeue: the emergency machine's ``recover`` in the requeued process.
-        requeue_io: the store operations it performed (must be none).
-        requeue_writes: the saves it started (must be none).
-        first: its ``resume=auto``.
-        finished: the validation machine's pending stage when resume adopted the pending
-            emergency checkpoint (``None`` otherwise).
-        finish_io: the store operations of that stage.
-    """
-
-    requeue: RunResult
-    requeue_io: tuple[IoRecord, ...]
-    requeue_writes: tuple[str, ...]
-    first: ResumeSeen
-    finished: RunResult | None
-    finish_io: tuple[IoRecord, ...]
-
-
-def _record(world: SimWorld) -> IoGate:
-    gate = IoGate()
-    world.rearm(gate)
-    return gate
 
 
 @attrs.define
@@ -333,54 +288,16 @@ class EmergencyScenario:
         ctx.write = write_under_signals
         return self.machine_factory().run(ctx, crash=crash, gate=gate)
 
-    def _resume(self, world: SimWorld) -> ResumeSeen:
-        store = world.local_store(CHECKPOINTS_ROOT)
-        seen, view = DiskView.of(world), ArtifactView.of(world)
-        objects = fresh_objects(with_data=False)
-        tracked = Tracked(
-            model=objects.model,
-            optimizer=objects.optimizer,
-            scheduler=objects.scheduler,
-            data=objects.data,
-        )
-        present = world.fs.stat(ARTIFACTS_ROOT) is not None  # readers never create it
-        artifacts = world.local_store(ARTIFACTS_ROOT) if present else None
-        ctx = ResumeContext(mode="auto", tracked=tracked, store=store, artifacts=artifacts)
-        result = shipped_machine("resume").run(ctx)
-        if result.failed and isinstance(result.error, ArtifactResumeError):
-            return ResumeSeen(None, result.error, None, seen, view)
-        result.raise_for_failure()
-        if ctx.result is None:
-            raise RuntimeError("resume machine ended without a result")
-        loaded = LoadedState.of(objects, ctx.tracked.clocks) if ctx.result.resumed else None
-        stage = ValidationStage.NONE
-        chosen = ctx.chosen
-        if ctx.result.resumed and chosen is not None and chosen.trainer is not None:
-            stage = read_stage(store, chosen.iteration, chosen.trainer.validation).stage
-        return ResumeSeen(ctx.result, None, loaded, seen, view, stage)
-
     def recover(self, world: SimWorld) -> EmergencyRecovery:
         with preserved_rng():
-            gate = _record(world)
+            gate = record_io(world)
             run = self.new_run()
             requeue = self.machine_factory().recover(
                 self.context(world, run, SALT_RETRY), gate=gate
             )
             requeue_io = tuple(gate.log)
-            first = self._resume(world)
-            finished: RunResult | None = None
-            finish_io: tuple[IoRecord, ...] = ()
-            result = first.result
-            adopted = result is not None and result.resumed and result.step == self.target
-            if adopted and first.stage is not ValidationStage.NONE:
-                gate = _record(world)
-                pending = ValidationScenario("finish", target=self.target)
-                vctx = pending.context(
-                    world.local_store(CHECKPOINTS_ROOT), CountingEvaluator(gate), salt=None
-                )
-                finished = shipped_machine("validation").recover(vctx, gate=gate)
-                finished.raise_for_failure()
-                finish_io = tuple(gate.log)
+            first = resume_seen(world)
+            finished, finish_io = finish_pending(world, first, self.target)
         return EmergencyRecovery(requeue, requeue_io, tuple(run.writes), first, finished, finish_io)
 
 
