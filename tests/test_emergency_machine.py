@@ -193,6 +193,25 @@ class TestTablePaths:
         assert report.kind is EmergencyKind.CHECKPOINT
         assert "lacks a component of the run plan" in caplog.text
 
+    def test_damaged_artifact_of_the_step_escalates(self, tmp_path: Path, caplog) -> None:
+        """A ``run`` plan at a step whose artifact's manifest does not verify saves the full
+        checkpoint (the damaged commit is never re-committed), with a WARNING, and leaves the
+        damaged artifact byte-identical."""
+        attempt = attempt_at(tmp_path)
+        commit_artifact(attempt, 4, ("model",))
+        (attempt.artifacts_dir / iter_dirname(4) / "model.pt").write_bytes(b"torn")
+        before = snapshot(attempt.artifacts_dir)
+        config = CheckpointConfig(
+            emergency_checkpoint_components="run", checkpoint_components=("model",)
+        )
+        writes = Writes(attempt)
+        with caplog.at_level(logging.WARNING, logger="statecraft.emergency"):
+            report = run(context(attempt, writes, config=config))
+        assert [b.kind for b in writes.boundaries] == [EmergencyKind.CHECKPOINT]
+        assert report.path == "checkpoints/iter_000000004"
+        assert "holds a manifest that does not verify" in caplog.text
+        assert snapshot(attempt.artifacts_dir) == before
+
     def test_due_validation_saves_evaluation_pending(self, tmp_path: Path) -> None:
         """A stop before a due validation writes the full evaluation-pending checkpoint."""
         attempt = attempt_at(tmp_path)
