@@ -273,6 +273,22 @@ class TestSentinel:
         os.utime(sentinel, (2000.0, 2000.0))
         assert watch.observed() == "sentinel"
 
+    def test_a_sentinel_older_than_the_slurm_job_start_is_stale(self, tmp_path: Path) -> None:
+        """Left by a window killed before it consumed it: older than $SLURM_JOB_START_TIME,
+        stale even with no DONE.json (an older finished_at does not lower the bar)."""
+        sentinel = tmp_path / "SIGUSR1_RECEIVED"
+        sentinel.write_text("")
+        os.utime(sentinel, (1500.0, 1500.0))
+        config = TerminationConfig(sentinel_dir=str(tmp_path))
+        env = {"SLURM_JOB_START_TIME": "2000"}
+        watch = TerminationWatch(config, SingleProcess(), environ=env)
+        watch.ignore_sentinels_before(1000.0)
+        assert watch.observed() is None
+        assert (tmp_path / "SIGUSR1_RECEIVED.stale").exists()
+        sentinel.write_text("")
+        os.utime(sentinel, (2001.0, 2001.0))  # this window's own: the USR1 trap wrote it
+        assert watch.observed() == "sentinel"
+
 
 class TestDeadline:
     def test_the_deadline_with_a_margin_on_a_fake_clock(self) -> None:
