@@ -49,6 +49,12 @@ class CountingWorld(SingleProcess):
         return super().all_gather(value)
 
 
+class RankOne(SingleProcess):
+    """Rank 1's view, for the rank-local rules (no collective is run through it)."""
+
+    rank = 1
+
+
 def deliver(number: int, until: Callable[[], bool]) -> None:
     """Send ``number`` to this process and wait (5 s at most) until ``until()`` holds."""
     os.kill(os.getpid(), number)
@@ -272,6 +278,17 @@ class TestSentinel:
         sentinel.write_text("")
         os.utime(sentinel, (2000.0, 2000.0))
         assert watch.observed() == "sentinel"
+
+    def test_only_rank_zero_renames_a_stale_sentinel(self, tmp_path: Path) -> None:
+        """Rank 1 ignores the stale file by its mtime and leaves the rename to rank 0."""
+        sentinel = tmp_path / "SIGUSR1_RECEIVED"
+        sentinel.write_text("")
+        os.utime(sentinel, (1000.0, 1000.0))
+        config = TerminationConfig(sentinel_dir=str(tmp_path))
+        watch = TerminationWatch(config, RankOne(), environ={})
+        watch.ignore_sentinels_before(2000.0)
+        assert watch.observed() is None
+        assert sentinel.exists()
 
     def test_a_sentinel_older_than_the_slurm_job_start_is_stale(self, tmp_path: Path) -> None:
         """Left by a window killed before it consumed it: older than $SLURM_JOB_START_TIME,

@@ -225,8 +225,8 @@ class TerminationWatch:
     # -- sentinel ----------------------------------------------------------------------------
 
     def _sentinel_seen(self) -> bool:
-        """The sentinel exists and is not stale. A stale one is renamed ``.stale`` (WARNING
-        once); a poll that fails other than by absence is a WARNING once, and not a stop."""
+        """The sentinel exists and is not stale. A stale one is renamed ``.stale`` by rank 0
+        (WARNING once); a poll that fails other than by absence is a WARNING once, not a stop."""
         path = self.sentinel_path
         if path is None:
             return False
@@ -241,14 +241,18 @@ class TerminationWatch:
             return False
         if self._stale_before is None or mtime >= self._stale_before:
             return True
+        # Rank 0 alone renames it: another rank renaming late could take a fresh sentinel
+        # written just after rank 0's rename for the stale one. Every rank ignores it by mtime.
         stale = path.with_name(path.name + ".stale")
-        try:
-            os.replace(path, stale)
-            where = f"renamed to {stale.name}"
-        except FileNotFoundError:  # another rank renamed it first
-            where = "renamed by another rank"
-        except OSError as error:
-            where = f"could not rename it ({error}); it stays ignored"
+        where = f"rank 0 renames it to {stale.name}"
+        if self._collective.rank == 0:
+            try:
+                os.replace(path, stale)
+                where = f"renamed to {stale.name}"
+            except FileNotFoundError:
+                return False  # gone since the stat: nothing to ignore
+            except OSError as error:
+                where = f"could not rename it ({error}); it stays ignored"
         if not self._warned_stale:
             self._warned_stale = True
             log.warning(
@@ -264,10 +268,10 @@ class TerminationWatch:
 
     def ignore_sentinels_before(self, t: float) -> None:
         """A sentinel whose mtime is before ``t`` (the previous window's
-        ``DONE.json.finished_at``) is stale: WARNING once, renamed ``<name>.stale``, never a
-        reason (the later of ``t`` and ``$SLURM_JOB_START_TIME`` applies). Checks at once (so
-        the warning comes at ``resume()``). Call it on every rank: a rank without the rule
-        would take the stale file for a stop."""
+        ``DONE.json.finished_at``) is stale: WARNING once, renamed ``<name>.stale`` by rank 0,
+        never a reason (the later of ``t`` and ``$SLURM_JOB_START_TIME`` applies). Checks at
+        once (so the warning comes at ``resume()``). Call it on every rank: a rank without the
+        rule would take the stale file for a stop."""
         before = self._stale_before
         self._stale_before = float(t) if before is None else max(before, float(t))
         self._sentinel_seen()
