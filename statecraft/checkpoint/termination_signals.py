@@ -11,7 +11,9 @@ torch.distributed, Lightning or Ray installed theirs, so statecraft's handler is
 place -- then any number of deliveries, then ``uninstall()`` at ``close()``, which puts each
 previous handler back. ``signal.signal`` works only on the main thread: from another thread
 ``install()`` installs nothing, warns once and returns ``False`` (the sentinel file and the
-deadline still stop the run).
+deadline still stop the run). A process forked after ``install()`` (a ``fork``-started
+DataLoader worker) inherits the handler; there it behaves as the child's previous handler
+would have (the default action: the worker dies of SIGTERM as before).
 
 Example:
     >>> flags = SignalFlags(("SIGTERM",))   # doctest: +SKIP
@@ -25,6 +27,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 from collections.abc import Iterable
@@ -49,15 +52,29 @@ def describe_handler(handler: Any) -> str:
 
 
 class _FlagHandler:
-    """The installed handler: records the signal number, nothing else."""
+    """The installed handler: in the installing process, records the signal number and
+    nothing else. In a forked child (a ``fork``-started DataLoader worker inherits Python's
+    handlers) it does what the child would have done without statecraft: calls the previous
+    Python handler, ignores the signal where it was ignored, else dies of it (default action),
+    so ``scancel`` still ends the job's worker processes."""
 
-    __slots__ = ("numbers",)
+    __slots__ = ("numbers", "pid", "previous")
 
     def __init__(self) -> None:
         self.numbers: list[int] = []
+        self.pid = os.getpid()
+        self.previous: dict[int, Any] = {}
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
-        self.numbers.append(signum)
+        if os.getpid() == self.pid:
+            self.numbers.append(signum)
+            return
+        previous = self.previous.get(signum)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
 
     def __repr__(self) -> str:
         return "statecraft flag-only termination handler"
@@ -73,7 +90,7 @@ class SignalFlags:
     def __init__(self, names: Iterable[str]) -> None:
         self.names: tuple[str, ...] = tuple(names)
         self._handler = _FlagHandler()
-        self._previous: dict[signal.Signals, Any] = {}
+        self._previous: dict[int, Any] = self._handler.previous  # shared: the handler reads it
         self._warned_thread = False
 
     def __repr__(self) -> str:
@@ -109,6 +126,7 @@ class SignalFlags:
                     thread.name,
                 )
             return False
+        self._handler.pid = os.getpid()
         for name in self.names:
             number = signal.Signals[name]
             previous = signal.signal(number, self._handler)
@@ -144,18 +162,17 @@ class SignalFlags:
             )
             return
         for number, previous in self._previous.items():
+            name = signal.Signals(number).name
             current = signal.getsignal(number)
             if current is not self._handler:
                 log.debug(
                     "leaving the %s handler %s in place: it replaced statecraft's after resume()",
-                    number.name,
+                    name,
                     describe_handler(current),
                 )
                 continue
             if previous is None:
-                log.debug(
-                    "restoring SIG_DFL for %s (its previous handler was not Python's)", number.name
-                )
+                log.debug("restoring SIG_DFL for %s (its previous handler was not Python's)", name)
                 previous = signal.SIG_DFL
             signal.signal(number, previous)
         self._previous.clear()
