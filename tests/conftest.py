@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,28 @@ from checkpoint_runs import private_copy
 def out(pristine: Path, tmp_path: Path) -> Path:
     """A private copy of the requesting module's ``pristine`` output root, free to damage."""
     return private_copy(pristine, tmp_path)
+
+
+#: the signals a TerminationWatch may handle (termination.signals)
+_TERMINATION_SIGNALS = (
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+)
+
+
+@pytest.fixture(autouse=True)
+def _restore_signal_handlers() -> Iterator[None]:
+    """A test whose Checkpointer resumed and was never finalized or closed leaves its flag-only
+    handlers installed: put the previous ones back, so a later SIGTERM (a CI cancel) still ends
+    the test process."""
+    before = {number: signal.getsignal(number) for number in _TERMINATION_SIGNALS}
+    yield
+    for number, handler in before.items():
+        if handler is not None and signal.getsignal(number) is not handler:
+            signal.signal(number, handler)
 
 
 #: the size of the real tmpfs the disk-full tests fill

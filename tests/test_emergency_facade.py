@@ -23,7 +23,12 @@ from checkpoint_runs import CONFIG, RUN, Objects
 import statecraft as sc
 from statecraft.checkpoint.stop_records import DONE_FILE, EmergencyKind
 from statecraft.engine.crash import IoGate
-from statecraft.errors import ArtifactResumeError, ConfigError, RunStoppedError
+from statecraft.errors import (
+    ArtifactResumeError,
+    ConfigError,
+    ResumeRequiredError,
+    RunStoppedError,
+)
 from statecraft.storage.filesystem import OsFilesystem
 
 SENTINEL = "SIGUSR1_RECEIVED"
@@ -150,6 +155,20 @@ class HoldBackground(IoGate):
         return super().before_io(op, target)
 
 
+class FailWrites(IoGate):
+    """Fails every gated I/O (the gate sees writes, renames, fsyncs, removals) with ENOSPC
+    while ``failing`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failing = False
+
+    def before_io(self, op: str, target: str) -> Any:
+        if self.failing:
+            raise OSError(errno.ENOSPC, "No space left on device (injected)", target)
+        return super().before_io(op, target)
+
+
 # ----------------------------------------------------------------------------- a stop
 class TestStopAtAStep:
     def test_sentinel_stop_saves_a_full_checkpoint_after_joining_the_in_flight_write(
@@ -251,6 +270,52 @@ class TestStopAtAStep:
         assert end.emergency.kind is EmergencyKind.CHECKPOINT
         assert done(out)["checkpoint"] == "checkpoints/iter_000000003"
         assert latest(out).endswith("iter_000000003")
+        ckpt.close()
+
+    def test_a_failed_emergency_save_writes_no_done_and_leaves_the_previous_checkpoint(
+        self, tmp_path: Path
+    ) -> None:
+        """The emergency save of step 3 fails (ENOSPC on every write): step_end() raises the
+        OSError itself (its original type), no DONE.json is written, the run is not marked
+        stopped, and the committed iter_2 and latest are unchanged."""
+        out, sentinels = tmp_path / "out", tmp_path / "logs"
+        sentinels.mkdir()
+        gate = FailWrites()
+        ckpt, objects = stopping(out, sentinels, filesystem=OsFilesystem(gate=gate))
+        ckpt.resume()
+        run_to(ckpt, objects, 2)
+        before = {k: v for k, v in snapshot(out).items() if "iter_000000002" in k or "latest" in k}
+        (sentinels / SENTINEL).touch()
+        gate.failing = True
+        with pytest.raises(OSError, match=r"No space left on device \(injected\)"):
+            step(ckpt, objects)
+        gate.failing = False
+        assert not (attempt_dir(out) / DONE_FILE).exists()
+        assert ckpt.stopped is None
+        after = {k: v for k, v in snapshot(out).items() if "iter_000000002" in k or "latest" in k}
+        assert after == before
+        assert latest(out).endswith("iter_000000002")
+        assert not (attempt_dir(out) / "checkpoints" / "iter_000000003" / "manifest.json").exists()
+        ckpt.close()
+
+    def test_a_stop_without_resume_in_an_attempt_with_commits_is_refused(
+        self, tmp_path: Path
+    ) -> None:
+        """A process that did not resume() into an attempt holding iter_2 is stopped by the
+        sentinel: ResumeRequiredError naming resume(), nothing written, no DONE."""
+        out, sentinels = tmp_path / "out", tmp_path / "logs"
+        sentinels.mkdir()
+        ckpt, objects = stopping(out, sentinels)
+        ckpt.resume()
+        run_to(ckpt, objects, 2)
+        ckpt.close()  # no finalize(): no DONE.json
+        before = snapshot(out)
+        ckpt, objects = stopping(out, sentinels)
+        (sentinels / SENTINEL).touch()
+        with pytest.raises(ResumeRequiredError, match=r"resume\(\)"):
+            step(ckpt, objects)
+        assert snapshot(out) == before
+        assert not (attempt_dir(out) / DONE_FILE).exists()
         ckpt.close()
 
     def test_requeue_resumes_the_emergency_checkpoint_bit_for_bit(self, tmp_path: Path) -> None:

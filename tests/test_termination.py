@@ -49,6 +49,12 @@ class CountingWorld(SingleProcess):
         return super().all_gather(value)
 
 
+class RankOne(SingleProcess):
+    """Rank 1's view, for the rank-local rules (no collective is run through it)."""
+
+    rank = 1
+
+
 def deliver(number: int, until: Callable[[], bool]) -> None:
     """Send ``number`` to this process and wait (5 s at most) until ``until()`` holds."""
     os.kill(os.getpid(), number)
@@ -271,6 +277,33 @@ class TestSentinel:
         assert "renamed to SIGUSR1_RECEIVED.stale" in warnings[0]
         sentinel.write_text("")
         os.utime(sentinel, (2000.0, 2000.0))
+        assert watch.observed() == "sentinel"
+
+    def test_only_rank_zero_renames_a_stale_sentinel(self, tmp_path: Path) -> None:
+        """Rank 1 ignores the stale file by its mtime and leaves the rename to rank 0."""
+        sentinel = tmp_path / "SIGUSR1_RECEIVED"
+        sentinel.write_text("")
+        os.utime(sentinel, (1000.0, 1000.0))
+        config = TerminationConfig(sentinel_dir=str(tmp_path))
+        watch = TerminationWatch(config, RankOne(), environ={})
+        watch.ignore_sentinels_before(2000.0)
+        assert watch.observed() is None
+        assert sentinel.exists()
+
+    def test_a_sentinel_older_than_the_slurm_job_start_is_stale(self, tmp_path: Path) -> None:
+        """Left by a window killed before it consumed it: older than $SLURM_JOB_START_TIME,
+        stale even with no DONE.json (an older finished_at does not lower the bar)."""
+        sentinel = tmp_path / "SIGUSR1_RECEIVED"
+        sentinel.write_text("")
+        os.utime(sentinel, (1500.0, 1500.0))
+        config = TerminationConfig(sentinel_dir=str(tmp_path))
+        env = {"SLURM_JOB_START_TIME": "2000"}
+        watch = TerminationWatch(config, SingleProcess(), environ=env)
+        watch.ignore_sentinels_before(1000.0)
+        assert watch.observed() is None
+        assert (tmp_path / "SIGUSR1_RECEIVED.stale").exists()
+        sentinel.write_text("")
+        os.utime(sentinel, (2001.0, 2001.0))  # this window's own: the USR1 trap wrote it
         assert watch.observed() == "sentinel"
 
 

@@ -32,7 +32,7 @@ first save runs it. The facade consumes the sentinel afterwards (rank 0).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from statecraft.checkpoint.artifact_saving import ArtifactReport
 from statecraft.checkpoint.attempt_open import artifacts_store
@@ -41,7 +41,7 @@ from statecraft.checkpoint.emergency_plan import EmergencyBoundary
 from statecraft.checkpoint.layout import ARTIFACTS_DIR, CHECKPOINTS_DIR, iter_dirname
 from statecraft.checkpoint.saving import SaveReport, save_full_checkpoint
 from statecraft.checkpoint.step import StepEnd
-from statecraft.checkpoint.stop_records import EmergencyKind, StopDecision
+from statecraft.checkpoint.stop_records import EmergencyKind, EmergencyReport, StopDecision
 from statecraft.checkpoint.transactions.emergency import EmergencyContext, run_emergency
 from statecraft.checkpoint.validation_records import ValidationStage, ValidationState
 from statecraft.parallel.rank0 import on_rank_zero
@@ -156,7 +156,7 @@ def stop_boundary(ckpt: Checkpointer, decision: StopDecision) -> StepEnd:
     )
 
 
-def stop_line(report: Any) -> str:
+def stop_line(report: EmergencyReport) -> str:
     """The INFO line of a stop: ``stopping at step 120: sentinel; emergency save checkpoint
     checkpoints/iter_000000120 durable in 0.412 s`` (covered: ``... already on disk
     (<path>), nothing saved``)."""

@@ -10,7 +10,10 @@ a signal        one of ``termination.signals`` was delivered since ``install()``
                 one delivered is the reason (``"signal SIGTERM"``); the handler only records it
 the sentinel    ``<sentinel_dir>/<sentinel_name>`` exists (``os.stat`` at every boundary, every
                 rank; ``sentinel_dir=""`` means ``$SLURM_LOG_DIR``, unset: no sentinel) and is
-                not stale (:meth:`~TerminationWatch.ignore_sentinels_before`): ``"sentinel"``
+                not stale: ``"sentinel"``. Stale: its mtime is before the previous window's
+                ``DONE.json.finished_at`` (:meth:`~TerminationWatch.ignore_sentinels_before`)
+                or before ``$SLURM_JOB_START_TIME`` (a window killed before it consumed its
+                sentinel left it; without this rule the requeued run would stop at once)
 the deadline    ``clock() >= deadline - deadline_margin_s`` (``deadline="slurm"``:
                 ``$SLURM_JOB_END_TIME``): ``"deadline"``
 ==============  ===============================================================================
@@ -52,7 +55,12 @@ from statecraft.checkpoint.termination_signals import SignalFlags
 from statecraft.errors import ConfigError, ConfigIssue
 from statecraft.parallel.collectives import Collective
 
-__all__ = ["SLURM_END_TIME_VARIABLE", "SLURM_LOG_DIR_VARIABLE", "TerminationWatch"]
+__all__ = [
+    "SLURM_END_TIME_VARIABLE",
+    "SLURM_LOG_DIR_VARIABLE",
+    "SLURM_START_TIME_VARIABLE",
+    "TerminationWatch",
+]
 
 log = logging.getLogger("statecraft")
 
@@ -60,6 +68,9 @@ log = logging.getLogger("statecraft")
 SLURM_END_TIME_VARIABLE = "SLURM_JOB_END_TIME"
 #: the sentinel's directory when ``termination.sentinel_dir`` is empty (the batch script sets it)
 SLURM_LOG_DIR_VARIABLE = "SLURM_LOG_DIR"
+#: the variable Slurm sets to this job window's start time (unix seconds): a sentinel older
+#: than it was written in an earlier window (one killed before it could consume it)
+SLURM_START_TIME_VARIABLE = "SLURM_JOB_START_TIME"
 
 _NO_STOP = StopDecision(False)
 
@@ -69,6 +80,14 @@ def _sentinel_path(config: TerminationConfig, environ: Mapping[str, str]) -> Pat
     not empty), else ``None`` (no sentinel polled)."""
     directory = config.sentinel_dir or environ.get(SLURM_LOG_DIR_VARIABLE, "")
     return Path(directory) / config.sentinel_name if directory else None
+
+
+def _unix_seconds(text: str | None) -> float | None:
+    """A positive whole number of unix seconds (``None``: unset or anything else)."""
+    value = (text or "").strip()
+    if value.isascii() and value.isdigit() and int(value) > 0:
+        return float(int(value))
+    return None
 
 
 def _deadline(config: TerminationConfig, environ: Mapping[str, str]) -> float | None:
@@ -86,9 +105,9 @@ def _deadline(config: TerminationConfig, environ: Mapping[str, str]) -> float | 
             issue = ConfigIssue("termination.deadline", text, f"a parsable deadline ({error})")
             raise ConfigError([issue]) from None
     raw = environ.get(SLURM_END_TIME_VARIABLE)
-    value = (raw or "").strip()
-    if value.isascii() and value.isdigit() and int(value) > 0:
-        return float(int(value))
+    end = _unix_seconds(raw)
+    if end is not None:
+        return end
     found = "unset" if raw is None else f"{raw!r}"
     issue = ConfigIssue(
         "termination.deadline",
@@ -109,8 +128,8 @@ class TerminationWatch:
             installs nothing, and ``should_stop()`` is always no-stop (no collective: every
             rank has the same config).
         collective: the run's collectives (``SingleProcess`` for a world of one).
-        environ: where ``$SLURM_LOG_DIR`` and ``$SLURM_JOB_END_TIME`` are read (default
-            ``os.environ``), once, here.
+        environ: where ``$SLURM_LOG_DIR``, ``$SLURM_JOB_END_TIME`` and
+            ``$SLURM_JOB_START_TIME`` are read (default ``os.environ``), once, here.
         clock: the wall clock for the deadline and ``StopDecision.decided_at``.
 
     Attributes:
@@ -140,7 +159,7 @@ class TerminationWatch:
             self.sentinel_path = _sentinel_path(config, env)
             self.deadline = _deadline(config, env)
         self._flags = SignalFlags(config.signals if config.enabled else ())
-        self._stale_before: float | None = None
+        self._stale_before: float | None = _unix_seconds(env.get(SLURM_START_TIME_VARIABLE))
         self._warned_stale = False
         self._warned_poll = False
         self._decision: StopDecision | None = None
@@ -206,8 +225,8 @@ class TerminationWatch:
     # -- sentinel ----------------------------------------------------------------------------
 
     def _sentinel_seen(self) -> bool:
-        """The sentinel exists and is not stale. A stale one is renamed ``.stale`` (WARNING
-        once); a poll that fails other than by absence is a WARNING once, and not a stop."""
+        """The sentinel exists and is not stale. A stale one is renamed ``.stale`` by rank 0
+        (WARNING once); a poll that fails other than by absence is a WARNING once, not a stop."""
         path = self.sentinel_path
         if path is None:
             return False
@@ -222,19 +241,24 @@ class TerminationWatch:
             return False
         if self._stale_before is None or mtime >= self._stale_before:
             return True
+        # Rank 0 alone renames it: another rank renaming late could take a fresh sentinel
+        # written just after rank 0's rename for the stale one. Every rank ignores it by mtime.
         stale = path.with_name(path.name + ".stale")
-        try:
-            os.replace(path, stale)
-            where = f"renamed to {stale.name}"
-        except FileNotFoundError:  # another rank renamed it first
-            where = "renamed by another rank"
-        except OSError as error:
-            where = f"could not rename it ({error}); it stays ignored"
+        where = f"rank 0 renames it to {stale.name}"
+        if self._collective.rank == 0:
+            try:
+                os.replace(path, stale)
+                where = f"renamed to {stale.name}"
+            except FileNotFoundError:
+                return False  # gone since the stat: nothing to ignore
+            except OSError as error:
+                where = f"could not rename it ({error}); it stays ignored"
         if not self._warned_stale:
             self._warned_stale = True
             log.warning(
-                "ignoring the stale termination sentinel %s: written before the previous "
-                "window ended (mtime %.3f < %.3f); %s",
+                "ignoring the stale termination sentinel %s: written in an earlier window "
+                "(mtime %.3f is before %.3f, the previous window's end or this job window's "
+                "start); %s",
                 path,
                 mtime,
                 self._stale_before,
@@ -244,10 +268,12 @@ class TerminationWatch:
 
     def ignore_sentinels_before(self, t: float) -> None:
         """A sentinel whose mtime is before ``t`` (the previous window's
-        ``DONE.json.finished_at``) is stale: WARNING once, renamed ``<name>.stale``, never a
-        reason. Checks at once (so the warning comes at ``resume()``). Call it on every rank:
-        a rank without the rule would take the stale file for a stop."""
-        self._stale_before = float(t)
+        ``DONE.json.finished_at``) is stale: WARNING once, renamed ``<name>.stale`` by rank 0,
+        never a reason (the later of ``t`` and ``$SLURM_JOB_START_TIME`` applies). Checks at
+        once (so the warning comes at ``resume()``). Call it on every rank: a rank without the
+        rule would take the stale file for a stop."""
+        before = self._stale_before
+        self._stale_before = float(t) if before is None else max(before, float(t))
         self._sentinel_seen()
 
     def consume_sentinel(self) -> None:
