@@ -16,14 +16,10 @@ then the evaluation, then publication).
 Running the same command again after a kill resumes from the newest checkpoint that verifies,
 and first finishes its validation when it was pending.
 
-The termination watch runs with the default knobs: the sentinel file
-``$SLURM_LOG_DIR/SIGUSR1_RECEIVED`` and SIGUSR1 / SIGTERM stop the run at the next step
-boundary with an emergency checkpoint, ``DONE.json`` names the reason, and the process exits
-0 (``stopped`` line, then ``done``); the same command resumes from that checkpoint.
-``--step-sleep`` sleeps after each ``step`` line, before the step boundary, so that a parent
-reacting to a ``step`` line can act before the boundary. Under ``torchrun`` (``WORLD_SIZE`` >
-1 in the environment) every rank runs this process and joins a gloo process group
-(``env://``); each rank prints its own progress lines.
+The sentinel file ``$SLURM_LOG_DIR/SIGUSR1_RECEIVED``, SIGUSR1 or SIGTERM stops the run at the
+next step boundary (an emergency checkpoint, ``DONE.json``, exit 0; the same command resumes).
+``--step-sleep`` sleeps after each ``step`` line, before the boundary, so that a parent can act
+on it first. Under ``torchrun`` (``WORLD_SIZE`` > 1) every rank joins a gloo group.
 
 Progress protocol: one line per event on stdout, flushed at once, so a parent can kill the
 process at a chosen point and know where it was::
@@ -42,10 +38,9 @@ process at a chosen point and know where it was::
                                      validation was pending (finished by resume() since)
     published <n> <val_loss>         after iter n's validation is published
     stopped <n> <kind> <path> <seconds> <reason>
-                                     step_end() stopped the run at step n (a termination):
-                                     the emergency save's kind (checkpoint,
-                                     evaluation_pending, artifact, covered), its run-dir
-                                     relative path, its decision-to-durable seconds, the reason
+                                     step_end() stopped the run at step n: the emergency
+                                     save's kind, run-dir relative path, decision-to-durable
+                                     seconds, and the stop reason
     done <step>                      after finalize(); the process then exits 0
 
 The model, data and data source live here (not in ``examples/``) so that ``statecraft demo``
