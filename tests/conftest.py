@@ -28,16 +28,27 @@ _TERMINATION_SIGNALS = (
 )
 
 
+#: the handlers the test process started with (read when pytest loads this file, before any
+#: fixture or test could install statecraft's)
+_SESSION_HANDLERS = {number: signal.getsignal(number) for number in _TERMINATION_SIGNALS}
+
+
+def _reset_signal_handlers() -> None:
+    for number, handler in _SESSION_HANDLERS.items():
+        if handler is not None and signal.getsignal(number) is not handler:
+            signal.signal(number, handler)
+
+
 @pytest.fixture(autouse=True)
 def _restore_signal_handlers() -> Iterator[None]:
     """A test whose Checkpointer resumed and was never finalized or closed leaves its flag-only
-    handlers installed: put the previous ones back, so a later SIGTERM (a CI cancel) still ends
-    the test process."""
-    before = {number: signal.getsignal(number) for number in _TERMINATION_SIGNALS}
+    handlers installed: put the process's own ones back, so a later SIGTERM (a CI cancel)
+    still ends the test process. Before each test too: a module-scoped fixture that resumed a
+    Checkpointer (a committed run built once per module) would otherwise hand its handlers to
+    every test of the module."""
+    _reset_signal_handlers()
     yield
-    for number, handler in before.items():
-        if handler is not None and signal.getsignal(number) is not handler:
-            signal.signal(number, handler)
+    _reset_signal_handlers()
 
 
 #: the size of the real tmpfs the disk-full tests fill
