@@ -26,16 +26,18 @@ _TERMINATION_SIGNALS = (
     signal.SIGINT,
     signal.SIGHUP,
 )
+#: their handlers when the test session started
+_SESSION_HANDLERS = {number: signal.getsignal(number) for number in _TERMINATION_SIGNALS}
 
 
 @pytest.fixture(autouse=True)
 def _restore_signal_handlers() -> Iterator[None]:
-    """A test whose Checkpointer resumed and was never finalized or closed leaves its flag-only
-    handlers installed: put the previous ones back, so a later SIGTERM (a CI cancel) still ends
-    the test process."""
-    before = {number: signal.getsignal(number) for number in _TERMINATION_SIGNALS}
+    """A Checkpointer resumed and never finalized or closed (in a test, or in a module-scoped
+    fixture) leaves its flag-only handlers installed: after each test put the session's
+    handlers back, so the next test starts clean and a SIGTERM (a CI cancel) still ends the
+    test process."""
     yield
-    for number, handler in before.items():
+    for number, handler in _SESSION_HANDLERS.items():
         if handler is not None and signal.getsignal(number) is not handler:
             signal.signal(number, handler)
 
