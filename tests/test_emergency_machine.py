@@ -193,6 +193,25 @@ class TestTablePaths:
         assert report.kind is EmergencyKind.CHECKPOINT
         assert "lacks a component of the run plan" in caplog.text
 
+    def test_damaged_artifact_of_the_step_escalates(self, tmp_path: Path, caplog) -> None:
+        """A ``run`` plan at a step whose artifact's manifest does not verify saves the full
+        checkpoint (the damaged commit is never re-committed), with a WARNING, and leaves the
+        damaged artifact byte-identical."""
+        attempt = attempt_at(tmp_path)
+        commit_artifact(attempt, 4, ("model",))
+        (attempt.artifacts_dir / iter_dirname(4) / "model.pt").write_bytes(b"torn")
+        before = snapshot(attempt.artifacts_dir)
+        config = CheckpointConfig(
+            emergency_checkpoint_components="run", checkpoint_components=("model",)
+        )
+        writes = Writes(attempt)
+        with caplog.at_level(logging.WARNING, logger="statecraft.emergency"):
+            report = run(context(attempt, writes, config=config))
+        assert [b.kind for b in writes.boundaries] == [EmergencyKind.CHECKPOINT]
+        assert report.path == "checkpoints/iter_000000004"
+        assert "holds a manifest that does not verify" in caplog.text
+        assert snapshot(attempt.artifacts_dir) == before
+
     def test_due_validation_saves_evaluation_pending(self, tmp_path: Path) -> None:
         """A stop before a due validation writes the full evaluation-pending checkpoint."""
         attempt = attempt_at(tmp_path)
@@ -278,6 +297,16 @@ class TestDoneRecord:
         assert raw["schema"] == "statecraft.done.v1"
         assert raw["preempted"] is None
 
+    def test_record_breaking_the_schema_is_not_written(self, tmp_path: Path) -> None:
+        """A record with an unknown stop reason is refused before anything is written."""
+        attempt = attempt_at(tmp_path)
+        record = done_record(
+            step=4, preempted="bored", checkpoint=None, saved=False, seconds_to_durable=0.0
+        )
+        with pytest.raises(CheckpointError, match=r"refusing to write DONE\.json"):
+            write_done(attempt, None, record)
+        assert list(attempt.run_dir.iterdir()) == []
+
     def test_absent_is_none_and_creates_nothing(self, tmp_path: Path) -> None:
         """No DONE.json (or no run dir at all) reads as None; nothing is created."""
         attempt = attempt_at(tmp_path)
@@ -292,7 +321,8 @@ class TestDoneRecord:
             (b"{not json", "is not JSON"),
             (b'{"schema": "statecraft.done.v0"}', "is not a statecraft.done.v1 record"),
             (b"[]", "is not a statecraft.done.v1 record"),
-            (None, "fields are malformed"),
+            (None, "violates specs/done.schema.json"),
+            (b'{"schema": "statecraft.done.v1", "step": "4"}', "violates specs/done.schema.json"),
         ],
     )
     def test_damaged_record_is_refused(

@@ -45,7 +45,14 @@ from statecraft.checkpoint.emergency_plan import (
     StepCoverage,
     decide_emergency,
 )
-from statecraft.checkpoint.layout import ARTIFACTS_DIR, CHECKPOINTS_DIR, RunAttempt, iter_dirname
+from statecraft.checkpoint.layout import (
+    ARTIFACT_MANIFEST_NAME,
+    ARTIFACTS_DIR,
+    CHECKPOINTS_DIR,
+    MANIFEST_NAME,
+    RunAttempt,
+    iter_dirname,
+)
 from statecraft.checkpoint.lease import WriterLease
 from statecraft.checkpoint.run_done import done_record, read_done
 from statecraft.checkpoint.stop_records import (
@@ -68,8 +75,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COUNTED_STATES",
+    "COVERAGE_LEVEL",
     "EmergencyContext",
+    "covering_path",
     "emergency_bindings",
+    "emergency_report",
     "read_step_coverage",
     "run_emergency",
 ]
@@ -275,16 +285,38 @@ def decide(ctx: EmergencyContext) -> None:
     """Read the step's coverage from disk and decide what the save writes (rank 0; the
     decision is broadcast)."""
     ctx.coverage = read_step_coverage(ctx.attempt, ctx.filesystem, ctx.step)
-    ctx.boundary = decide_emergency(
+    boundary = decide_emergency(
         ctx.config, validation_due=ctx.validation_due, coverage=ctx.coverage
     )
-    if ctx.boundary.escalated:
+    name = iter_dirname(ctx.step)
+    if boundary.kind is EmergencyKind.ARTIFACT and _artifact_manifest_present(ctx):
+        # A damaged commit (a manifest that does not verify) is never re-committed either:
+        # the artifact save would refuse it, so only the full plan can be saved.
+        boundary = EmergencyBoundary(EmergencyKind.CHECKPOINT, ComponentPlan.full(), True)
+        log.warning(
+            "stop at step %d: checkpoint_artifacts/%s holds a manifest that does not verify "
+            "and a committed artifact is never re-committed: saving the full plan instead",
+            ctx.step,
+            name,
+        )
+    elif boundary.escalated:
         log.warning(
             "stop at step %d: checkpoint_artifacts/%s lacks a component of the run plan and "
             "a committed artifact is never re-committed: saving the full plan instead",
             ctx.step,
-            iter_dirname(ctx.step),
+            name,
         )
+    ctx.boundary = boundary
+
+
+def _artifact_manifest_present(ctx: EmergencyContext) -> bool:
+    """``checkpoint_artifacts/iter_N`` holds a manifest file (verifying or not)."""
+    fs = ctx.filesystem or OsFilesystem()
+    name = iter_dirname(ctx.step)
+    root = ctx.attempt.artifacts_dir.absolute()
+    return any(
+        fs.stat(str(root / name / m)) is not None for m in (ARTIFACT_MANIFEST_NAME, MANIFEST_NAME)
+    )
 
 
 @effect(role=Role.COORDINATOR)
