@@ -26,29 +26,20 @@ _TERMINATION_SIGNALS = (
     signal.SIGINT,
     signal.SIGHUP,
 )
-
-
-#: the handlers the test process started with (read when pytest loads this file, before any
-#: fixture or test could install statecraft's)
+#: their handlers when the test session started
 _SESSION_HANDLERS = {number: signal.getsignal(number) for number in _TERMINATION_SIGNALS}
-
-
-def _reset_signal_handlers() -> None:
-    for number, handler in _SESSION_HANDLERS.items():
-        if handler is not None and signal.getsignal(number) is not handler:
-            signal.signal(number, handler)
 
 
 @pytest.fixture(autouse=True)
 def _restore_signal_handlers() -> Iterator[None]:
-    """A test whose Checkpointer resumed and was never finalized or closed leaves its flag-only
-    handlers installed: put the process's own ones back, so a later SIGTERM (a CI cancel)
-    still ends the test process. Before each test too: a module-scoped fixture that resumed a
-    Checkpointer (a committed run built once per module) would otherwise hand its handlers to
-    every test of the module."""
-    _reset_signal_handlers()
+    """A Checkpointer resumed and never finalized or closed (in a test, or in a module-scoped
+    fixture) leaves its flag-only handlers installed: after each test put the session's
+    handlers back, so the next test starts clean and a SIGTERM (a CI cancel) still ends the
+    test process."""
     yield
-    _reset_signal_handlers()
+    for number, handler in _SESSION_HANDLERS.items():
+        if handler is not None and signal.getsignal(number) is not handler:
+            signal.signal(number, handler)
 
 
 #: the size of the real tmpfs the disk-full tests fill

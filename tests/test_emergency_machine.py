@@ -297,6 +297,16 @@ class TestDoneRecord:
         assert raw["schema"] == "statecraft.done.v1"
         assert raw["preempted"] is None
 
+    def test_record_breaking_the_schema_is_not_written(self, tmp_path: Path) -> None:
+        """A record with an unknown stop reason is refused before anything is written."""
+        attempt = attempt_at(tmp_path)
+        record = done_record(
+            step=4, preempted="bored", checkpoint=None, saved=False, seconds_to_durable=0.0
+        )
+        with pytest.raises(CheckpointError, match=r"refusing to write DONE\.json"):
+            write_done(attempt, None, record)
+        assert list(attempt.run_dir.iterdir()) == []
+
     def test_absent_is_none_and_creates_nothing(self, tmp_path: Path) -> None:
         """No DONE.json (or no run dir at all) reads as None; nothing is created."""
         attempt = attempt_at(tmp_path)
@@ -311,7 +321,8 @@ class TestDoneRecord:
             (b"{not json", "is not JSON"),
             (b'{"schema": "statecraft.done.v0"}', "is not a statecraft.done.v1 record"),
             (b"[]", "is not a statecraft.done.v1 record"),
-            (None, "fields are malformed"),
+            (None, "violates specs/done.schema.json"),
+            (b'{"schema": "statecraft.done.v1", "step": "4"}', "violates specs/done.schema.json"),
         ],
     )
     def test_damaged_record_is_refused(

@@ -30,13 +30,24 @@ from typing import Any
 
 from statecraft.checkpoint.layout import RunAttempt
 from statecraft.checkpoint.manifest import strict_converter, structure_record
+from statecraft.checkpoint.schemas import encode_conforming, json_text_violations
 from statecraft.checkpoint.stop_records import DONE_FILE, DONE_SCHEMA, DoneRecord
 from statecraft.errors import CheckpointCorruptError
 from statecraft.storage.base import Store
 from statecraft.storage.filesystem import Filesystem, OsFilesystem
 from statecraft.storage.local import LocalStore
 
-__all__ = ["done_record", "done_where", "encode_done", "read_done", "write_done"]
+__all__ = [
+    "DONE_SCHEMA_FILE",
+    "done_record",
+    "done_where",
+    "encode_done",
+    "read_done",
+    "write_done",
+]
+
+#: the JSON schema of the record beside the specs
+DONE_SCHEMA_FILE = "done.schema.json"
 
 _converter = strict_converter()
 _FIX = (
@@ -69,8 +80,14 @@ def done_record(
 
 
 def encode_done(record: DoneRecord) -> bytes:
-    """The bytes of ``DONE.json`` (sorted keys, one key a line, trailing newline)."""
-    return (json.dumps(_converter.unstructure(record), sort_keys=True, indent=1) + "\n").encode()
+    """The bytes of ``DONE.json`` (sorted keys, one key a line, trailing newline), checked
+    against ``specs/done.schema.json``.
+
+    Raises:
+        CheckpointError: the record breaks the schema (an unknown reason, a negative step...);
+            nothing is written.
+    """
+    return encode_conforming(_converter.unstructure(record), DONE_SCHEMA_FILE, what=DONE_FILE)
 
 
 def _store(attempt: RunAttempt, filesystem: Filesystem | None) -> Store:
@@ -118,6 +135,11 @@ def read_done(attempt: RunAttempt, filesystem: Filesystem | None) -> DoneRecord 
     if not isinstance(raw, dict) or raw.get("schema") != DONE_SCHEMA:
         got = raw.get("schema") if isinstance(raw, dict) else type(raw).__name__
         raise CheckpointCorruptError(where, f"is not a {DONE_SCHEMA} record (schema {got!r})", _FIX)
+    violations = json_text_violations(DONE_SCHEMA_FILE, data)
+    if violations:
+        raise CheckpointCorruptError(
+            where, f"violates specs/{DONE_SCHEMA_FILE}: {'; '.join(violations)}", _FIX
+        )
     return structure_record(
         _converter, raw, DoneRecord, source=where, what=f"the {DONE_SCHEMA} record", fix=_FIX
     )

@@ -75,8 +75,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "COUNTED_STATES",
+    "COVERAGE_LEVEL",
     "EmergencyContext",
+    "covering_path",
     "emergency_bindings",
+    "emergency_report",
     "read_step_coverage",
     "run_emergency",
 ]
