@@ -5,9 +5,15 @@
 Kill it at any moment (even with SIGKILL, even mid-save) and run the same command again: it
 continues from the newest checkpoint that verifies, and the result is bit-for-bit the run that
 was never interrupted. Run it with a larger ``--steps`` to train further.
+
+Preemption: SIGUSR1, SIGTERM or the sentinel file ``$SLURM_LOG_DIR/SIGUSR1_RECEIVED`` stops it
+at the next step boundary with an emergency checkpoint and exit code 0; the same command
+resumes there. Under ``torchrun`` (``WORLD_SIZE`` > 1) every rank runs this script in one gloo
+process group (see ``examples/slurm/``).
 """
 
 import argparse
+import os
 import random
 
 import numpy as np
@@ -53,6 +59,9 @@ def main():
     parser.add_argument("--save-every", type=int, default=50)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if distributed:  # torchrun's environment: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+        torch.distributed.init_process_group("gloo")
 
     # Seed every random stream. Resume restores them from the checkpoint; seeding makes a
     # fresh start reproducible too.
@@ -100,9 +109,11 @@ def main():
         ckpt.record(sc.Outcome.APPLIED)  # one optimizer update applied
         if (step + 1) % 10 == 0:
             print(f"step {step + 1}: loss {loss.item():.4f}")
-        if ckpt.step_end():  # saves when due; True means stop now
+        end = ckpt.step_end()  # saves when due; true means stop now (preemption / timeout)
+        if end:
+            print(f"stopped at step {ckpt.step}: {end.reason} (emergency checkpoint saved)")
             break
-    ckpt.finalize()  # saves the last step if it is not saved yet
+    ckpt.finalize()  # saves the last step if it is not saved yet (after a stop: nothing)
 
     for save in ckpt.saves:
         print(
@@ -110,6 +121,8 @@ def main():
             f"-> {save.location}"
         )
     print(f"done at step {ckpt.step}")
+    if distributed:
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

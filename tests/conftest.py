@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,30 @@ from checkpoint_runs import private_copy
 def out(pristine: Path, tmp_path: Path) -> Path:
     """A private copy of the requesting module's ``pristine`` output root, free to damage."""
     return private_copy(pristine, tmp_path)
+
+
+#: the signals a TerminationWatch may handle (termination.signals)
+_TERMINATION_SIGNALS = (
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+)
+#: their handlers when the test session started
+_SESSION_HANDLERS = {number: signal.getsignal(number) for number in _TERMINATION_SIGNALS}
+
+
+@pytest.fixture(autouse=True)
+def _restore_signal_handlers() -> Iterator[None]:
+    """A Checkpointer resumed and never finalized or closed (in a test, or in a module-scoped
+    fixture) leaves its flag-only handlers installed: after each test put the session's
+    handlers back, so the next test starts clean and a SIGTERM (a CI cancel) still ends the
+    test process."""
+    yield
+    for number, handler in _SESSION_HANDLERS.items():
+        if handler is not None and signal.getsignal(number) is not handler:
+            signal.signal(number, handler)
 
 
 #: the size of the real tmpfs the disk-full tests fill

@@ -37,6 +37,8 @@ from statecraft.cli.demo import (
     run_demo,
     run_kill_demo,
 )
+from statecraft.cli.demo.launch import parse_progress
+from statecraft.cli.demo.preempt import choose_preempt, stop_problems
 from statecraft.cli.demo_train import ShuffledBatches, train
 from statecraft.storage.local import LocalStore
 
@@ -119,6 +121,118 @@ class TestRenderValidation:
         relaunch.resumed_stage = "publication_pending"
         relaunch.evaluated = [40]
         assert "(publication-pending -> evaluation not repeated, published)" in render(report)
+
+
+def _stopped_launch(**changes: Any) -> Launch:
+    """A killed-run launch that the sentinel stopped at step 27, as the demo records it."""
+    launch = Launch("killed", 3, [], resumed_step=20, resume_source="a/checkpoints/iter_20")
+    launch.action, launch.trigger, launch.sentinel_created = "sentinel", "step 26", True
+    launch.stop_step, launch.stop_kind = 27, "checkpoint"
+    launch.stop_path, launch.stop_seconds = "checkpoints/iter_000000027", 0.0412
+    launch.stop_reason, launch.returncode, launch.done_step = "sentinel", 0, 27
+    launch.done_record = {"step": 27, "preempted": "sentinel"}
+    launch.sentinel_consumed, launch.stop_verified = True, True
+    for name, value in changes.items():
+        setattr(launch, name, value)
+    return launch
+
+
+class TestPreemption:
+    def test_the_sentinel_lands_in_the_first_half_of_what_is_left(self):
+        """The preemption's step line lies after the resume point, in the first half of the
+        remaining steps; with fewer than two steps left there is none."""
+        rng = random.Random(3)
+        for resumed in range(58):
+            trigger, delay = choose_preempt(rng, resumed, 60)
+            what, number = trigger.split()
+            assert (what, delay) == ("step", 0.0)
+            assert resumed < int(number) <= max(resumed + 1, resumed + (60 - resumed) // 2)
+        assert choose_preempt(rng, 59, 60) is None
+
+    def test_a_stopped_line_parses_with_a_reason_that_has_spaces(self):
+        """The stopped progress line gives the step, kind, path, seconds and the reason."""
+        line = "stopped 27 checkpoint checkpoints/iter_000000027 0.0412 signal SIGTERM"
+        assert parse_progress(line) == (
+            "stopped",
+            27,
+            "checkpoint checkpoints/iter_000000027 0.0412 signal SIGTERM",
+        )
+        assert parse_progress("stopped 27 checkpoint path not-a-number sentinel") is None
+
+    def test_the_report_shows_the_sentinel_the_emergency_save_and_the_exit_code(self):
+        """The text names the sentinel's trigger, the stop step and reason, the emergency save
+        and its time, the exit code, DONE.json, and the relaunch resuming at that step."""
+        relaunch = Launch(
+            "killed", 4, [], resumed_step=27, resume_source="a/checkpoints/iter_000000027"
+        )
+        relaunch.done_step, relaunch.returncode = 60, 0
+        report = DemoReport("out", 1, 60, 10, 0, 0, True, [27])
+        report.launches = [_stopped_launch(), relaunch]
+        report.reference_checkpoints = [10, 20, 30, 40, 50, 60]
+        text = render(report)
+        assert "0 SIGKILL(s), 1 preemption through the sentinel file" in text
+        assert (
+            "sentinel SIGUSR1_RECEIVED created on 'step 26' -> stopped at step 27: sentinel; "
+            "emergency save checkpoint checkpoints/iter_000000027 durable in 41 ms (verifies)"
+        ) in text
+        assert (
+            "exit code 0; DONE.json: step 27, preempted: sentinel; sentinel renamed "
+            "SIGUSR1_RECEIVED.consumed"
+        ) in text
+        assert (
+            "preemption: launch 3 stopped at step 27 (sentinel), exit code 0; launch 4 (the "
+            "unchanged command) resumed at step 27"
+        ) in text
+        assert "(emergency checkpoint [27] off the cadence)" in text
+
+    @pytest.mark.parametrize(
+        ("changes", "expected"),
+        [
+            (
+                {"stop_step": None, "last_line": "done 60"},
+                "killed launch 3: the sentinel created on 'step 26' did not stop the run (it "
+                "ended with 'done 60', status 0)",
+            ),
+            ({"returncode": 1}, "killed launch 3 stopped but exited with status 1, not 0"),
+            (
+                {"done_record": {"step": 20, "preempted": None}},
+                "killed launch 3: DONE.json says step 20, preempted None; expected step 27, "
+                "preempted 'sentinel'",
+            ),
+            (
+                {"stop_verified": False},
+                "killed launch 3: the emergency checkpoint checkpoints/iter_000000027 does not "
+                "verify",
+            ),
+            (
+                {"sentinel_consumed": False},
+                "killed launch 3: the sentinel was not renamed SIGUSR1_RECEIVED.consumed after "
+                "the stop",
+            ),
+        ],
+        ids=["did-not-stop", "exit-status", "done-record", "not-verified", "not-consumed"],
+    )
+    def test_each_broken_promise_of_a_stop_is_named(self, changes, expected):
+        """A stop that did not happen, a non-zero exit, a wrong DONE.json, an emergency
+        checkpoint that does not verify, or an unconsumed sentinel is one named problem."""
+        assert stop_problems(_stopped_launch()) == []
+        assert stop_problems(_stopped_launch(**changes)) == [expected]
+
+    def test_only_the_emergency_checkpoint_may_be_an_extra_iteration(self):
+        """The killed run may hold its off-cadence emergency checkpoint beyond the reference's
+        iterations, nothing else; a missing preemption is not bit-exact either."""
+        report = DemoReport("out", 1, 60, 10, 0, 0, True, [27])
+        report.launches = [_stopped_launch()]
+        report.final_iteration = 60
+        report.reference_checkpoints = [10, 20, 30, 40, 50, 60]
+        report.killed_checkpoints = [10, 20, 27, 30, 40, 50, 60]
+        assert report.extra_checkpoints == [27]
+        assert report.bit_exact
+        report.killed_checkpoints = [10, 20, 27, 30, 35, 40, 50, 60]
+        assert not report.bit_exact
+        report.killed_checkpoints = [10, 20, 27, 30, 40, 50, 60]
+        report.launches = []
+        assert not report.bit_exact
 
 
 class TestShuffledBatches:
@@ -308,8 +422,10 @@ class TestCompareCheckpoints:
 # --------------------------------------------------------------------- real processes
 @pytest.mark.slow
 class TestDemoCommand:
-    def test_json_reports_bit_exact_kills_and_resume_sources(self, tmp_path):
-        """`statecraft demo --json --kills 2` exits 0, bit-exact, with both kills and resumes."""
+    def test_json_reports_bit_exact_kills_preemption_and_resume_sources(self, tmp_path):
+        """`statecraft demo --json --kills 2` exits 0, bit-exact, with both kills, the
+        preemption through the sentinel file (emergency save, exit 0, DONE.json, the sentinel
+        consumed) and every relaunch resuming where the previous launch left."""
         proc = subprocess.run(
             [*_statecraft_command(), "demo", "--json", "--kills", "2", "--seed", "7"],
             capture_output=True,
@@ -324,10 +440,33 @@ class TestDemoCommand:
         assert (envelope["command"], envelope["status"], envelope["errors"]) == ("demo", "ok", [])
         assert data["bit_exact"] is True
         assert data["kills_performed"] == 2
+        assert data["preemptions_performed"] == 1
         assert Path(data["out"]).parent == tmp_path  # the default root honours TMPDIR
         killed = [x for x in data["launches"] if x["run"] == "killed"]
-        assert [x["killed"] for x in killed] == [True, True, False]
+        assert [x["killed"] for x in killed] == [True, True, False, False]
+        assert [x["action"] for x in killed] == ["SIGKILL", "SIGKILL", "sentinel", "SIGKILL"]
         assert all(x["trigger"] and x["returncode"] == -9 for x in killed[:2])
+        stopped, final = killed[2], killed[3]
+        step = stopped["stop_step"]
+        assert stopped["sentinel_created"] is True
+        assert stopped["trigger"].startswith("step ")
+        assert int(stopped["trigger"].split()[1]) <= step < 60
+        assert (stopped["returncode"], stopped["stop_reason"]) == (0, "sentinel")
+        assert stopped["stop_kind"] in ("checkpoint", "evaluation_pending")
+        assert stopped["stop_path"] == f"checkpoints/iter_{step:09d}"
+        assert stopped["stop_seconds"] > 0
+        assert stopped["stop_verified"] is True
+        assert stopped["sentinel_consumed"] is True
+        assert stopped["done_step"] == step  # finalize() after the stop, nothing more
+        done = stopped["done_record"]
+        assert (done["step"], done["preempted"], done["checkpoint"], done["saved"]) == (
+            step,
+            "sentinel",
+            stopped["stop_path"],
+            True,
+        )
+        assert final["resumed_step"] == step
+        assert final["resume_source"].endswith(f"iter_{step:09d}")
         for launch in killed[1:]:  # each relaunch reports where it resumed from
             step, source = launch["resumed_step"], launch["resume_source"]
             assert (source is None and step == 0) or source.endswith(f"iter_{step:09d}")
@@ -352,7 +491,8 @@ class TestDemoCommand:
             assert iteration in second["published"]
             again = first["validation_state"] == "evaluation_pending"
             assert (iteration in second["evaluated"]) == again
-        assert data["killed_checkpoints"] == data["reference_checkpoints"]
+        assert data["emergency_checkpoints"] == [step]
+        assert data["killed_checkpoints"] == sorted({*data["reference_checkpoints"], step})
         assert data["compared"] == data["reference_checkpoints"]
         assert data["save_seconds"]["count"] >= 6
 
@@ -383,7 +523,9 @@ class TestKillStress:
         )
         assert report.errors == []
         assert len(report.kills) == 5
-        assert sorted(latest_after_kill) == [1, 2, 3, 4, 5]
+        assert sorted(latest_after_kill) == [1, 2, 3, 4, 5, 6]  # five kills, one preemption
+        assert len(report.preemptions) == 1
+        assert report.preemptions[0].index == 6
         assert any(x.trigger.startswith("save-begin") for x in report.kills)
         relaunches = [x for x in report.launches if x.run == "killed"][1:]
         assert [x.resumed_step for x in relaunches] == [

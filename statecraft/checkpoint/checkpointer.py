@@ -11,7 +11,7 @@
         train_step()
         ckpt.record(sc.Outcome.APPLIED)    # or SKIPPED / ACCUMULATING: advances the clocks
         if ckpt.step_end():                # StepEnd: saves / validates when due; true: stop
-            break
+            break                          # (a termination: the emergency save is durable)
     ckpt.finalize()                        # the normal-final save and validation; joins
 
 With ``save_async=true`` (the default) a full save returns a ``PendingSave`` once the state is
@@ -25,11 +25,14 @@ the tables in ``machines/`` (:mod:`statecraft.checkpoint.boundary_run`). Under
 ``torch.distributed`` every rank calls every method in the same order; rank 0 resolves the
 attempt, writes and evaluates (its outcome broadcast by
 :func:`~statecraft.parallel.rank0.on_rank_zero`); every rank loads on resume.
+
+A termination (signal, sentinel file, deadline: ``termination.*``) is decided at a
+``step_end()`` on every rank alike; its emergency save replaces the due boundary and
+``DONE.json`` records the reason (:mod:`statecraft.checkpoint.stopping`).
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import warnings
@@ -45,6 +48,7 @@ from statecraft.checkpoint.boundary_step import due_boundary, execute
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.config.plans import plan_warnings
 from statecraft.checkpoint.evaluation import Evaluation, Evaluator
+from statecraft.checkpoint.facade_parts import check_arguments, close_facade
 from statecraft.checkpoint.layout import RunAttempt, RunIdentity, as_run_identity
 from statecraft.checkpoint.lease import WriterLease
 from statecraft.checkpoint.lifecycle import Lifecycle
@@ -54,16 +58,15 @@ from statecraft.checkpoint.retention import RetentionPlan
 from statecraft.checkpoint.saving import SaveReport
 from statecraft.checkpoint.state import Outcome, SchedulerIdentity
 from statecraft.checkpoint.step import StepEnd
+from statecraft.checkpoint.stop_records import StopDecision
+from statecraft.checkpoint.stopping import finalize_run, poll_stop, refuse_after_stop
+from statecraft.checkpoint.termination import TerminationWatch
 from statecraft.checkpoint.tracking import register
 from statecraft.checkpoint.transactions.resume import ResumeResult, Tracked
 from statecraft.checkpoint.validation_resume import validation_identity
 from statecraft.checkpoint.write_slot import PendingSave
 from statecraft.engine import RunResult
-from statecraft.errors import (
-    ConfigError,
-    ConfigIssue,
-    TrackingError,
-)
+from statecraft.errors import TrackingError
 from statecraft.logs import configure_default_output
 from statecraft.parallel.collectives import Collective, default_collective
 from statecraft.storage.base import Store
@@ -97,7 +100,8 @@ class Checkpointer:
         TrackingError: ``config`` is not a ``CheckpointConfig``.
         ConfigError: ``output_root`` is not a ``str`` / ``os.PathLike`` path (not ``bytes``),
             or empty, or holds a NUL; ``run`` is neither a ``RunIdentity`` nor a run name;
-            ``retention`` is not a ``RetentionPlan``.
+            ``retention`` is not a ``RetentionPlan``; ``termination.deadline="slurm"``
+            without a parsable ``$SLURM_JOB_END_TIME``.
         WriterLeaseError: (at the first ``resume`` / ``save``) another live process writes
             this attempt; and at a save whose lease was taken over since.
     """
@@ -113,18 +117,7 @@ class Checkpointer:
         quiet: bool | None = None,
         retention: RetentionPlan | None = None,
     ) -> None:
-        if not isinstance(config, CheckpointConfig):
-            raise TrackingError(f"config must be a CheckpointConfig, got {type(config).__name__}")
-        if quiet is not None and not isinstance(quiet, bool):
-            raise ConfigError(
-                [ConfigIssue("quiet", quiet, "True, False or None (None: the quiet knob)")],
-                source="Checkpointer(quiet=...)",
-            )
-        if retention is not None and not isinstance(retention, RetentionPlan):
-            raise ConfigError(
-                [ConfigIssue("retention", type(retention).__name__, "a RetentionPlan or None")],
-                source="Checkpointer(retention=...)",
-            )
+        check_arguments(config, quiet=quiet, retention=retention)
         collective = collective or default_collective()
         # First, so the config's own warnings below reach the user too (statecraft.logs).
         configure_default_output(
@@ -150,6 +143,10 @@ class Checkpointer:
         self.artifacts: list[ArtifactReport] = []
         self.last_validated_step: int | None = None
         self.final: StepEnd | None = None  # what finalize() did
+        self.termination = TerminationWatch(config.termination, collective)
+        self.stopped: StopDecision | None = None  # the stop decided at a step_end()
+        self._stop_end: StepEnd | None = None  # what that step_end() did
+        self._closed = False  # close() ran
         self._lifecycle = Lifecycle()  # resume once, before saving (lifecycle.py)
         self._resume_machine = load_machine("resume")
         self.retention = RetentionPlan.from_config(config) if retention is None else retention
@@ -271,27 +268,14 @@ class Checkpointer:
 
     def close(self) -> None:
         """Join the background writes, then release the writer lease so another process may
-        write this attempt; no save or resume afterwards. Safe to call twice; an exiting
-        process releases the lock anyway.
+        write this attempt, and restore the signal handlers ``resume()`` replaced; no save or
+        resume afterwards. Safe to call twice; an exiting process releases the lock anyway.
 
         Raises:
             Exception: a background write's error (the lease is released all the same).
         """
-        if getattr(self, "_closed", False):
-            return
-        try:
-            self._boundaries.writes.join(self.saves)
-        finally:
-            self._boundaries.writes.close()
-            self._release()
-
-    def _release(self) -> None:
-        lease, self.lease = self.lease, None
-        self._closed = True
-        if self._exit_release is not None:
-            atexit.unregister(self._exit_release)
-        if lease is not None:
-            lease.release()
+        if not self._closed:
+            close_facade(self)
 
     def _ensure_attempt(self) -> Store:
         return ensure_attempt(self)
@@ -312,6 +296,8 @@ class Checkpointer:
         lagging latest pointer, removes dead writers' temporaries, finishes the pending stage
         of an adopted checkpoint whose validation is pending (the evaluation only if it had
         not succeeded), and on a fresh start runs the ``validation.before_training`` pass.
+        It installs the termination signal handlers (main thread only; ``close()`` restores
+        the previous ones) and logs how the previous window ended (``DONE.json``).
 
         Raises:
             ResumeError: a second ``resume()``, or one after a save; (with
@@ -333,18 +319,28 @@ class Checkpointer:
     def step_end(self) -> StepEnd:
         """Call at every step boundary: runs what is due at a quiescent boundary (a
         ``save_every`` save, a ``validation.every`` validation, or their union as one save;
-        :func:`~statecraft.checkpoint.boundary.decide_boundary`).
+        :func:`~statecraft.checkpoint.boundary.decide_boundary`). First it asks the
+        termination watch (one collective): on a stop the synchronous emergency save
+        replaces what was due (a due validation: a full evaluation-pending checkpoint, no
+        evaluation), then ``DONE.json`` (:mod:`statecraft.checkpoint.emergency_step`).
 
         Returns:
             a :class:`StepEnd` (``saved`` / ``artifact`` reports on rank 0, ``metrics``,
-            ``validated``); true when the loop must stop (this release never stops).
+            ``validated``); true when the loop must stop (``reason``; ``emergency``: what the
+            emergency save did): break out of the loop and call ``finalize()``.
 
         Raises:
+            RunStoppedError: the run was stopped at an earlier ``step_end()`` (nothing
+                written).
             ResumeRequiredError: a save was due in an attempt holding commits and this process
                 did not call ``resume()``; nothing was written.
             ValidationFailedError: the evaluation failed (every rank); a checkpoint or
                 artifact committed before it stays committed.
         """
+        refuse_after_stop(self, "step_end()")
+        stopped = poll_stop(self)
+        if stopped is not None:
+            return stopped
         return execute(self, due_boundary(self, final=False), self.step)
 
     def finalize(self) -> SaveReport | PendingSave | ArtifactReport | None:
@@ -352,19 +348,21 @@ class Checkpointer:
         ``save_every=0`` or it is already saved) and its validation (unless already
         validated), through the same decision as :meth:`step_end` (``final=True``); then it
         joins every role's background write, the final save's included, so every checkpoint
-        is durable when it returns. The whole outcome is ``self.final``.
+        is durable when it returns, and writes ``DONE.json`` (``preempted: null``). The whole
+        outcome is ``self.final``. After a stop it only joins: no final save, no evaluation,
+        ``DONE.json`` is the stop's. Either way it restores the signal handlers ``resume()``
+        installed (no boundary polls them any more).
 
         Returns:
             the final save's report (rank 0; a checkpoint's or an artifact's; a joined
-            ``PendingSave`` for an asynchronous save), or ``None``.
+            ``PendingSave`` for an asynchronous save), after a stop the emergency save's,
+            or ``None``.
 
         Raises:
             ResumeRequiredError / ValidationFailedError: as :meth:`step_end`.
             Exception: a background write's error (raised here at the latest).
         """
-        self.final = execute(self, due_boundary(self, final=True), self.step)
-        self._boundaries.writes.join(self.saves)
-        return self.final.saved or self.final.artifact
+        return finalize_run(self)
 
     # ------------------------------------------------------------------- save
     def save(self) -> SaveReport | PendingSave | ArtifactReport | None:
@@ -380,6 +378,7 @@ class Checkpointer:
             other ranks.
 
         Raises:
+            RunStoppedError: the run was stopped at a ``step_end()`` (nothing is written).
             ResumeRequiredError: the attempt holds committed checkpoints or artifacts and this
                 process did not resume into it (nothing is written).
             TrainerStateError: the accumulation window is open.
@@ -389,6 +388,7 @@ class Checkpointer:
                 error is raised at the next join: the next save, ``wait()``, ``finalize()``).
             RetentionError: the save is committed and durable; retention could not finish.
         """
+        refuse_after_stop(self, "save()")
         boundary = decide_boundary(self.config, regular_due=True, validation_due=False)
         end = execute(self, boundary, self.step)
         return end.saved or end.artifact

@@ -2,6 +2,12 @@
 facade's tracked objects, then completing an adopted attempt and the validation stage it left
 pending (:mod:`statecraft.checkpoint.validation_resume`).
 
+It also installs the termination watch's signal handlers (here, so after torch.distributed,
+Lightning or Ray installed theirs; ``close()`` restores them) and, in an adopted attempt,
+logs how the previous window ended (its ``DONE.json``; sentinels older than it are stale:
+:func:`~statecraft.checkpoint.stopping.previous_window`). ``DONE.json`` never changes what
+is adopted.
+
 Kept apart from the facade (:mod:`statecraft.checkpoint.checkpointer`) so the facade stays a
 thin list of the loop's calls.
 """
@@ -13,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from statecraft.checkpoint.attempt_open import resume_artifacts
 from statecraft.checkpoint.lifecycle import complete_adopted_attempt
+from statecraft.checkpoint.stopping import previous_window
 from statecraft.checkpoint.transactions.resume import ResumeContext, ResumeResult
 from statecraft.checkpoint.validation_resume import after_resume, identity_hint
 from statecraft.errors import CheckpointError, ValidationIdentityError
@@ -34,11 +41,14 @@ def run_resume(ckpt: Checkpointer) -> ResumeResult:
     ckpt._lifecycle.before_resume(
         ckpt.attempt.run_dir if ckpt.attempt else ckpt.run.job_dir(Path(ckpt.output_root))
     )
+    if ckpt.config.termination.enabled:
+        ckpt.termination.install()  # main thread only (elsewhere: one WARNING, no handler)
     mode = ckpt.config.resume
     kind = mode if mode in ("auto", "off") else "explicit"
     # An explicit source is loaded before an attempt is minted: a bad path must not leave
     # an empty attempt that resume=auto would adopt next time.
     store = ckpt._ensure_attempt() if kind != "explicit" else None
+    previous_window(ckpt)
     attempt = ckpt.attempt
     adopted = None if attempt is None or attempt.minted else store
     boundaries = ckpt._boundaries

@@ -3,7 +3,7 @@
 ::
 
     python -m statecraft.cli.demo_train --out DIR --steps N --save-every K [--validate-every V]
-        [--seed S]
+        [--seed S] [--step-sleep SECONDS]
 
 A small real training run (an MLP with dropout on synthetic regression data, AdamW, a warmup +
 cosine ``LambdaLR``, a shuffled data source) checkpointed through the public API with
@@ -15,6 +15,11 @@ every V-th step through the durable validation transaction (an evaluation-pendin
 then the evaluation, then publication).
 Running the same command again after a kill resumes from the newest checkpoint that verifies,
 and first finishes its validation when it was pending.
+
+The sentinel file ``$SLURM_LOG_DIR/SIGUSR1_RECEIVED``, SIGUSR1 or SIGTERM stops the run at the
+next step boundary (an emergency checkpoint, ``DONE.json``, exit 0; the same command resumes).
+``--step-sleep`` sleeps after each ``step`` line, before the boundary, so that a parent can act
+on it first. Under ``torchrun`` (``WORLD_SIZE`` > 1) every rank joins a gloo group.
 
 Progress protocol: one line per event on stdout, flushed at once, so a parent can kill the
 process at a chosen point and know where it was::
@@ -32,6 +37,10 @@ process at a chosen point and know where it was::
     pending <n> <stage>              after the resume decision, when the adopted checkpoint's
                                      validation was pending (finished by resume() since)
     published <n> <val_loss>         after iter n's validation is published
+    stopped <n> <kind> <path> <seconds> <reason>
+                                     step_end() stopped the run at step n: the emergency
+                                     save's kind, run-dir relative path, decision-to-durable
+                                     seconds, and the stop reason
     done <step>                      after finalize(); the process then exits 0
 
 The model, data and data source live here (not in ``examples/``) so that ``statecraft demo``
@@ -42,8 +51,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import random
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
@@ -211,6 +222,7 @@ def train(
     validate_every: int = 0,
     seed: int = 0,
     stream: TextIO | None = None,
+    step_sleep: float = 0.0,
 ) -> int:
     """Train (or resume) the demo run under ``out`` to ``steps`` steps; return the final step.
 
@@ -284,6 +296,8 @@ def train(
         scheduler.step()
         ckpt.record(sc.Outcome.APPLIED)
         _say(stream, "step", step + 1)
+        if step_sleep:
+            time.sleep(step_sleep)
         saves_before = len(ckpt.saves)
         validating = validate_every > 0 and (step + 1) % validate_every == 0
         if (step + 1) % save_every == 0 or validating:
@@ -291,6 +305,17 @@ def train(
         end = ckpt.step_end()
         _report(stream, ckpt, end, saves_before)
         if end:
+            if end.emergency is not None:
+                e = end.emergency
+                _say(
+                    stream,
+                    "stopped",
+                    e.step,
+                    e.kind.value,
+                    e.path,
+                    f"{e.seconds_to_durable:.4f}",
+                    e.reason,
+                )
             break
     final_save_due = ckpt.step > 0 and ckpt.last_saved_step != ckpt.step
     if final_save_due:
@@ -345,14 +370,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--validate-every", type=int, default=0, help="validation cadence (0: no validation)"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of data, init and dropout")
-    args = parser.parse_args(argv)
-    train(
-        args.out,
-        steps=args.steps,
-        save_every=args.save_every,
-        validate_every=args.validate_every,
-        seed=args.seed,
+    parser.add_argument(
+        "--step-sleep", type=float, default=0.0, help="seconds to sleep after each step line"
     )
+    args = parser.parse_args(argv)
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if distributed:  # torchrun (or RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT by hand)
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
+    try:
+        train(
+            args.out,
+            steps=args.steps,
+            save_every=args.save_every,
+            validate_every=args.validate_every,
+            seed=args.seed,
+            step_sleep=args.step_sleep,
+        )
+        if distributed:
+            dist.barrier()  # no rank tears the group down while another still needs it
+    finally:
+        if distributed:
+            dist.destroy_process_group()
     return 0
 
 

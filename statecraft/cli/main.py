@@ -5,9 +5,10 @@ Subcommands:
     machines draw NAME          mermaid diagram of one table on stdout
     crashcheck [--machine M]    crash every transaction at every I/O boundary
                                 (machines and crashcheck take --machines-dir/--specs-dir)
-    demo                        train, SIGKILL, resume, compare bit-for-bit with a clean run
+    demo                        train, SIGKILL, preempt, resume, compare bit-for-bit with a
+                                clean run
     inspect PATH [--verify]     attempts and checkpoints under PATH and what resume=auto would pick
-    bench save | validation | async | engine   ratios against baselines in one process
+    bench save | validation | async | emergency | engine   ratios against baselines
 
 ``--json`` prints one versioned envelope: ``{"result_version", "command", "status",
 "exit_code", "data", "errors": [{"code", "message"}]}``; failures use the same shape.
@@ -75,12 +76,19 @@ def build_parser() -> argparse.ArgumentParser:
     crash.add_argument("--json", action="store_true")
     crash.set_defaults(func=_lazy("statecraft.cli.crashcheck", "run_crashcheck"))
 
-    demo = sub.add_parser("demo", help="train, SIGKILL, resume, and prove bit-exact resume")
+    demo = sub.add_parser(
+        "demo", help="train, SIGKILL, preempt, resume, and prove bit-exact resume"
+    )
     demo.add_argument("--out", help="output root (default: a new temporary directory)")
     demo.add_argument("--steps", type=int, default=60, help="training steps (default 60)")
     demo.add_argument("--save-every", type=int, default=10, help="checkpoint cadence (default 10)")
     demo.add_argument("--seed", type=int, default=None, help="seed for the kill point")
     demo.add_argument("--kills", type=int, default=2, help="SIGKILLs before completion (default 2)")
+    demo.add_argument(
+        "--no-preempt",
+        action="store_true",
+        help="skip the preemption through the sentinel file (SIGKILLs only)",
+    )
     demo.add_argument("--json", action="store_true")
     demo.set_defaults(func=_lazy("statecraft.cli.demo", "run_demo"))
 
@@ -122,6 +130,16 @@ def build_parser() -> argparse.ArgumentParser:
     basync.add_argument("--dir", help="directory to write in (default: a temporary one)")
     basync.add_argument("--json", action="store_true")
     basync.set_defaults(func=_lazy("statecraft.cli.bench.async_save", "run_bench_async"))
+    bemerg = bsub.add_parser(
+        "emergency", help="stop decision to durable emergency checkpoint vs a plain save"
+    )
+    bemerg.add_argument("--size-mib", type=int, default=64, help="state size (default 64)")
+    bemerg.add_argument(
+        "--repeat", "--repeats", type=int, default=5, help="runs of each (default 5, median)"
+    )
+    bemerg.add_argument("--dir", help="directory to write in (default: a temporary one)")
+    bemerg.add_argument("--json", action="store_true")
+    bemerg.set_defaults(func=_lazy("statecraft.cli.bench.emergency", "run_bench_emergency"))
     bengine = bsub.add_parser("engine", help="engine overhead per transition")
     bengine.add_argument("--transitions", type=int, default=20000)
     bengine.add_argument("--json", action="store_true")

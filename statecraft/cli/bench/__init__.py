@@ -1,5 +1,5 @@
-"""Benchmarks behind ``statecraft bench save``, ``bench validation``, ``bench async`` and
-``bench engine``
+"""Benchmarks behind ``statecraft bench save``, ``bench validation``, ``bench async``,
+``bench emergency`` and ``bench engine``
 (DESIGN.md §7).
 
 Every number is measured in one process against in-process baselines, so the *ratios* are
@@ -20,17 +20,27 @@ meaningful on a noisy machine even when the absolute throughputs are not. One mo
 - :mod:`~statecraft.cli.bench.async_save`: ``bench async`` (an async save's training-thread
   blocking time against the ``copy_`` floor, ``clone()`` and ``dcp.async_save``; time to
   durable against a synchronous save; the step slowdown while a write is in flight);
+- :mod:`~statecraft.cli.bench.emergency`: ``bench emergency`` (the time from a stop decision
+  to the durable emergency checkpoint, and the whole ``step_end()``, against one plain
+  synchronous save of the same state);
 - :mod:`~statecraft.cli.bench.engine`: ``bench engine`` (engine overhead per transition);
 - :mod:`~statecraft.cli.bench.report`: the human tables.
 
 Targets: save >= 0.95x raw write + fsync; verified resume >= 0.9x ``torch.load`` warm and
 cold; resume peak RSS increase <= 1.2x the state size; with ``--sizes``, save <= 1.15x the
 fair baseline at every size and >= 0.95x raw write at 1 GiB; async blocking <= 1.1x the
-``copy_`` floor, step slowdown <= 10 %, time to durable <= 1.1x the synchronous save. Nothing
+``copy_`` floor, step slowdown <= 10 %, time to durable <= 1.1x the synchronous save; the
+emergency ``step_end()`` <= one synchronous save + 1 s. Nothing
 here asserts a speed; tests only check the shape of the output.
 """
 
 from statecraft.cli.bench.async_save import measure_async, run_bench_async
+from statecraft.cli.bench.emergency import (
+    EMERGENCY_OVERHEAD_TARGET_S,
+    format_emergency,
+    measure_emergency,
+    run_bench_emergency,
+)
 from statecraft.cli.bench.engine import measure_engine, run_bench_engine
 from statecraft.cli.bench.report import format_async, format_engine, format_save, format_sweep
 from statecraft.cli.bench.save import (
@@ -43,19 +53,23 @@ from statecraft.cli.bench.save import (
 from statecraft.cli.bench.sweep import measure_save_sizes, parse_sizes
 
 __all__ = [
+    "EMERGENCY_OVERHEAD_TARGET_S",
     "RESUME_LOAD_TARGET",
     "RESUME_RSS_TARGET",
     "SAVE_RAW_TARGET",
     "format_async",
+    "format_emergency",
     "format_engine",
     "format_save",
     "format_sweep",
     "measure_async",
+    "measure_emergency",
     "measure_engine",
     "measure_save",
     "measure_save_sizes",
     "parse_sizes",
     "run_bench_async",
+    "run_bench_emergency",
     "run_bench_engine",
     "run_bench_save",
 ]

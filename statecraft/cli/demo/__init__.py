@@ -1,4 +1,4 @@
-"""``statecraft demo``: train, SIGKILL, resume, and prove the result is bit-exact.
+"""``statecraft demo``: train, SIGKILL, preempt, resume, and prove the result is bit-exact.
 
 Two runs of the same command (``python -m statecraft.cli.demo_train``, see its progress protocol),
 each in its own output root under the demo's root:
@@ -6,9 +6,14 @@ each in its own output root under the demo's root:
 - ``reference/``: one uninterrupted run to completion;
 - ``killed/``: the same command, SIGKILLed ``kills`` times at points drawn with
   ``random.Random(seed)`` -- on a ``step <n>`` line (mid-training) or a random fraction of a
-  typical save after a ``save-begin <n>`` line (so the kill lands inside the save) -- and
-  relaunched unchanged each time until it completes. After every kill the latest pointer is
-  checked: the iteration it names must verify.
+  typical save after a ``save-begin <n>`` line (so the kill lands inside the save) -- then
+  preempted once the way a Slurm job is (unless ``--no-preempt``): the demo creates the
+  sentinel file ``logs/slurm/SIGUSR1_RECEIVED`` (the launch's ``SLURM_LOG_DIR``) on a
+  ``step <n>`` line, and the process stops by itself at its next step boundary: an emergency
+  checkpoint, ``DONE.json`` with ``preempted: sentinel``, the sentinel renamed
+  ``*.consumed``, exit code 0. It is relaunched unchanged each time until it completes.
+  After every kill the latest pointer is checked: the iteration it names must verify; after
+  the preemption the emergency checkpoint must verify and the next launch resume from it.
 
 Both runs validate every ``2 * save_every`` steps through the durable validation transaction
 (``validation.save_checkpoint=true``: an evaluation-pending checkpoint, the evaluation of a
@@ -19,11 +24,14 @@ validation checkpoint must end published in both runs.
 
 Then every committed checkpoint of both runs is compared payload by payload
 (:func:`compare_checkpoints`): each tensor by dtype, shape and bits, every other value by type
-and value. Exit 0 when the killed run's checkpoints are bit-identical to the reference's.
+and value (the emergency checkpoint is the one iteration the killed run may hold beyond the
+reference's, when it is off the cadence). Exit 0 when the killed run's checkpoints are
+bit-identical to the reference's.
 
-Modules: :mod:`.kill` runs the launches, :mod:`.disk` reads what they left (through the
-checkpoint catalog), :mod:`.compare` compares payloads, :mod:`.records` holds the records,
-:mod:`.render` the text; this module is the command.
+Modules: :mod:`.kill` runs the schedule, :mod:`.launch` one process (its progress lines, the
+SIGKILL or the sentinel), :mod:`.preempt` the preemption, :mod:`.disk` reads what they left
+(through the checkpoint catalog), :mod:`.compare` compares payloads, :mod:`.records` holds
+the records, :mod:`.render` the text; this module is the command.
 """
 
 from __future__ import annotations
@@ -88,6 +96,7 @@ def run_demo(args: argparse.Namespace) -> int:
         kills=args.kills,
         seed=seed,
         validate_every=validate_every,
+        preempt=not getattr(args, "no_preempt", False),
     )
     errors = [("demo_failed", e) for e in report.errors]
     if not report.errors and not report.bit_exact:

@@ -1,21 +1,17 @@
 """The kill demo: launch the training command, SIGKILL it at points drawn from the seed,
-relaunch until it completes, and compare its checkpoints with an uninterrupted reference."""
+preempt it once through the sentinel file, relaunch until it completes, and compare its
+checkpoints with an uninterrupted reference."""
 
 from __future__ import annotations
 
 import os
-import queue
 import random
-import re
-import signal
 import statistics
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from statecraft.checkpoint.layout import LATEST_POINTER, parse_latest
 from statecraft.cli.demo.compare import compare_checkpoints
@@ -25,6 +21,8 @@ from statecraft.cli.demo.disk import (
     inspect_after_kill,
     published_iterations,
 )
+from statecraft.cli.demo.launch import run_launch
+from statecraft.cli.demo.preempt import choose_preempt, inspect_after_stop, stop_problems
 from statecraft.cli.demo.records import (
     _FIRST_SAVE_DELAY_S,
     LAUNCH_TIMEOUT_S,
@@ -82,133 +80,6 @@ def _delay_cap(launches: list[Launch]) -> float:
     return min(SAVE_KILL_DELAY_S, 0.8 * statistics.median(seen))
 
 
-_PROGRESS = re.compile(
-    r"^(resumed|step|save-begin|save-staged|save-end|evaluated|pending|published|done) (\d+)"
-    r"(?: (.+))?$"
-)
-
-
-def _parse_progress(line: str) -> tuple[str, int, str] | None:
-    """``(kind, number, rest)`` of a progress line of ``demo_train``, None for other output."""
-    match = _PROGRESS.match(line)
-    if match is None:
-        return None
-    kind, number, rest = match.group(1), int(match.group(2)), match.group(3) or ""
-    if kind in ("save-end", "save-staged"):
-        try:
-            [float(x) for x in rest.split()]
-        except ValueError:
-            return None
-    return kind, number, rest
-
-
-def _reader(stream: Any, lines: queue.Queue[str | None]) -> None:
-    for line in stream:
-        lines.put(line.rstrip("\n"))
-    lines.put(None)
-
-
-def _launch(
-    launch: Launch,
-    *,
-    log_path: Path,
-    choose: Callable[[int], tuple[str, float] | None] | None,
-    timeout_s: float,
-    cancel: threading.Event | None = None,
-) -> None:
-    """Run one process to its end, SIGKILLing it on the chosen line; fills in ``launch``.
-
-    ``choose(resumed_step)`` picks the kill line once the process reports where it resumed.
-    The process is SIGKILLed (by the pid this call started) when it runs past ``timeout_s``
-    or when ``cancel`` is set; it never outlives this call.
-    """
-    started = time.monotonic()
-    deadline = started + timeout_s
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            launch.command,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-        lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
-        try:
-            _follow(launch, proc, lines, choose, deadline, timeout_s, cancel)
-        finally:
-            if proc.poll() is None:  # an error or a timeout: never leave our process behind
-                os.kill(proc.pid, signal.SIGKILL)
-            launch.returncode = proc.wait()
-            if launch.killed and launch.returncode != -signal.SIGKILL:
-                launch.killed = False  # it exited on its own before the signal landed
-            launch.wall_s = round(time.monotonic() - started, 3)
-    if launch.error is None and not launch.killed and launch.returncode != 0:
-        tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
-        launch.error = (
-            f"{launch.run} launch {launch.index} exited with status "
-            f"{launch.returncode}: {' | '.join(tail) or 'no output'} (log: {log_path})"
-        )
-
-
-def _follow(
-    launch: Launch,
-    proc: subprocess.Popen[str],
-    lines: queue.Queue[str | None],
-    choose: Callable[[int], tuple[str, float] | None] | None,
-    deadline: float,
-    timeout_s: float,
-    cancel: threading.Event | None,
-) -> None:
-    while True:
-        if time.monotonic() >= deadline:
-            launch.error = (
-                f"{launch.run} launch {launch.index} did not finish within "
-                f"{timeout_s:g} s; it was killed"
-            )
-            return
-        if cancel is not None and cancel.is_set():
-            launch.error = f"{launch.run} launch {launch.index} was cancelled; it was killed"
-            return
-        try:
-            line = lines.get(timeout=min(0.5, max(0.0, deadline - time.monotonic())))
-        except queue.Empty:
-            continue
-        if line is None:
-            return
-        event = _parse_progress(line)
-        if event is None:  # not a progress line (a library printing to stdout): ignore it
-            continue
-        kind, number, rest = event
-        launch.last_line = line
-        if kind == "resumed":
-            launch.resumed_step = number
-            launch.resume_source = None if rest in ("", "-") else rest
-            chosen = None if choose is None else choose(number)
-            if chosen is not None:
-                launch.trigger, delay = chosen
-                launch.kill_delay_ms = round(delay * 1000, 1)
-        elif kind == "step":
-            launch.last_step = number
-        elif kind == "save-end":
-            seconds, *blocking = (float(x) for x in rest.split())
-            launch.saves.append([number, seconds, blocking[0] if blocking else seconds])
-        elif kind == "evaluated":
-            launch.evaluated.append(number)
-        elif kind == "pending":
-            launch.resumed_stage = rest
-        elif kind == "published":
-            launch.published.append(number)
-        elif kind == "done":
-            launch.done_step = number
-        if launch.trigger == f"{kind} {number}" and not launch.killed:
-            if launch.kill_delay_ms:
-                time.sleep(launch.kill_delay_ms / 1000)
-            os.kill(proc.pid, signal.SIGKILL)  # the process this launch started, by its pid
-            launch.killed = True
-            # keep reading: lines the process wrote before it died show where the kill landed
-
-
 def run_kill_demo(
     out: str | os.PathLike[str],
     *,
@@ -217,10 +88,19 @@ def run_kill_demo(
     kills: int,
     seed: int,
     validate_every: int = 0,
+    preempt: bool = True,
     on_kill: Callable[[Launch, Path | None], None] | None = None,
     timeout_s: float = LAUNCH_TIMEOUT_S,
 ) -> DemoReport:
     """Run the reference and the killed run under ``out`` and compare their checkpoints.
+
+    The killed run is SIGKILLed ``kills`` times, then (with ``preempt``) preempted once: the
+    demo creates the sentinel file ``<out>/logs/slurm/SIGUSR1_RECEIVED`` (the launch's
+    ``SLURM_LOG_DIR``) on a ``step`` line drawn from the seed, and the process stops by itself
+    at its next step boundary with an emergency checkpoint, ``DONE.json`` naming the reason
+    and exit code 0; then it is relaunched unchanged until it completes. The preemption's
+    emergency checkpoint is the one iteration the killed run may hold beyond the reference's
+    (when it is off the cadence); every common iteration must be bit-identical.
 
     With ``validate_every`` both runs validate (durably) every that many steps, and the first
     kill is aimed inside a validation (on its ``evaluated`` line), so the relaunch shows the
@@ -228,7 +108,8 @@ def run_kill_demo(
 
     The reference runs in the background while the killed run is driven, so the demo costs
     about one run's worth of process start-ups less. ``on_kill(launch, checkpoints_dir)`` is
-    called after each kill, before the relaunch (tests verify the disk state there).
+    called after each interrupted launch (a kill or the preemption), before the relaunch
+    (tests verify the disk state there).
 
     Returns:
         the :class:`DemoReport`; ``bit_exact`` is the verdict.
@@ -243,7 +124,7 @@ def run_kill_demo(
             f"demo output root {root} is not an empty directory; the runs would resume what is "
             "there instead of training. Pass a new or empty --out, or omit it for a temporary one"
         )
-    report = DemoReport(str(root), seed, steps, save_every, kills, validate_every)
+    report = DemoReport(str(root), seed, steps, save_every, kills, validate_every, preempt)
     rng = random.Random(seed)
     kinds = [rng.choice(("step", "save-begin")) for _ in range(kills)]
     if kills >= 2 and len(set(kinds)) == 1:  # show both kinds of kill
@@ -251,8 +132,11 @@ def run_kill_demo(
         kinds[flip] = "step" if kinds[flip] == "save-begin" else "save-begin"
     if validate_every and kills:  # show the pending -> published path after a kill
         kinds[0] = "evaluated"
+    plan: list[str | None] = [*kinds, *(["sentinel"] if preempt else []), None]
     logs = root / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    sentinels = {"reference": logs / "slurm-reference", "killed": logs / "slurm"}
+    for directory in sentinels.values():
+        directory.mkdir(parents=True, exist_ok=True)
 
     def command(sub: str) -> list[str]:
         return [
@@ -271,47 +155,55 @@ def run_kill_demo(
             str(TRAINING_SEED),
         ]
 
+    def chooser(kind: str | None) -> Callable[[int], tuple[str, float] | None] | None:
+        if kind is None:
+            return None
+        if kind == "sentinel":
+            return lambda resumed: choose_preempt(rng, resumed, steps)
+        return lambda resumed: _choose_trigger(
+            rng,
+            kind,
+            resumed,
+            steps,
+            save_every,
+            max_delay_s=_delay_cap([reference, *launches]),
+            validate_every=validate_every,
+        )
+
     reference = Launch("reference", 1, command("reference"))
     cancel = threading.Event()
     ref_thread = threading.Thread(
-        target=_launch,
+        target=run_launch,
         args=(reference,),
         kwargs={
             "log_path": logs / "reference-1.log",
             "choose": None,
             "timeout_s": timeout_s,
+            "sentinel_dir": sentinels["reference"],
             "cancel": cancel,
         },
     )
     ref_thread.start()
     launches: list[Launch] = []
     try:
-        for index in range(1, kills + 2):
-            launch = Launch("killed", index, command("killed"))
+        for index, kind in enumerate(plan, start=1):
+            action = "sentinel" if kind == "sentinel" else "SIGKILL"
+            launch = Launch("killed", index, command("killed"), action=action)
             launches.append(launch)
-            kind = kinds[index - 1] if index <= kills else None
-            choose = (
-                None
-                if kind is None
-                else (
-                    lambda resumed, kind=kind: _choose_trigger(
-                        rng,
-                        kind,
-                        resumed,
-                        steps,
-                        save_every,
-                        max_delay_s=_delay_cap([reference, *launches]),
-                        validate_every=validate_every,
-                    )
-                )
+            run_launch(
+                launch,
+                log_path=logs / f"killed-{index}.log",
+                choose=chooser(kind),
+                timeout_s=timeout_s,
+                sentinel_dir=sentinels["killed"],
             )
-            _launch(
-                launch, log_path=logs / f"killed-{index}.log", choose=choose, timeout_s=timeout_s
-            )
-            if launch.error or not launch.killed:
+            if launch.error or not launch.interrupted:
                 break
             ckpt_dir = checkpoints_dir(root / "killed")
-            inspect_after_kill(launch, ckpt_dir)
+            if launch.killed:
+                inspect_after_kill(launch, ckpt_dir)
+            else:
+                inspect_after_stop(launch, ckpt_dir, sentinels["killed"])
             if on_kill is not None:
                 on_kill(launch, ckpt_dir)
     except BaseException:  # Ctrl-C or a failing on_kill: stop the reference run too
@@ -327,6 +219,12 @@ def run_kill_demo(
         f"{launch.latest_problem}"
         for launch in launches
         if launch.latest_verified is False
+    ]
+    for launch in launches:
+        if launch.action == "sentinel" and launch.error is None:
+            report.errors += stop_problems(launch)
+    report.emergency_checkpoints = [
+        x.stop_step for x in launches if x.stop_step is not None and x.stop_kind != "covered"
     ]
     for launch in (reference, launches[-1]) if launches else (reference,):
         if not report.errors and launch.done_step != steps:
@@ -374,10 +272,12 @@ def _compare(report: DemoReport, root: Path) -> None:
                 f"{LATEST_POINTER}: reference names iter {report.final_iteration}, "
                 f"killed run names iter {latest}"
             )
-    if report.reference_checkpoints != report.killed_checkpoints:
+    expected = [i for i in report.killed_checkpoints if i not in report.extra_checkpoints]
+    if report.reference_checkpoints != expected:
+        extra = f" (its emergency checkpoint {report.extra_checkpoints} aside)"
         report.differences.append(
             f"committed iterations differ: reference {report.reference_checkpoints}, "
-            f"killed run {report.killed_checkpoints}"
+            f"killed run {report.killed_checkpoints}{extra if report.extra_checkpoints else ''}"
         )
     for iteration in report.reference_checkpoints:
         if iteration in report.killed_checkpoints:

@@ -1,5 +1,5 @@
 """The demo's records: one launch (:class:`Launch`), the whole report (:class:`DemoReport`),
-the knobs of the kill schedule, and :class:`DemoError`."""
+the knobs of the kill and preemption schedule, and :class:`DemoError`."""
 
 from __future__ import annotations
 
@@ -53,6 +53,18 @@ class Launch:
             resumed it, when pending (``resume()`` finished it), else None.
         evaluated: the steps whose evaluation this launch ran (``evaluated`` lines).
         published: the iterations whose validation this launch published.
+        action: how the trigger interrupts the launch: ``"SIGKILL"`` or ``"sentinel"`` (a
+            preemption: the demo creates the sentinel file on the trigger line and the
+            process stops by itself at its next step boundary).
+        sentinel_created: the demo created the sentinel file for this launch.
+        stop_step / stop_kind / stop_path / stop_seconds / stop_reason: from the ``stopped``
+            line: the step the run stopped at, what its emergency save wrote (``checkpoint``,
+            ``evaluation_pending``, ...), where (run-dir relative), its decision-to-durable
+            seconds and the reason (``sentinel``); None when the launch did not stop.
+        done_record: after a stop: ``DONE.json`` of the attempt as the launch left it.
+        sentinel_consumed: after a stop: the sentinel was renamed ``*.consumed`` (so the
+            requeued launch does not stop at once).
+        stop_verified: after a stop: the emergency checkpoint verifies (digest level).
         error: what went wrong (timeout, crash), or None.
     """
 
@@ -81,7 +93,22 @@ class Launch:
     resumed_stage: str | None = None
     evaluated: list[int] = attrs.field(factory=list)
     published: list[int] = attrs.field(factory=list)
+    action: str = "SIGKILL"
+    sentinel_created: bool = False
+    stop_step: int | None = None
+    stop_kind: str | None = None
+    stop_path: str | None = None
+    stop_seconds: float | None = None
+    stop_reason: str | None = None
+    done_record: dict[str, Any] | None = None
+    sentinel_consumed: bool | None = None
+    stop_verified: bool | None = None
     error: str | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        """SIGKILLed, or stopped by the sentinel before it completed."""
+        return self.killed or self.stop_step is not None
 
 
 @attrs.define
@@ -94,6 +121,8 @@ class DemoReport:
     save_every: int
     kills_requested: int
     validate_every: int = 0
+    preempt: bool = False
+    emergency_checkpoints: list[int] = attrs.field(factory=list)
     launches: list[Launch] = attrs.field(factory=list)
     reference_checkpoints: list[int] = attrs.field(factory=list)
     killed_checkpoints: list[int] = attrs.field(factory=list)
@@ -112,13 +141,25 @@ class DemoReport:
         return [launch for launch in self.launches if launch.killed]
 
     @property
+    def preemptions(self) -> list[Launch]:
+        """The launches stopped through the sentinel file (an emergency save, exit 0)."""
+        return [launch for launch in self.launches if launch.stop_step is not None]
+
+    @property
+    def extra_checkpoints(self) -> list[int]:
+        """Iterations only the killed run holds: its emergency checkpoints off the cadence."""
+        return [i for i in self.emergency_checkpoints if i not in self.reference_checkpoints]
+
+    @property
     def bit_exact(self) -> bool:
         return (
             not self.errors
             and not self.differences
             and self.final_iteration == self.steps
-            and self.reference_checkpoints == self.killed_checkpoints
+            and self.reference_checkpoints
+            == [i for i in self.killed_checkpoints if i not in self.extra_checkpoints]
             and self.reference_published == self.killed_published
+            and len(self.preemptions) == int(self.preempt)
         )
 
     @property
@@ -147,4 +188,5 @@ class DemoReport:
         data = attrs.asdict(self)
         data["bit_exact"] = self.bit_exact
         data["kills_performed"] = len(self.kills)
+        data["preemptions_performed"] = len(self.preemptions)
         return data

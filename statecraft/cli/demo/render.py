@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from statecraft.checkpoint.layout import LATEST_POINTER
+from statecraft.cli.demo.launch import SENTINEL_NAME
 from statecraft.cli.demo.records import DemoReport, Launch
 
 __all__ = ["render"]
@@ -54,6 +55,8 @@ def _describe_launch(launch: Launch) -> str:
     text = f"  launch {launch.index}: {start}{saved}"
     if launch.error:
         return f"{text}\n    ERROR: {launch.error}"
+    if launch.stop_step is not None:
+        return f"{text}\n{_describe_stop(launch)}"
     if not launch.killed:
         return f"{text}\n    completed: done {launch.done_step} ({launch.wall_s:.1f} s)"
     if launch.killed_in_validation is not None:
@@ -91,6 +94,32 @@ def _describe_launch(launch: Launch) -> str:
     return "\n".join(lines)
 
 
+def _describe_stop(launch: Launch) -> str:
+    """The preempted launch: the sentinel, the emergency save, the exit code, DONE.json."""
+    done = launch.done_record or {}
+    preempted = done.get("preempted")
+    seconds = f"{1000 * launch.stop_seconds:.0f} ms" if launch.stop_seconds is not None else "?"
+    saved = (
+        f"already on disk ({launch.stop_path}), nothing saved"
+        if launch.stop_kind == "covered"
+        else f"{launch.stop_kind} {launch.stop_path} durable in {seconds}"
+    )
+    verified = {True: " (verifies)", False: " (DOES NOT VERIFY)", None: ""}[launch.stop_verified]
+    consumed = (
+        f"sentinel renamed {SENTINEL_NAME}.consumed"
+        if launch.sentinel_consumed
+        else "sentinel NOT consumed"
+    )
+    return "\n".join(
+        [
+            f"    sentinel {SENTINEL_NAME} created on '{launch.trigger}' -> stopped at step "
+            f"{launch.stop_step}: {launch.stop_reason}; emergency save {saved}{verified}",
+            f"    exit code {launch.returncode}; DONE.json: step {done.get('step')}, preempted: "
+            f"{preempted}; {consumed} ({launch.wall_s:.1f} s)",
+        ]
+    )
+
+
 def render(report: DemoReport) -> str:
     """The human-readable account of a demo."""
     validation = (
@@ -98,19 +127,44 @@ def render(report: DemoReport) -> str:
     )
     lines = [
         f"statecraft demo: {report.steps} steps, save every {report.save_every}{validation}, "
-        f"{report.kills_requested} SIGKILL(s), kill seed {report.seed}"
+        f"{report.kills_requested} SIGKILL(s)"
+        + (", 1 preemption through the sentinel file" if report.preempt else "")
+        + f", kill seed {report.seed}"
     ]
     for run in ("reference", "killed"):
-        title = "uninterrupted" if run == "reference" else "killed and relaunched"
+        title = (
+            "uninterrupted"
+            if run == "reference"
+            else "killed, preempted and relaunched"
+            if report.preempt
+            else "killed and relaunched"
+        )
         lines.append(f"{run} run ({title}): {Path(report.out) / run}")
         lines += [_describe_launch(x) for x in report.launches if x.run == run]
     in_save = sum(1 for x in report.kills if x.killed_in_save is not None)
     lines.append(
         f"kills: {len(report.kills)} of {report.kills_requested} ({in_save} inside a save)"
     )
+    for launch in report.preemptions:
+        after = [x for x in report.launches if x.run == "killed" and x.index == launch.index + 1]
+        requeue = (
+            f"launch {after[0].index} (the unchanged command) resumed at step "
+            f"{after[0].resumed_step}"
+            if after
+            else "not relaunched"
+        )
+        lines.append(
+            f"preemption: launch {launch.index} stopped at step {launch.stop_step} "
+            f"({launch.stop_reason}), exit code {launch.returncode}; {requeue}"
+        )
+    extra = (
+        f" (emergency checkpoint {report.extra_checkpoints} off the cadence)"
+        if report.extra_checkpoints
+        else ""
+    )
     lines.append(
         f"checkpoints: reference {report.reference_checkpoints}, "
-        f"killed run {report.killed_checkpoints}; final iter {report.final_iteration} "
+        f"killed run {report.killed_checkpoints}{extra}; final iter {report.final_iteration} "
         f"({report.final_bytes / 1024:.0f} KiB)"
     )
     if report.save_seconds:
