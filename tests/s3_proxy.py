@@ -9,7 +9,8 @@ a substring of the path and used a given number of times:
 - ``DROP_REQUEST``: read half the request body, then close (not applied);
 - ``DROP_MID_BODY``: forward, send the status, the headers and half the response body, then
   close (applied);
-- ``LOST_RESPONSE``: forward, then close without answering (applied, the client never knows).
+- ``LOST_RESPONSE``: forward, then close without answering (applied, the client never knows);
+- ``HOOK``: run the rule's callable (another client's write, a server crash), then forward.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import http.client
 import socket
 import socketserver
 import threading
+from collections.abc import Callable
 
 import attrs
 
@@ -29,6 +31,7 @@ class Fault(enum.Enum):
     DROP_REQUEST = "drop_request"
     DROP_MID_BODY = "drop_mid_body"
     LOST_RESPONSE = "lost_response"
+    HOOK = "hook"
 
 
 @attrs.define
@@ -37,6 +40,7 @@ class Rule:
     method: str
     path_contains: str
     times: int
+    hook: Callable[[], None] | None = None
     hits: int = 0
 
 
@@ -67,10 +71,18 @@ class FaultProxy:
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
-    def inject(self, fault: Fault, *, method: str, path_contains: str = "", times: int = 1) -> Rule:
+    def inject(
+        self,
+        fault: Fault,
+        *,
+        method: str,
+        path_contains: str = "",
+        times: int = 1,
+        hook: Callable[[], None] | None = None,
+    ) -> Rule:
         """Apply ``fault`` to the next ``times`` requests of ``method`` whose path (with the
-        query) contains ``path_contains``."""
-        rule = Rule(fault, method.upper(), path_contains, times)
+        query) contains ``path_contains`` (``hook``: what ``Fault.HOOK`` runs)."""
+        rule = Rule(fault, method.upper(), path_contains, times, hook)
         with self._lock:
             self.rules.append(rule)
         return rule
@@ -89,8 +101,12 @@ class FaultProxy:
             for rule in self.rules:
                 if rule.hits < rule.times and rule.method == method and rule.path_contains in path:
                     rule.hits += 1
-                    return rule.fault
-        return None
+                    break
+            else:
+                return None
+        if rule.fault is Fault.HOOK and rule.hook is not None:
+            rule.hook()
+        return rule.fault
 
     def _serve(self, conn: socket.socket, rfile) -> None:
         upstream = http.client.HTTPConnection("127.0.0.1", self.upstream_port, timeout=60)
@@ -122,13 +138,18 @@ class FaultProxy:
                     self._record(method, path, fault.value)
                     conn.sendall(_error_response(*_ERRORS[fault]))
                     continue
-                upstream.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
-                for name, value in headers:
-                    upstream.putheader(name, value)
-                upstream.endheaders(body or None)
-                response = upstream.getresponse()
-                payload = response.read()
-                self._record(method, path, fault.value if fault else str(response.status))
+                try:
+                    upstream.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+                    for name, value in headers:
+                        upstream.putheader(name, value)
+                    upstream.endheaders(body or None)
+                    response = upstream.getresponse()
+                    payload = response.read()
+                except (ConnectionError, OSError, http.client.HTTPException):
+                    self._record(method, path, "upstream_down")
+                    return
+                shown = fault.value if fault and fault is not Fault.HOOK else None
+                self._record(method, path, shown or str(response.status))
                 if fault is Fault.LOST_RESPONSE:
                     return
                 head = _response_head(response, payload, method)

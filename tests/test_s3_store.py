@@ -7,6 +7,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -305,6 +306,22 @@ class TestFaults:
         assert etag == faulty.head(f"{prefix}/marker").etag  # type: ignore[union-attr]
         assert remote(s3_server, prefix) == {f"{prefix}/marker": b"mine"}
 
+    def test_without_the_comparison_the_ambiguous_create_fails(
+        self, faulty: S3Bucket, proxy: FaultProxy, prefix: str
+    ) -> None:
+        """A deliberately broken bucket that retries without comparing meets its own object
+        as a 412 and fails: the harmless retry above is the comparison's doing."""
+
+        class Broken(S3Bucket):
+            def conditional(self, op, key, send, *args, **kwargs):  # type: ignore[no-untyped-def]
+                return self.call(op, key, send)
+
+        broken = Broken(faulty.credentials, BUCKET, retry=FAST_RETRY)
+        proxy.inject(Fault.LOST_RESPONSE, method="PUT", path_contains=prefix)
+        with pytest.raises(PreconditionFailed):
+            broken.put(f"{prefix}/marker", b"mine", if_none_match=True)
+        assert [o for _, _, o in proxy.requests] == ["lost_response", "412"]
+
     def test_ambiguous_if_match_is_harmless(
         self, faulty: S3Bucket, proxy: FaultProxy, s3_server: S3Server, prefix: str
     ) -> None:
@@ -350,6 +367,28 @@ class TestFaults:
         assert len(completions) == 2
         part2 = [o for m, p, o in proxy.requests if m == "PUT" and "partNumber=2" in p]
         assert part2 == ["slowdown", "200"]
+
+    def test_conditional_completion_loses_to_another_writer(
+        self, faulty: S3Bucket, proxy: FaultProxy, s3_server: S3Server, prefix: str, tmp_path: Path
+    ) -> None:
+        """Another client creates the key while the parts go up: the conditional completion
+        is a 412, their object stays, and the upload is aborted."""
+        key = f"{prefix}/f"
+        theirs = s3_server.client()
+        proxy.inject(
+            Fault.HOOK,
+            method="PUT",
+            path_contains="partNumber=1",
+            hook=lambda: theirs.put_object(Bucket=BUCKET, Key=key, Body=b"theirs"),
+        )
+        (tmp_path / "f").write_bytes(os.urandom(6 * MIB))
+        with pytest.raises(PreconditionFailed) as info:
+            faulty.put_file(key, tmp_path / "f", if_none_match=True)
+        assert str(info.value) == f"If-None-Match: * refused: {key!r} exists in {faulty.describe()}"
+        assert remote(s3_server, prefix) == {key: b"theirs"}
+        uploads = theirs.list_multipart_uploads(Bucket=BUCKET, Prefix=prefix).get("Uploads", [])
+        assert uploads == []
+        assert [m for m, p, _ in proxy.requests if "uploadId=" in p][-1] == "DELETE"
 
 
 class TestBadInput:
@@ -465,6 +504,36 @@ class TestServerCrash:
             f"{prefix}/big",
             f"{prefix}/small",
         ]
+
+    def test_sigkill_mid_upload(
+        self, proxy: FaultProxy, s3_server: S3Server, prefix: str, tmp_path: Path
+    ) -> None:
+        """The server is SIGKILLed as the multipart completion arrives and restarted: the
+        upload's retries ride out the outage and the object is the file."""
+        path = s3_server.write_credentials(tmp_path / "c.json", endpoint_url=proxy.endpoint_url)
+        patient = RetryPolicy(attempts=60, base_delay_s=0.1, max_delay_s=0.5)
+        bucket = S3Bucket(
+            load_credentials(path), BUCKET, retry=patient, transfer=TransferSettings(5 * MIB)
+        )
+        restarted = threading.Event()
+
+        def crash() -> None:
+            s3_server.kill()
+            threading.Thread(target=lambda: (s3_server.start(), restarted.set())).start()
+
+        proxy.clear()
+        proxy.inject(Fault.HOOK, method="POST", path_contains="uploadId=", hook=crash)
+        data = os.urandom(6 * MIB)
+        (tmp_path / "f").write_bytes(data)
+        try:
+            bucket.put_file(f"{prefix}/f", tmp_path / "f", if_none_match=True)
+        finally:
+            assert restarted.wait(60)
+            completions = [o for m, p, o in proxy.requests if m == "POST" and "uploadId=" in p]
+            proxy.clear()
+        assert completions[0] == "upstream_down"
+        assert completions[-1] == "200"
+        assert remote(s3_server, prefix) == {f"{prefix}/f": data}
 
 
 class TestCredentials:
