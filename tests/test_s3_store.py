@@ -26,6 +26,7 @@ from statecraft.errors import (
 from statecraft.storage import FileStat, ObjectInfo, ObjectStore
 from statecraft.storage.s3 import RetryPolicy, S3Bucket, TransferSettings
 from statecraft.storage.s3_credentials import S3Credentials, S3Identity, load_credentials
+from statecraft.storage.s3_retry import Failure
 
 MIB = 1 << 20
 FAST_RETRY = RetryPolicy(attempts=4, base_delay_s=0.01, max_delay_s=0.05)
@@ -146,6 +147,9 @@ class TestS3Bucket:
         assert bucket.get_range(f"{prefix}/r", 0, 0) == b""
         with pytest.raises(ValueError, match="offsets must be >= 0"):
             bucket.get_range(f"{prefix}/r", -1, 2)
+        with pytest.raises(ObjectRequestError) as info:
+            bucket.get_range(f"{prefix}/r", 200, 5)
+        assert f"get '{prefix}/r' failed (InvalidRange 416" in str(info.value)
 
     def test_conditional_create_refuses_existing_key(
         self, bucket: S3Bucket, s3_server: S3Server, prefix: str
@@ -440,6 +444,25 @@ class TestBadInput:
             f"in {path} and that the service at 127.0.0.1:{port} is running and reachable"
         )
         assert_no_secret(s3_server, info.value)
+
+
+class TestSecrets:
+    """The secret key never reaches a message, even when a server echoes it."""
+
+    def test_a_message_echoing_the_secret_is_scrubbed(
+        self, bucket: S3Bucket, s3_server: S3Server
+    ) -> None:
+        """A failure whose server message quotes the secret ends in an error showing ***."""
+        echoed = Failure(500, "InternalError", True, f"bad key {s3_server.secret_key}")
+        error = bucket.failed("put", "k", echoed, 3)
+        assert "bad key ***" in str(error)
+        assert_no_secret(s3_server, error)
+
+    def test_reprs_hold_no_secret(self, bucket: S3Bucket, s3_server: S3Server) -> None:
+        """The bucket's and the credentials' repr and identity name the key id only."""
+        for text in (repr(bucket), repr(bucket.credentials), str(bucket.identity())):
+            assert s3_server.secret_key not in text
+            assert s3_server.access_key in text
 
 
 class TestObjectStoreOverS3:

@@ -175,6 +175,8 @@ class S3Bucket:
         return self.call("get", key, send)
 
     def head(self, key: str) -> ObjectInfo | None:
+        """Size and etag of ``key``; ``None`` when absent. A HEAD answer has no body, so in a
+        bucket that does not exist every key looks absent: :meth:`check` tells them apart."""
         remote = self.stat(key)
         return None if remote is None else ObjectInfo(remote.size, remote.etag)
 
