@@ -272,15 +272,36 @@ class TestFaults:
     def test_download_resumes_a_dropped_body(
         self, faulty: S3Bucket, bucket: S3Bucket, proxy: FaultProxy, prefix: str, tmp_path: Path
     ) -> None:
-        """A download whose body is cut halfway resumes by a ranged GET and places the exact
-        bytes."""
-        data = os.urandom(3 * MIB)
+        """A download of three ranged parts, one cut halfway, asks again for that part's
+        missing bytes only and places the exact bytes."""
+        data = os.urandom(11 * MIB)
         bucket.put(f"{prefix}/k", data)
         proxy.inject(Fault.DROP_MID_BODY, method="GET", path_contains=prefix)
         faulty.download(f"{prefix}/k", tmp_path / "out")
         assert (tmp_path / "out").read_bytes() == data
-        gets = [p for m, p, _ in proxy.requests if m == "GET"]
-        assert len(gets) == 2
+        gets = [o for m, _, o in proxy.requests if m == "GET"]
+        assert sorted(gets) == ["206", "206", "206", "drop_mid_body"]
+        assert os.listdir(tmp_path) == ["out"]
+
+    def test_download_of_an_object_replaced_midway_places_nothing(
+        self, faulty: S3Bucket, proxy: FaultProxy, s3_server: S3Server, prefix: str, tmp_path: Path
+    ) -> None:
+        """The object is overwritten after the HEAD: the If-Match GET is refused, the error
+        says the object changed, and no file is placed."""
+        key = f"{prefix}/k"
+        other = s3_server.client()
+        other.put_object(Bucket=BUCKET, Key=key, Body=b"v1" * 1000)
+        proxy.inject(
+            Fault.HOOK,
+            method="GET",
+            path_contains=prefix,
+            hook=lambda: other.put_object(Bucket=BUCKET, Key=key, Body=b"v2" * 1000),
+        )
+        with pytest.raises(ObjectRequestError) as info:
+            faulty.download(key, tmp_path / "out")
+        assert f"{key!r} changed during the download" in str(info.value)
+        assert str(info.value).endswith(f"nothing was placed at {tmp_path / 'out'}. Download again")
+        assert os.listdir(tmp_path) == []
 
     def test_persistent_throttling_ends_in_a_clear_error(
         self, faulty: S3Bucket, proxy: FaultProxy, s3_server: S3Server, prefix: str

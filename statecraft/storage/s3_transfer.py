@@ -7,9 +7,10 @@ same condition a PUT would carry, and aborted on failure. A completion retried a
 attempt whose response was lost meets 412 or ``NoSuchUpload``; it then compares the object
 there (size and stored sha256) with the file and succeeds when they are equal.
 
-Download: a GET of the etag a HEAD saw (``If-Match``), streamed into a sibling temporary,
-resumed from the byte reached when the body drops, checked against the size and the stored
-sha256, fsynced and renamed into place. Nothing is placed unless every byte arrived.
+Download: ranged GETs of the etag a HEAD saw (``If-Match``), ``part_size`` each and at most
+``concurrency`` in flight, written with ``pwrite`` into a sibling temporary; a dropped body is
+resumed from the byte reached. The file is checked against the size and the stored sha256,
+fsynced and renamed into place. Nothing is placed unless every byte arrived and matched.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -180,38 +182,25 @@ def download_file(bucket: S3Bucket, key: str, path: Path) -> RemoteObject:
     if there is None:
         raise FileNotFoundError(f"no object {key!r} in {bucket.describe()}")
     temporary = path.with_name(f".{path.name}.download-{os.getpid()}")
-    digest = hashlib.sha256()
+    part_size = bucket.transfer.part_size_for(there.size)
+    ranges = [(a, min(a + part_size, there.size)) for a in range(0, there.size, part_size)]
     try:
         with open(temporary, "wb") as out:
-            state = {"offset": 0}
-
-            def send() -> None:
-                response = bucket.client.get_object(
-                    Bucket=bucket.bucket,
-                    Key=key,
-                    Range=f"bytes={state['offset']}-",
-                    IfMatch=there.etag,
-                )
-                for block in response["Body"].iter_chunks(bucket.transfer.chunk_size):
-                    out.write(block)
-                    digest.update(block)
-                    state["offset"] += len(block)
-                if state["offset"] < there.size:
-                    raise _short_body()
-
-            if there.size:
-                try:
-                    bucket.call("get", key, send)
-                except PreconditionFailed:
-                    raise ObjectRequestError(
-                        f"{bucket.describe()}: {key!r} changed during the download (etag "
-                        f"{there.etag} is gone); nothing was placed at {path}. Download again",
-                        op="get",
-                        key=key,
-                    ) from None
+            fd = out.fileno()
+            try:
+                _parallel(bucket, [_range_fetcher(bucket, key, there, fd, r) for r in ranges])
+            except PreconditionFailed:
+                raise ObjectRequestError(
+                    f"{bucket.describe()}: {key!r} changed during the download (etag "
+                    f"{there.etag} is gone); nothing was placed at {path}. Download again",
+                    op="get",
+                    key=key,
+                ) from None
             out.flush()
-            os.fsync(out.fileno())
-        _check(bucket, key, there, state["offset"], digest.hexdigest())
+            os.fsync(fd)
+        size = temporary.stat().st_size
+        sha = file_sha256(temporary, bucket.transfer.chunk_size) if there.sha256 else ""
+        _check(bucket, key, there, size, sha)
         os.replace(temporary, path)
         _fsync_dir(path.parent)
     except BaseException:
@@ -221,6 +210,47 @@ def download_file(bucket: S3Bucket, key: str, path: Path) -> RemoteObject:
             pass
         raise
     return there
+
+
+def _range_fetcher(
+    bucket: S3Bucket, key: str, there: RemoteObject, fd: int, span: tuple[int, int]
+) -> Callable[[], None]:
+    """A job fetching bytes ``span`` of the object into ``fd``; a retry after a dropped body
+    asks only for the bytes not yet written."""
+    position = [span[0]]
+
+    def send() -> None:
+        response = bucket.client.get_object(
+            Bucket=bucket.bucket,
+            Key=key,
+            Range=f"bytes={position[0]}-{span[1] - 1}",
+            IfMatch=there.etag,
+        )
+        for block in response["Body"].iter_chunks(bucket.transfer.chunk_size):
+            os.pwrite(fd, block, position[0])
+            position[0] += len(block)
+        if position[0] < span[1]:
+            raise _short_body()
+
+    return lambda: bucket.call("get", key, send)
+
+
+def _parallel(bucket: S3Bucket, jobs: list[Callable[[], None]]) -> None:
+    """Run ``jobs`` with at most ``transfer.concurrency`` at once; the first error wins and
+    the jobs not started are cancelled."""
+    if len(jobs) <= 1:
+        for job in jobs:
+            job()
+        return
+    with cf.ThreadPoolExecutor(bucket.transfer.concurrency) as pool:
+        futures = [pool.submit(job) for job in jobs]
+        try:
+            for future in cf.as_completed(futures):
+                future.result()
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
 
 
 def _short_body() -> Exception:
