@@ -20,6 +20,7 @@ __all__ = [
     "CheckpointSourceError",
     "ConfigError",
     "ConfigIssue",
+    "CredentialsError",
     "DemoError",
     "DiskFullError",
     "GuaranteeViolation",
@@ -470,3 +471,10 @@ class RunStoppedError(CheckpointError):
     (``sentinel``, ``signal SIGTERM``, ...)."""
 
     code = "run_stopped"
+
+
+class CredentialsError(StatecraftError, ValueError):
+    """An object-store credentials file is missing, unreadable or malformed. The message names
+    the file and the problem and never echoes a secret. Fields: ``path``, ``problem``."""
+
+    code = "credentials_invalid"

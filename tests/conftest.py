@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from checkpoint_runs import private_copy
+from s3_server import S3Server
 
 
 @pytest.fixture
@@ -69,3 +70,15 @@ def tmpfs(tmp_path: Path) -> Iterator[Path]:
         # the test (a left mount would make the temporary directory unremovable).
         if subprocess.run(["umount", str(mount)], capture_output=True, check=False).returncode:
             subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """One real SeaweedFS S3 server for the session (bucket ``ckpt-bucket``), stopped at the
+    end (SIGTERM, then SIGKILL by PID)."""
+    server = S3Server(tmp_path_factory.mktemp("s3-server"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -1,0 +1,278 @@
+"""Streaming transfers of large files for :class:`~statecraft.storage.s3.S3Bucket`.
+
+Upload: a file up to ``part_size`` is one PUT; a larger one is a multipart upload of
+``part_size`` parts read with ``pread``, at most ``concurrency`` in flight (the memory bound),
+each part retried on its own (re-sending a part number is idempotent), completed with the
+same condition a PUT would carry, and aborted on failure. A completion retried after an
+attempt whose response was lost meets 412 or ``NoSuchUpload``; it then compares the object
+there (size and stored sha256) with the file and succeeds when they are equal.
+
+Download: ranged GETs of the etag a HEAD saw (``If-Match``), ``part_size`` each and at most
+``concurrency`` in flight, written with ``pwrite`` into a sibling temporary; a dropped body is
+resumed from the byte reached. The file is checked against the size and the stored sha256,
+fsynced and renamed into place. Nothing is placed unless every byte arrived and matched.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hashlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from statecraft.errors import ObjectRequestError, PreconditionFailed, StoreError
+from statecraft.storage.s3_retry import Failure
+
+if TYPE_CHECKING:
+    from statecraft.storage.s3 import RemoteObject, S3Bucket
+
+__all__ = ["download_file", "file_sha256", "upload_file"]
+
+
+def file_sha256(path: Path, chunk_size: int = 1 << 20) -> str:
+    """The hex sha256 of a file's bytes, read in ``chunk_size`` blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk_size):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def upload_file(
+    bucket: S3Bucket, key: str, path: Path, *, if_none_match: bool, sha256: str | None
+) -> str:
+    """Upload ``path`` to ``key`` (see the module contract); returns the etag."""
+    from statecraft.storage.s3 import SHA256_METADATA
+
+    size = path.stat().st_size
+    settings = bucket.transfer
+    if size <= settings.part_size:
+        return bucket.put(key, path.read_bytes(), if_none_match=if_none_match)
+    if if_none_match and bucket.stat(key) is not None:
+        raise PreconditionFailed(f"If-None-Match: * refused: {key!r} exists in {bucket.describe()}")
+    sha = sha256 or file_sha256(path, settings.chunk_size)
+    client = bucket.client
+
+    def create() -> str:
+        response = client.create_multipart_upload(
+            Bucket=bucket.bucket, Key=key, Metadata={SHA256_METADATA: sha}
+        )
+        return str(response["UploadId"])
+
+    upload_id = bucket.call("create-multipart", key, create)
+    try:
+        parts = _upload_parts(bucket, key, upload_id, path, size)
+        return _complete(bucket, key, upload_id, parts, size, sha, if_none_match)
+    except BaseException:
+        _abort(bucket, key, upload_id)
+        raise
+
+
+def _upload_parts(
+    bucket: S3Bucket, key: str, upload_id: str, path: Path, size: int
+) -> list[dict[str, Any]]:
+    part_size = bucket.transfer.part_size_for(size)
+    count = -(-size // part_size)
+    etags: dict[int, str] = {}
+    with open(path, "rb") as f, cf.ThreadPoolExecutor(bucket.transfer.concurrency) as pool:
+        fd = f.fileno()
+
+        def one(number: int) -> str:
+            offset = (number - 1) * part_size
+            expected = min(part_size, size - offset)
+            data = os.pread(fd, expected, offset)
+            if len(data) != expected:
+                raise StoreError(
+                    f"{path}: the file shrank during the upload to {key!r} (part {number} "
+                    f"read {len(data)} of {expected} bytes); nothing was completed"
+                )
+
+            def send() -> str:
+                response = bucket.client.upload_part(
+                    Bucket=bucket.bucket,
+                    Key=key,
+                    UploadId=upload_id,
+                    PartNumber=number,
+                    Body=data,
+                )
+                return str(response["ETag"])
+
+            return bucket.call("upload-part", f"{key}#{number}", send)
+
+        pending: dict[cf.Future[str], int] = {}
+
+        def collect(futures: set[cf.Future[str]]) -> None:
+            for future in futures:
+                etags[pending.pop(future)] = future.result()
+
+        try:
+            for number in range(1, count + 1):
+                while len(pending) >= bucket.transfer.concurrency:
+                    done, _ = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+                    collect(done)
+                pending[pool.submit(one, number)] = number
+            collect(set(cf.wait(pending).done))
+        except BaseException:
+            for future in pending:
+                future.cancel()
+            raise
+    return [{"PartNumber": n, "ETag": etags[n]} for n in range(1, count + 1)]
+
+
+def _complete(
+    bucket: S3Bucket,
+    key: str,
+    upload_id: str,
+    parts: list[dict[str, Any]],
+    size: int,
+    sha: str,
+    if_none_match: bool,
+) -> str:
+    failed: list[Failure] = []
+    condition = {"IfNoneMatch": "*"} if if_none_match else {}
+
+    def send() -> str:
+        response = bucket.client.complete_multipart_upload(
+            Bucket=bucket.bucket,
+            Key=key,
+            UploadId=upload_id,
+            MultipartUpload={"Parts": parts},
+            **condition,
+        )
+        return str(response["ETag"])
+
+    try:
+        return bucket.call("complete-multipart", key, send, on_failure=failed.append)
+    except (PreconditionFailed, FileNotFoundError) as error:
+        if failed:
+            there = bucket.stat(key)
+            if there is not None and there.size == size and there.sha256 == sha:
+                return there.etag
+        if isinstance(error, PreconditionFailed):
+            raise PreconditionFailed(
+                f"If-None-Match: * refused: {key!r} exists in {bucket.describe()}"
+            ) from None
+        raise ObjectRequestError(
+            f"{bucket.describe()}: multipart upload of {key!r} vanished before it completed "
+            "(aborted by another client or by the service's lifecycle rules); upload again",
+            op="complete-multipart",
+            key=key,
+        ) from None
+
+
+def _abort(bucket: S3Bucket, key: str, upload_id: str) -> None:
+    """Best effort: a failed abort leaves parts the bucket's lifecycle rules reclaim."""
+    try:
+        bucket.call(
+            "abort-multipart",
+            key,
+            lambda: bucket.client.abort_multipart_upload(
+                Bucket=bucket.bucket, Key=key, UploadId=upload_id
+            ),
+        )
+    except (ObjectRequestError, FileNotFoundError):
+        pass
+
+
+def download_file(bucket: S3Bucket, key: str, path: Path) -> RemoteObject:
+    """Fetch ``key`` into ``path`` (see the module contract)."""
+    there = bucket.stat(key)
+    if there is None:
+        raise FileNotFoundError(f"no object {key!r} in {bucket.describe()}")
+    temporary = path.with_name(f".{path.name}.download-{os.getpid()}")
+    part_size = bucket.transfer.part_size_for(there.size)
+    ranges = [(a, min(a + part_size, there.size)) for a in range(0, there.size, part_size)]
+    try:
+        with open(temporary, "wb") as out:
+            fd = out.fileno()
+            try:
+                _parallel(bucket, [_range_fetcher(bucket, key, there, fd, r) for r in ranges])
+            except PreconditionFailed:
+                raise ObjectRequestError(
+                    f"{bucket.describe()}: {key!r} changed during the download (etag "
+                    f"{there.etag} is gone); nothing was placed at {path}. Download again",
+                    op="get",
+                    key=key,
+                ) from None
+            out.flush()
+            os.fsync(fd)
+        size = temporary.stat().st_size
+        sha = file_sha256(temporary, bucket.transfer.chunk_size) if there.sha256 else ""
+        _check(bucket, key, there, size, sha)
+        os.replace(temporary, path)
+        _fsync_dir(path.parent)
+    except BaseException:
+        try:
+            temporary.unlink()
+        except FileNotFoundError:
+            pass
+        raise
+    return there
+
+
+def _range_fetcher(
+    bucket: S3Bucket, key: str, there: RemoteObject, fd: int, span: tuple[int, int]
+) -> Callable[[], None]:
+    """A job fetching bytes ``span`` of the object into ``fd``; a retry after a dropped body
+    asks only for the bytes not yet written."""
+    position = [span[0]]
+
+    def send() -> None:
+        response = bucket.client.get_object(
+            Bucket=bucket.bucket,
+            Key=key,
+            Range=f"bytes={position[0]}-{span[1] - 1}",
+            IfMatch=there.etag,
+        )
+        for block in response["Body"].iter_chunks(bucket.transfer.chunk_size):
+            os.pwrite(fd, block, position[0])
+            position[0] += len(block)
+        if position[0] < span[1]:
+            raise _short_body()
+
+    return lambda: bucket.call("get", key, send)
+
+
+def _parallel(bucket: S3Bucket, jobs: list[Callable[[], None]]) -> None:
+    """Run ``jobs`` with at most ``transfer.concurrency`` at once; the first error wins and
+    the jobs not started are cancelled."""
+    if len(jobs) <= 1:
+        for job in jobs:
+            job()
+        return
+    with cf.ThreadPoolExecutor(bucket.transfer.concurrency) as pool:
+        futures = [pool.submit(job) for job in jobs]
+        try:
+            for future in cf.as_completed(futures):
+                future.result()
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
+
+
+def _short_body() -> Exception:
+    import botocore.exceptions as bce
+
+    return bce.IncompleteReadError(actual_bytes=0, expected_bytes=1)
+
+
+def _check(bucket: S3Bucket, key: str, there: RemoteObject, size: int, sha: str) -> None:
+    if size != there.size or (there.sha256 and sha != there.sha256):
+        raise ObjectRequestError(
+            f"{bucket.describe()}: {key!r} arrived as {size} bytes with sha256 {sha}; its "
+            f"HEAD promised {there.size} bytes with sha256 {there.sha256 or '(none stored)'}. "
+            "Nothing was placed; download again",
+            op="get",
+            key=key,
+        )
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
