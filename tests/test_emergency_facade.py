@@ -25,6 +25,7 @@ from statecraft.checkpoint.stop_records import DONE_FILE, EmergencyKind
 from statecraft.engine.crash import IoGate
 from statecraft.errors import (
     ArtifactResumeError,
+    CheckpointError,
     ConfigError,
     ResumeRequiredError,
     RunStoppedError,
@@ -643,6 +644,16 @@ class TestTheWatch:
         assert all(signal.getsignal(s) is not before[s] for s in before)
         ckpt.close()
         assert all(signal.getsignal(s) is before[s] for s in before)
+
+    def test_a_failed_resume_installs_no_handler(self, tmp_path: Path) -> None:
+        """resume() that raises (an explicit checkpoint that does not exist) leaves SIGUSR1
+        and SIGTERM as they were: nothing would ever poll a flag-only handler."""
+        before = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM)}
+        ckpt, _ = open_checkpointer(tmp_path / "out", f"resume={tmp_path / 'missing'}")
+        with pytest.raises(CheckpointError):
+            ckpt.resume()
+        assert all(signal.getsignal(s) is before[s] for s in before)
+        ckpt.close()
 
     def test_finalize_restores_the_handlers_after_a_normal_end_and_after_a_stop(
         self, tmp_path: Path

@@ -2,8 +2,9 @@
 facade's tracked objects, then completing an adopted attempt and the validation stage it left
 pending (:mod:`statecraft.checkpoint.validation_resume`).
 
-It also installs the termination watch's signal handlers (here, so after torch.distributed,
-Lightning or Ray installed theirs; ``close()`` restores them) and, in an adopted attempt,
+It also installs the termination watch's signal handlers once the resume succeeded (here, so
+after torch.distributed, Lightning or Ray installed theirs; ``finalize()`` and ``close()``
+restore them; a resume that raises installs none) and, in an adopted attempt,
 logs how the previous window ended (its ``DONE.json``; sentinels older than it are stale:
 :func:`~statecraft.checkpoint.stopping.previous_window`). ``DONE.json`` never changes what
 is adopted.
@@ -41,8 +42,6 @@ def run_resume(ckpt: Checkpointer) -> ResumeResult:
     ckpt._lifecycle.before_resume(
         ckpt.attempt.run_dir if ckpt.attempt else ckpt.run.job_dir(Path(ckpt.output_root))
     )
-    if ckpt.config.termination.enabled:
-        ckpt.termination.install()  # main thread only (elsewhere: one WARNING, no handler)
     mode = ckpt.config.resume
     kind = mode if mode in ("auto", "off") else "explicit"
     # An explicit source is loaded before an attempt is minted: a bad path must not leave
@@ -86,4 +85,8 @@ def run_resume(ckpt: Checkpointer) -> ResumeResult:
     result, ckpt.last_validated_step = after_resume(
         boundaries, ckpt.config, result, ctx.store, lease=ckpt.lease
     )
+    # Last, once the resume succeeded: a resume that raises leaves no flag-only handler
+    # behind (nothing would ever poll it, and SIGTERM would be swallowed).
+    if ckpt.config.termination.enabled:
+        ckpt.termination.install()  # main thread only (elsewhere: one WARNING, no handler)
     return result
