@@ -50,9 +50,12 @@ class Objects:
 def open_checkpointer(
     out: Path, *overrides: str, data: bool = True, filesystem: Any = None
 ) -> tuple[sc.Checkpointer, Objects]:
+    """A checkpointer over :data:`CONFIG` with ``overrides`` added (an override of a knob
+    :data:`CONFIG` sets replaces it), tracking fresh objects."""
+    knobs = {k.split("=", 1)[0]: k for k in (*CONFIG, *overrides)}  # an override replaces
     objects = Objects()
     ckpt = sc.Checkpointer(
-        sc.CheckpointConfig.load(None, [*CONFIG, *overrides]),
+        sc.CheckpointConfig.load(None, list(knobs.values())),
         run=RUN,
         output_root=out,
         filesystem=filesystem,

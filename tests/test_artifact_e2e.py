@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from artifact_files import write_artifact
-from checkpoint_runs import RUN, Objects, train
+from checkpoint_runs import Objects, open_checkpointer, train
 
 import statecraft as sc
 from statecraft.checkpoint.artifact_verify import verify_artifact
@@ -19,23 +19,6 @@ from statecraft.checkpoint.state import TrainerState
 from statecraft.checkpoint.validation_records import ValidationStage, read_stage
 from statecraft.errors import ArtifactResumeError, ResumeRequiredError, ValidationFailedError
 from statecraft.storage.local import LocalStore
-
-
-def open_checkpointer(out: Path, *overrides: str) -> tuple[sc.Checkpointer, Objects]:
-    """A checkpointer of the shared test run (``save_every=2`` unless overridden), tracking
-    fresh objects."""
-    knobs = ["save_async=false", "keep_optim_last=0", *overrides]
-    if not any(k.startswith("save_every=") for k in overrides):
-        knobs.append("save_every=2")
-    objects = Objects()
-    ckpt = sc.Checkpointer(sc.CheckpointConfig.load(None, knobs), run=RUN, output_root=out)
-    ckpt.track(
-        model=objects.model,
-        optimizer=objects.optimizer,
-        scheduler=objects.scheduler,
-        data=objects.cursor,
-    )
-    return ckpt, objects
 
 
 def attempt_dir(out: Path) -> Path:

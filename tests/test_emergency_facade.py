@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import torch
-from checkpoint_runs import CONFIG, RUN, Objects
+from checkpoint_runs import RUN, Objects, open_checkpointer
 
 import statecraft as sc
 from statecraft.checkpoint.stop_records import DONE_FILE, EmergencyKind
@@ -55,28 +55,6 @@ def done(out: Path) -> dict[str, Any]:
 
 def latest(out: Path) -> str:
     return (attempt_dir(out) / "checkpoints" / "latest_checkpoint.txt").read_text().strip()
-
-
-def open_checkpointer(
-    out: Path, *overrides: str, filesystem: Any = None
-) -> tuple[sc.Checkpointer, Objects]:
-    """A checkpointer over :data:`checkpoint_runs.CONFIG` with ``overrides`` replacing its
-    knobs (save_every=2, synchronous, keep every optimizer), tracking fresh objects."""
-    knobs = {k.split("=", 1)[0]: k for k in (*CONFIG, *overrides)}
-    objects = Objects()
-    ckpt = sc.Checkpointer(
-        sc.CheckpointConfig.load(None, list(knobs.values())),
-        run=RUN,
-        output_root=out,
-        filesystem=filesystem,
-    )
-    ckpt.track(
-        model=objects.model,
-        optimizer=objects.optimizer,
-        scheduler=objects.scheduler,
-        data=objects.cursor,
-    )
-    return ckpt, objects
 
 
 def stopping(out: Path, sentinels: Path, *overrides: str, **kw: Any) -> Any:
