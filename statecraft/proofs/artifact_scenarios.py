@@ -16,6 +16,7 @@ one run before it starts the next), the retry's calls are in :class:`ArtifactRec
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 
@@ -50,10 +51,12 @@ __all__ = [
     "ARTIFACTS_ROOT",
     "ArtifactRecovery",
     "ArtifactScenario",
+    "AutoResume",
     "ResumeSeen",
     "artifact_context",
     "artifact_scenarios",
     "expected_metrics",
+    "resume_auto",
 ]
 
 
@@ -206,25 +209,8 @@ class ArtifactScenario:
         return self.last_run
 
     def _resume(self, world: SimWorld) -> ResumeSeen:
-        store = world.local_store(CHECKPOINTS_ROOT)  # creating a missing root is the store's
-        seen, view = DiskView.of(world), ArtifactView.of(world)
-        objects = fresh_objects(with_data=self.with_data)
-        tracked = Tracked(
-            model=objects.model,
-            optimizer=objects.optimizer,
-            scheduler=objects.scheduler,
-            data=objects.data,
-        )
-        present = world.fs.stat(ARTIFACTS_ROOT) is not None  # readers never create it
-        artifacts = world.local_store(ARTIFACTS_ROOT) if present else None
-        ctx = ResumeContext(mode="auto", tracked=tracked, store=store, artifacts=artifacts)
-        result = shipped_machine("resume").run(ctx)
-        if result.failed and isinstance(result.error, ArtifactResumeError):
-            return ResumeSeen(None, result.error, seen, view)
-        result.raise_for_failure()
-        if ctx.result is None:
-            raise RuntimeError("resume machine ended without a result")
-        return ResumeSeen(ctx.result, None, seen, view)
+        run = resume_auto(world, with_data=self.with_data)
+        return ResumeSeen(run.result, run.refused, run.seen, run.view)
 
     def recover(self, world: SimWorld) -> ArtifactRecovery:
         with preserved_rng():
@@ -297,3 +283,51 @@ def artifact_scenarios() -> list[ArtifactScenario]:
             setup_extra=foreign_manifest(4),
         ),
     ]
+
+
+@attrs.frozen
+class AutoResume:
+    """One production ``resume=auto`` over a simulated world (:func:`resume_auto`).
+
+    Attributes:
+        ctx: the resume context (its ``tracked`` objects loaded when it resumed).
+        objects: the fresh torch objects it loaded into.
+        result: the resume's result (``None`` when refused).
+        refused: the ``ArtifactResumeError`` of a refusal because of a newer artifact.
+        seen, view: the disk and the artifacts as they were before the resume.
+    """
+
+    ctx: ResumeContext
+    objects: Any
+    result: ResumeResult | None
+    refused: ArtifactResumeError | None
+    seen: DiskView
+    view: ArtifactView
+
+
+def resume_auto(world: SimWorld, *, with_data: bool) -> AutoResume:
+    """The production ``resume=auto`` into fresh torch objects, with the attempt's artifacts
+    (a refusal because of a newer artifact is an answer, not an error).
+
+    Raises:
+        what the resume machine raises otherwise.
+    """
+    store = world.local_store(CHECKPOINTS_ROOT)  # creating a missing root is the store's
+    seen, view = DiskView.of(world), ArtifactView.of(world)
+    objects = fresh_objects(with_data=with_data)
+    tracked = Tracked(
+        model=objects.model,
+        optimizer=objects.optimizer,
+        scheduler=objects.scheduler,
+        data=objects.data,
+    )
+    present = world.fs.stat(ARTIFACTS_ROOT) is not None  # readers never create it
+    artifacts = world.local_store(ARTIFACTS_ROOT) if present else None
+    ctx = ResumeContext(mode="auto", tracked=tracked, store=store, artifacts=artifacts)
+    result = shipped_machine("resume").run(ctx)
+    if result.failed and isinstance(result.error, ArtifactResumeError):
+        return AutoResume(ctx, objects, None, result.error, seen, view)
+    result.raise_for_failure()
+    if ctx.result is None:
+        raise RuntimeError("resume machine ended without a result")
+    return AutoResume(ctx, objects, ctx.result, None, seen, view)

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import attrs
 
-from statecraft.checkpoint.transactions.resume import ResumeContext, ResumeResult, Tracked
+from statecraft.checkpoint.transactions.resume import ResumeResult
 from statecraft.checkpoint.validation_records import ValidationStage, read_stage
 from statecraft.engine import RunResult
 from statecraft.engine.crash import IoGate, IoRecord
 from statecraft.errors import ArtifactResumeError
-from statecraft.proofs.artifact_oracle import ARTIFACTS_ROOT, ArtifactView
+from statecraft.proofs.artifact_oracle import ArtifactView
+from statecraft.proofs.artifact_scenarios import resume_auto
 from statecraft.proofs.oracle import CHECKPOINTS_ROOT, DiskView
 from statecraft.proofs.save_scenarios import shipped_machine
-from statecraft.proofs.training import LoadedState, fresh_objects
+from statecraft.proofs.training import LoadedState
 from statecraft.proofs.validation_scenarios import CountingEvaluator, ValidationScenario
 from statecraft.storage.sim import SimWorld
 
@@ -71,23 +72,11 @@ def resume_seen(world: SimWorld) -> ResumeSeen:
     """The production ``resume=auto`` into fresh torch objects, with the attempt's artifacts
     (a refusal because of a newer artifact is an answer, not an error)."""
     store = world.local_store(CHECKPOINTS_ROOT)
-    seen, view = DiskView.of(world), ArtifactView.of(world)
-    objects = fresh_objects(with_data=False)
-    tracked = Tracked(
-        model=objects.model,
-        optimizer=objects.optimizer,
-        scheduler=objects.scheduler,
-        data=objects.data,
-    )
-    present = world.fs.stat(ARTIFACTS_ROOT) is not None  # readers never create it
-    artifacts = world.local_store(ARTIFACTS_ROOT) if present else None
-    ctx = ResumeContext(mode="auto", tracked=tracked, store=store, artifacts=artifacts)
-    result = shipped_machine("resume").run(ctx)
-    if result.failed and isinstance(result.error, ArtifactResumeError):
-        return ResumeSeen(None, result.error, None, seen, view)
-    result.raise_for_failure()
-    if ctx.result is None:
-        raise RuntimeError("resume machine ended without a result")
+    run = resume_auto(world, with_data=False)
+    seen, view, objects, ctx = run.seen, run.view, run.objects, run.ctx
+    if run.result is None:
+        return ResumeSeen(None, run.refused, None, seen, view)
+    assert ctx.result is not None
     loaded = LoadedState.of(objects, ctx.tracked.clocks) if ctx.result.resumed else None
     stage = ValidationStage.NONE
     chosen = ctx.chosen
