@@ -14,15 +14,14 @@ validation.save_checkpoint=true``): the held-out MSE of a fixed held-out set is 
 every V-th step through the durable validation transaction (an evaluation-pending checkpoint,
 then the evaluation, then publication).
 Running the same command again after a kill resumes from the newest checkpoint that verifies,
-and first finishes its validation when it was pending.
+and first finishes its validation when it was pending. The sentinel file
+``$SLURM_LOG_DIR/SIGUSR1_RECEIVED``, SIGUSR1 or SIGTERM stops the run at the next step boundary
+(an emergency checkpoint, ``DONE.json``, exit 0; the same command resumes). ``--step-sleep``
+sleeps after each ``step`` line, before the boundary, so that a parent can act on it first.
+Under ``torchrun`` (``WORLD_SIZE`` > 1) every rank joins a gloo group.
 
-The sentinel file ``$SLURM_LOG_DIR/SIGUSR1_RECEIVED``, SIGUSR1 or SIGTERM stops the run at the
-next step boundary (an emergency checkpoint, ``DONE.json``, exit 0; the same command resumes).
-``--step-sleep`` sleeps after each ``step`` line, before the boundary, so that a parent can act
-on it first. Under ``torchrun`` (``WORLD_SIZE`` > 1) every rank joins a gloo group.
-
-Progress protocol: one line per event on stdout, flushed at once, so a parent can kill the
-process at a chosen point and know where it was::
+Progress protocol: one line per event on stdout, one write each (ranks share a pipe), flushed
+at once, so a parent can kill the process at a chosen point and know where it was::
 
     resumed <step> <source or ->     once, after the resume decision
     step <n>                         after optimizer step n is applied and recorded
@@ -200,7 +199,8 @@ def warmup_cosine(warmup: int, total: int) -> Callable[[int], float]:
 
 
 def _say(stream: TextIO, *fields: object) -> None:
-    print(*fields, file=stream, flush=True)
+    stream.write(" ".join(map(str, fields)) + "\n")
+    stream.flush()
 
 
 def heldout_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
