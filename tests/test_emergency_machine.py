@@ -393,3 +393,11 @@ class TestStepCoverage:
         assert coverage.artifact.components == ("model",)
         (attempt.artifacts_dir / iter_dirname(4) / ".posttrain-checkpoint-artifact.json").unlink()
         assert read_step_coverage(attempt, None, 4) == StepCoverage()
+
+    def test_artifact_whose_manifest_does_not_verify_is_damaged(self, tmp_path: Path) -> None:
+        """An artifact whose payload was torn after its commit covers nothing and is
+        reported damaged (no artifact can be committed at that step)."""
+        attempt = attempt_at(tmp_path)
+        commit_artifact(attempt, 4, ("model",))
+        (attempt.artifacts_dir / iter_dirname(4) / "model.pt").write_bytes(b"torn")
+        assert read_step_coverage(attempt, None, 4) == StepCoverage(artifact_damaged=True)

@@ -21,7 +21,8 @@ committed):
     no               does not; the plan is full           CHECKPOINT           full
     no               does not; partial, no artifact       ARTIFACT             that plan
     no               does not; partial, an artifact of    CHECKPOINT           full (escalated)
-                     step N that lacks a component
+                     step N that lacks a component, or a
+                     manifest there that does not verify
 
 Coverage, not step number: a committed full checkpoint of step N covers every plan; a
 committed artifact of step N covers a plan only when it carries every component of it (a
@@ -69,10 +70,13 @@ class StepCoverage:
             stage; weights-only or invalidated ones do not count).
         artifact: the plan of the committed artifact ``checkpoint_artifacts/iter_N``
             (``None``: none).
+        artifact_damaged: ``checkpoint_artifacts/iter_N`` holds a manifest that does not
+            verify: it covers nothing, and no artifact can be committed there either.
     """
 
     checkpoint: bool = False
     artifact: ComponentPlan | None = None
+    artifact_damaged: bool = False
 
     def covers(self, plan: ComponentPlan) -> bool:
         """Every component of ``plan`` is on disk for the step."""
@@ -119,6 +123,7 @@ def decide_emergency(
         return EmergencyBoundary(EmergencyKind.COVERED, plan)
     if plan.is_full:
         return EmergencyBoundary(EmergencyKind.CHECKPOINT, full)
-    if coverage.artifact is not None:  # committed, never re-committed: only the full plan fits
+    if coverage.artifact is not None or coverage.artifact_damaged:
+        # A committed (or damaged) artifact is never re-committed: only the full plan fits.
         return EmergencyBoundary(EmergencyKind.CHECKPOINT, full, escalated=True)
     return EmergencyBoundary(EmergencyKind.ARTIFACT, plan)

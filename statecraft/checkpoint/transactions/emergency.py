@@ -125,15 +125,19 @@ def read_step_coverage(
         entry = classify(store, step, level=COVERAGE_LEVEL, keep_payloads=False)
         checkpoint = entry.state in COUNTED_STATES
     artifact: ComponentPlan | None = None
+    damaged = False
     artifacts = _open(str(attempt.artifacts_dir.absolute()), fs)
-    if artifacts is not None and artifacts.stat(iter_dirname(step)) is not None:
+    name = iter_dirname(step)
+    if artifacts is not None and artifacts.stat(name) is not None:
         try:
             verified = verify_artifact(artifacts, step, level=COVERAGE_LEVEL)
         except Exception as exc:  # a damaged or uncommitted artifact covers nothing
-            log.debug("checkpoint_artifacts/%s covers nothing: %s", iter_dirname(step), exc)
+            log.debug("checkpoint_artifacts/%s covers nothing: %s", name, exc)
+            manifests = (ARTIFACT_MANIFEST_NAME, MANIFEST_NAME)
+            damaged = any(artifacts.stat(f"{name}/{m}") is not None for m in manifests)
         else:
             artifact = ComponentPlan.of(verified.manifest.components)
-    return StepCoverage(checkpoint=checkpoint, artifact=artifact)
+    return StepCoverage(checkpoint=checkpoint, artifact=artifact, artifact_damaged=damaged)
 
 
 def covering_path(coverage: StepCoverage, step: int) -> str:
@@ -288,35 +292,20 @@ def decide(ctx: EmergencyContext) -> None:
     boundary = decide_emergency(
         ctx.config, validation_due=ctx.validation_due, coverage=ctx.coverage
     )
-    name = iter_dirname(ctx.step)
-    if boundary.kind is EmergencyKind.ARTIFACT and _artifact_manifest_present(ctx):
-        # A damaged commit (a manifest that does not verify) is never re-committed either:
-        # the artifact save would refuse it, so only the full plan can be saved.
-        boundary = EmergencyBoundary(EmergencyKind.CHECKPOINT, ComponentPlan.full(), True)
-        log.warning(
-            "stop at step %d: checkpoint_artifacts/%s holds a manifest that does not verify "
-            "and a committed artifact is never re-committed: saving the full plan instead",
-            ctx.step,
-            name,
+    if boundary.escalated:
+        why = (
+            "holds a manifest that does not verify"
+            if ctx.coverage.artifact_damaged
+            else "lacks a component of the run plan"
         )
-    elif boundary.escalated:
         log.warning(
-            "stop at step %d: checkpoint_artifacts/%s lacks a component of the run plan and "
-            "a committed artifact is never re-committed: saving the full plan instead",
+            "stop at step %d: checkpoint_artifacts/%s %s and a committed artifact is never "
+            "re-committed: saving the full plan instead",
             ctx.step,
-            name,
+            iter_dirname(ctx.step),
+            why,
         )
     ctx.boundary = boundary
-
-
-def _artifact_manifest_present(ctx: EmergencyContext) -> bool:
-    """``checkpoint_artifacts/iter_N`` holds a manifest file (verifying or not)."""
-    fs = ctx.filesystem or OsFilesystem()
-    name = iter_dirname(ctx.step)
-    root = ctx.attempt.artifacts_dir.absolute()
-    return any(
-        fs.stat(str(root / name / m)) is not None for m in (ARTIFACT_MANIFEST_NAME, MANIFEST_NAME)
-    )
 
 
 @effect(role=Role.COORDINATOR)
@@ -372,13 +361,8 @@ def write_done(ctx: EmergencyContext) -> None:
         saved=ctx.boundary.kind is not EmergencyKind.COVERED,
         seconds_to_durable=ctx.seconds_to_durable,
     )
-    write_done_record(ctx, record)
-    ctx.done = record
-
-
-def write_done_record(ctx: EmergencyContext, record: DoneRecord) -> None:
-    """Publish ``record`` as the attempt's ``DONE.json`` (atomic, durable)."""
     run_done.write_done(ctx.attempt, ctx.filesystem, record)
+    ctx.done = record
 
 
 def emergency_bindings() -> Bindings:
