@@ -221,22 +221,7 @@ class BoundaryRunner:
     ) -> BoundaryOutcome:
         kind = boundary.kind
         if kind is BoundaryKind.SAVE:
-            staging, slot = self.writes.for_save()
-            report = save_full_checkpoint(
-                tracked,
-                store,
-                rng=rng,
-                data=data,
-                step=step,
-                lease=lease,
-                machine=self.machine("save"),
-                location=str(attempt.checkpoints_dir),
-                validation=ValidationState(self.identity, ValidationStage.NONE),
-                retention=self.retention,
-                staging=staging,
-                slot=slot,
-                machines=self.machine,
-            )
+            report = self.save_full(tracked, attempt, store, lease, step, rng, data)
             return BoundaryOutcome(saved=report, wrote=True)
         if kind is BoundaryKind.DURABLE_VALIDATION:
             assert self.evaluation is not None
@@ -278,6 +263,40 @@ class BoundaryRunner:
         )
         return BoundaryOutcome(
             artifact=artifact, metrics=artifact.metrics, validated=evaluate, wrote=True
+        )
+
+    def save_full(
+        self,
+        tracked: Any,
+        attempt: RunAttempt,
+        store: Store,
+        lease: WriterLease | None,
+        step: int,
+        rng: Any,
+        data: Any,
+        *,
+        stage: ValidationStage = ValidationStage.NONE,
+        background: bool = True,
+    ) -> SaveReport | PendingSave:
+        """One full checkpoint of ``step`` at validation ``stage`` (rank 0): a cadence save
+        goes through the role's slot (asynchronous when it can be) and runs retention;
+        ``background=False`` (the emergency save) writes synchronously and runs no retention
+        (a ``SaveReport``)."""
+        staging, slot = self.writes.for_save() if background else (None, None)
+        return save_full_checkpoint(
+            tracked,
+            store,
+            rng=rng,
+            data=data,
+            step=step,
+            lease=lease,
+            machine=self.machine("save"),
+            location=str(attempt.checkpoints_dir),
+            validation=ValidationState(self.identity, stage),
+            retention=self.retention if background else None,
+            staging=staging,
+            slot=slot,
+            machines=self.machine,
         )
 
     def retain(self, store: Store, step: int, lease: WriterLease | None) -> None:

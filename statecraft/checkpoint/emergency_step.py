@@ -39,11 +39,11 @@ from statecraft.checkpoint.attempt_open import artifacts_store
 from statecraft.checkpoint.boundary_step import due_boundary
 from statecraft.checkpoint.emergency_plan import EmergencyBoundary
 from statecraft.checkpoint.layout import ARTIFACTS_DIR, CHECKPOINTS_DIR, iter_dirname
-from statecraft.checkpoint.saving import SaveReport, save_full_checkpoint
+from statecraft.checkpoint.saving import SaveReport
 from statecraft.checkpoint.step import StepEnd
 from statecraft.checkpoint.stop_records import EmergencyKind, EmergencyReport, StopDecision
 from statecraft.checkpoint.transactions.emergency import EmergencyContext, run_emergency
-from statecraft.checkpoint.validation_records import ValidationStage, ValidationState
+from statecraft.checkpoint.validation_records import ValidationStage
 from statecraft.parallel.rank0 import on_rank_zero
 
 if TYPE_CHECKING:  # the facade imports this module
@@ -113,17 +113,8 @@ def stop_boundary(ckpt: Checkpointer, decision: StopDecision) -> StepEnd:
                 if kind is EmergencyKind.EVALUATION_PENDING
                 else ValidationStage.NONE
             )
-            report = save_full_checkpoint(  # no staging / slot: synchronous; no retention
-                tracked,
-                store,
-                rng=rng,
-                data=data,
-                step=step,
-                lease=ckpt.lease,
-                machine=runner.machine("save"),
-                location=str(attempt.checkpoints_dir),
-                validation=ValidationState(runner.identity, stage),
-                machines=runner.machine,
+            report = runner.save_full(  # synchronous, no retention
+                tracked, attempt, store, ckpt.lease, step, rng, data, stage=stage, background=False
             )
             assert isinstance(report, SaveReport)  # no slot was given
             written.append(report)

@@ -24,12 +24,11 @@ from typing import TYPE_CHECKING
 from statecraft.checkpoint.artifact_saving import ArtifactReport
 from statecraft.checkpoint.boundary_step import due_boundary, execute
 from statecraft.checkpoint.emergency_step import stop_boundary
-from statecraft.checkpoint.layout import ARTIFACTS_DIR, CHECKPOINTS_DIR, iter_dirname
 from statecraft.checkpoint.run_done import done_record, read_done, write_done
 from statecraft.checkpoint.saving import SaveReport
 from statecraft.checkpoint.step import StepEnd
 from statecraft.checkpoint.stop_records import DoneRecord
-from statecraft.checkpoint.transactions.emergency import read_step_coverage
+from statecraft.checkpoint.transactions.emergency import covering_path, read_step_coverage
 from statecraft.checkpoint.write_slot import PendingSave
 from statecraft.errors import CheckpointCorruptError, RunStoppedError
 from statecraft.parallel.rank0 import on_rank_zero
@@ -108,11 +107,9 @@ def _on_disk(ckpt: Checkpointer, step: int) -> str | None:
     """The run-dir relative path of ``step``'s committed checkpoint or artifact (rank 0)."""
     assert ckpt.attempt is not None
     coverage = read_step_coverage(ckpt.attempt, ckpt.filesystem, step)
-    if coverage.checkpoint:
-        return f"{CHECKPOINTS_DIR}/{iter_dirname(step)}"
-    if coverage.artifact is not None:
-        return f"{ARTIFACTS_DIR}/{iter_dirname(step)}"
-    return None
+    if not coverage.checkpoint and coverage.artifact is None:
+        return None
+    return covering_path(coverage, step)
 
 
 def write_completed(ckpt: Checkpointer, final: StepEnd) -> None:
