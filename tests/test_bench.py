@@ -9,30 +9,19 @@ import io
 import json
 import math
 from pathlib import Path
-from typing import Any
 
 import pytest
+from bench_runs import ENVELOPE_KEYS, positive
 
 from statecraft.cli import main
 from statecraft.cli.bench import format_save
 from statecraft.cli.bench.report import format_sweep
 from statecraft.cli.bench.sweep import parse_sizes
 
-ENVELOPE_KEYS = {"result_version", "command", "status", "exit_code", "data", "errors"}
-
 
 def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict]:
     code = main([*argv, "--json"])
     return code, json.loads(capsys.readouterr().out)
-
-
-def positive(value: Any) -> bool:
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and value > 0
-        and (math.isfinite(value))
-    )
 
 
 @pytest.fixture(scope="module")

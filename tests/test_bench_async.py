@@ -5,40 +5,21 @@ medians' ratios, and the scratch directory is left empty."""
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
-from typing import Any
 
 import pytest
+from bench_runs import ENVELOPE_KEYS, bench_json, positive
 
 from statecraft.cli import main
 from statecraft.cli.bench.report import format_async
-
-ENVELOPE_KEYS = {"result_version", "command", "status", "exit_code", "data", "errors"}
-
-
-def positive(value: Any) -> bool:
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and value > 0
-        and math.isfinite(value)
-    )
 
 
 @pytest.fixture(scope="module")
 def async_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict, Path]:
     """One tiny ``bench async --json`` run shared by the tests."""
-    import contextlib
-    import io
-
-    where = tmp_path_factory.mktemp("bench-async")
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        code = main(
-            ["bench", "async", "--size-mib", "1", "--repeats", "2", "--dir", str(where), "--json"]
-        )
-    return code, json.loads(out.getvalue()), where
+    return bench_json(
+        tmp_path_factory.mktemp("bench-async"), "async", "--size-mib", "1", "--repeats", "2"
+    )
 
 
 class TestBenchAsync:

@@ -4,39 +4,22 @@ overhead are the medians', and the scratch directory is left empty."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import math
 from pathlib import Path
-from typing import Any
 
 import pytest
+from bench_runs import ENVELOPE_KEYS, bench_json, positive
 
 from statecraft.cli import main
 from statecraft.cli.bench.emergency import format_emergency
-
-ENVELOPE_KEYS = {"result_version", "command", "status", "exit_code", "data", "errors"}
-
-
-def positive(value: Any) -> bool:
-    return (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and value > 0
-        and math.isfinite(value)
-    )
 
 
 @pytest.fixture(scope="module")
 def emergency_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict, Path]:
     """One tiny ``bench emergency --json`` run shared by the tests."""
-    where = tmp_path_factory.mktemp("bench-emergency")
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        args = ["bench", "emergency", "--size-mib", "1", "--repeats", "2", "--dir", str(where)]
-        code = main([*args, "--json"])
-    return code, json.loads(out.getvalue()), where
+    return bench_json(
+        tmp_path_factory.mktemp("bench-emergency"), "emergency", "--size-mib", "1", "--repeats", "2"
+    )
 
 
 class TestBenchEmergency:
