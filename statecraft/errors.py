@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 __all__ = [
+    "ArchiveError",
+    "ArchiveMismatchError",
     "ArtifactCommittedError",
     "ArtifactResumeError",
     "CheckpointCorruptError",
@@ -478,3 +480,25 @@ class CredentialsError(StatecraftError, ValueError):
     the file and the problem and never echoes a secret. Fields: ``path``, ``problem``."""
 
     code = "credentials_invalid"
+
+
+class ArchiveError(CheckpointError):
+    """An archive transaction (upload, publish, fetch, prune-verified, ``objects``) could not
+    finish: a remote object is missing or does not match, a record is malformed, or the
+    destination refused. Nothing local was deleted or overwritten; the message says what was
+    found, what was expected and what to do. Fields: ``path`` (the local or ``s3://`` culprit),
+    ``problem``."""
+
+    code = "archive_failed"
+
+    def __init__(self, path: str, problem: str, what_to_do: str = "") -> None:
+        tail = f" {what_to_do}" if what_to_do else ""
+        super().__init__(f"{path}: {problem}.{tail}", path=path, problem=problem)
+
+
+class ArchiveMismatchError(ArchiveError, FileExistsError):
+    """A publish was refused before any payload was touched: the destination already holds an
+    immutable declaration (or manifest) of a different inventory. Fields as
+    :class:`ArchiveError`."""
+
+    code = "archive_mismatch"

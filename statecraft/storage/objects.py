@@ -20,16 +20,20 @@ import attrs
 
 from statecraft.engine.crash import FaultKind, IoGate
 from statecraft.errors import ObjectRequestError, PreconditionFailed, StoreConflictError, StoreError
-from statecraft.storage.base import FileRecord, check_relative_path
+from statecraft.storage.base import FileRecord, Store, check_relative_path
 from statecraft.storage.digest import StreamDigest
 from statecraft.storage.filesystem import FileStat
+from statecraft.storage.s3_credentials import S3Identity
 
 __all__ = [
+    "SIM_IDENTITY",
+    "ArchiveBucket",
     "BucketClient",
     "ObjectInfo",
     "ObjectRequestError",
     "ObjectStore",
     "PreconditionFailed",
+    "RemoteObject",
     "SimBucket",
 ]
 
@@ -38,6 +42,20 @@ __all__ = [
 class ObjectInfo:
     size: int
     etag: str
+
+
+@attrs.frozen
+class RemoteObject:
+    """What a HEAD says of an object: size, etag, and the sha256 statecraft stored in its
+    metadata when it wrote it (``""`` for an object written by someone else)."""
+
+    size: int
+    etag: str
+    sha256: str
+
+
+#: the identity every :class:`SimBucket` reports (the crash harness's one bucket)
+SIM_IDENTITY = S3Identity("sim", "sim-bucket", "sim")
 
 
 class BucketClient(Protocol):
@@ -64,6 +82,58 @@ class BucketClient(Protocol):
     def delete(self, key: str) -> None: ...
 
 
+class ArchiveBucket(BucketClient, Protocol):
+    """A bucket the archive transactions (upload, publish, fetch, prune-verified, ``objects``)
+    talk to: :class:`SimBucket` under the crash harness, :class:`~statecraft.storage.s3.S3Bucket`
+    in production. Every object statecraft writes carries the sha256 of its bytes in its
+    metadata, so a HEAD proves size and digest without reading the body.
+    """
+
+    def identity(self) -> S3Identity:
+        """Endpoint authority, bucket and key id (never the secret): what markers bind."""
+
+    def describe(self) -> str:
+        """``s3://<bucket> at <endpoint>`` for messages."""
+
+    def stat(self, key: str) -> RemoteObject | None:
+        """Size, etag and stored sha256 of ``key``; ``None`` when absent.
+
+        Raises:
+            ObjectRequestError: the request failed after the bounded retries.
+        """
+
+    def upload_from(
+        self,
+        key: str,
+        store: Store,
+        path: str,
+        *,
+        sha256: str | None = None,
+        if_none_match: bool = False,
+    ) -> str:
+        """Upload the file ``path`` of ``store`` to ``key`` (streamed, multipart when large);
+        returns the etag. ``sha256`` (hex), when the caller hashed the file already, is what
+        the metadata records; otherwise the upload computes it.
+
+        Raises:
+            FileNotFoundError: ``path`` is not in ``store``.
+            PreconditionFailed: ``if_none_match`` and another object holds ``key``.
+            ObjectRequestError: the request failed after the bounded retries (its outcome may be
+                unknown: look before concluding).
+        """
+
+    def download_into(self, key: str, store: Store, path: str) -> RemoteObject:
+        """Write the object's bytes to ``path`` of ``store`` atomically (a temporary, fsynced,
+        renamed); returns what was fetched. The bytes are checked against the size and the
+        stored sha256 (when there is one) before the file is placed.
+
+        Raises:
+            FileNotFoundError: no such key.
+            ObjectRequestError: the request failed, the object changed mid-download, or the
+                bytes did not match its size or stored sha256 (nothing placed).
+        """
+
+
 class SimBucket:
     """An in-memory bucket with S3's per-key semantics and conditional writes.
 
@@ -74,6 +144,7 @@ class SimBucket:
     def __init__(self, *, gate: IoGate | None = None) -> None:
         self.gate = gate
         self.objects: dict[str, tuple[bytes, str]] = {}
+        self.sha256: dict[str, str] = {}
         self._version = 0
 
     def __repr__(self) -> str:
@@ -101,6 +172,7 @@ class SimBucket:
         self._version += 1
         etag = f'"{hashlib.md5(data).hexdigest()}-{self._version}"'
         self.objects[key] = (bytes(data), etag)
+        self.sha256[key] = hashlib.sha256(data).hexdigest()
         if fault is FaultKind.LOST_RESPONSE:
             raise ObjectRequestError(f"put {key!r}: response lost (the object WAS written)")
         return etag
@@ -120,6 +192,7 @@ class SimBucket:
     def delete(self, key: str) -> None:
         fault = self._request("delete", key)
         self.objects.pop(key, None)
+        self.sha256.pop(key, None)
         if fault is FaultKind.LOST_RESPONSE:
             raise ObjectRequestError(f"delete {key!r}: response lost (the object WAS deleted)")
 
@@ -127,8 +200,52 @@ class SimBucket:
         """The bucket as it stands, detached from any gate (what survives a crash)."""
         clone = SimBucket()
         clone.objects = dict(self.objects)
+        clone.sha256 = dict(self.sha256)
         clone._version = self._version
         return clone
+
+    # -- the ArchiveBucket operations ----------------------------------------------------------
+
+    def identity(self) -> S3Identity:
+        return SIM_IDENTITY
+
+    def describe(self) -> str:
+        return "s3://sim-bucket at sim"
+
+    def stat(self, key: str) -> RemoteObject | None:
+        entry = self.objects.get(key)
+        if entry is None:
+            return None
+        return RemoteObject(len(entry[0]), entry[1], self.sha256.get(key, ""))
+
+    def upload_from(
+        self,
+        key: str,
+        store: Store,
+        path: str,
+        *,
+        sha256: str | None = None,
+        if_none_match: bool = False,
+    ) -> str:
+        data = store.read_bytes(path)
+        return self.put(key, data, if_none_match=if_none_match)
+
+    def download_into(self, key: str, store: Store, path: str) -> RemoteObject:
+        there = self.stat(key)
+        if there is None:
+            raise FileNotFoundError(f"no object {key!r}")
+        data = self.get(key)
+        if there.sha256 and hashlib.sha256(data).hexdigest() != there.sha256:
+            raise ObjectRequestError(f"get {key!r}: the bytes do not match the stored sha256")
+        store.write_atomic(path, data)
+        return there
+
+    def tamper(self, key: str, data: bytes) -> None:
+        """Replace ``key``'s bytes the way a foreign writer would (no sha256 metadata): what
+        the harness uses for "a remote object was altered"."""
+        self._version += 1
+        self.objects[key] = (bytes(data), f'"{hashlib.md5(data).hexdigest()}-{self._version}"')
+        self.sha256.pop(key, None)
 
 
 class ObjectAtomicWriter:

@@ -22,12 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import attrs
 import boto3
 from botocore.config import Config
 
 from statecraft.errors import ObjectRequestError, PreconditionFailed
-from statecraft.storage.objects import ObjectInfo
+from statecraft.storage.base import Store
+from statecraft.storage.objects import ObjectInfo, RemoteObject
 from statecraft.storage.s3_credentials import S3Credentials, S3Identity
 from statecraft.storage.s3_retry import (
     Failure,
@@ -44,15 +44,6 @@ T = TypeVar("T")
 
 #: the user-metadata key holding the sha256 of the object's bytes (``x-amz-meta-sha256``)
 SHA256_METADATA = "sha256"
-
-
-@attrs.frozen
-class RemoteObject:
-    """What a HEAD says of an object: size, etag, and the sha256 statecraft stored (or ``""``)."""
-
-    size: int
-    etag: str
-    sha256: str
 
 
 class S3Bucket:
@@ -264,6 +255,44 @@ class S3Bucket:
         from statecraft.storage.s3_transfer import download_file
 
         return download_file(self, key, Path(path))
+
+    # -- the ArchiveBucket operations (objects.ArchiveBucket) -------------------------------
+
+    def upload_from(
+        self,
+        key: str,
+        store: Store,
+        path: str,
+        *,
+        sha256: str | None = None,
+        if_none_match: bool = False,
+    ) -> str:
+        """Upload ``path`` of ``store`` (by its real path when it has one, else its bytes);
+        see :class:`~statecraft.storage.objects.ArchiveBucket`."""
+        local = store.local_path(path)
+        if local is not None:
+            return self.put_file(key, local, if_none_match=if_none_match, sha256=sha256)
+        return self.put(key, store.read_bytes(path), if_none_match=if_none_match)
+
+    def download_into(self, key: str, store: Store, path: str) -> RemoteObject:
+        """Fetch ``key`` into ``path`` of ``store``; see
+        :class:`~statecraft.storage.objects.ArchiveBucket`."""
+        local = store.local_path(path)
+        if local is not None:
+            return self.download(key, local)
+        there = self.stat(key)
+        if there is None:
+            raise FileNotFoundError(f"no object {key!r} in {self.describe()}")
+        data = self.get(key)
+        if len(data) != there.size or (
+            there.sha256 and hashlib.sha256(data).hexdigest() != there.sha256
+        ):
+            raise ObjectRequestError(
+                f"get {key!r} from {self.describe()}: the bytes do not match its size or "
+                "stored sha256 (it changed mid-download?); nothing placed, try again"
+            )
+        store.write_atomic(path, data)
+        return there
 
     # -- the retry loop ----------------------------------------------------------------------
 
