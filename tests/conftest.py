@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from checkpoint_runs import private_copy
 from s3_server import S3Server
+from secret_guard import RecordCollector, files_with_secret, leaks
 
 
 @pytest.fixture
@@ -82,3 +84,57 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
     finally:
         server.stop()
+
+
+#: the loggers the secret guard raises to DEBUG while an S3 test runs (the rest: INFO)
+_GUARD_DEBUG_LOGGERS = ("statecraft",)
+
+
+@pytest.fixture(autouse=True)
+def _s3_secret_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test that talks to the session S3 server: no log record, no file under its
+    ``tmp_path`` holds the server's secret key (tests/secret_guard.py). Captured output and
+    failure reports are checked by :func:`pytest_runtest_makereport`."""
+    if "s3_server" not in request.fixturenames:
+        yield
+        return
+    server: S3Server = request.getfixturevalue("s3_server")
+    tmp = request.getfixturevalue("tmp_path") if "tmp_path" in request.fixturenames else None
+    collector = RecordCollector()
+    root = logging.getLogger()
+    raised = {name: logging.getLogger(name).level for name in _GUARD_DEBUG_LOGGERS}
+    old_root_level = root.level
+    root.addHandler(collector)
+    root.setLevel(min(old_root_level or logging.WARNING, logging.INFO))
+    for name in _GUARD_DEBUG_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG)
+    try:
+        yield
+    finally:
+        root.removeHandler(collector)
+        root.setLevel(old_root_level)
+        for name, level in raised.items():
+            logging.getLogger(name).setLevel(level)
+    found = leaks(server.secret_key, (("log record", t) for t in collector.texts))
+    if tmp is not None:
+        found += [f"file {p}" for p in files_with_secret(server.secret_key, tmp)]
+    assert not found, f"the S3 secret key leaked into: {found}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """The secret guard's second half: an S3 test's captured stdout/stderr, log sections and
+    failure report never hold the server's secret key."""
+    outcome = yield
+    report = outcome.get_result()
+    if "s3_server" not in getattr(item, "fixturenames", ()):
+        return
+    server = getattr(item, "funcargs", {}).get("s3_server")
+    if not isinstance(server, S3Server):
+        return
+    texts = [(f"captured {name}", content) for name, content in report.sections]
+    texts.append(("failure report", str(report.longrepr or "")))
+    found = leaks(server.secret_key, texts)
+    if found:
+        report.outcome = "failed"
+        report.longrepr = f"the S3 secret key leaked into: {found}"
