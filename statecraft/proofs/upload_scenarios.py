@@ -161,7 +161,7 @@ class UploadScenario:
             gate = IoGate()
             world.rearm(gate)
             ctx = upload_context(world, self.target, hash_limit=self.hash_limit)
-            retry = shipped_machine("upload").recover(ctx)
+            retry = self.machine_factory().recover(ctx)  # the retry runs the same code
         return UploadRecovery(retained, retry, ctx, retry_seen, remote_before, tuple(gate.log))
 
 
