@@ -102,14 +102,17 @@ class TestShippedMachine:
             ctx = upload_context(world, scenario.target, hash_limit=scenario.hash_limit)
             result = scenario.machine_factory().recover(ctx)
             assert result.final_state == "uploaded", (scenario.name, result.error)
-            assert ctx.marker is not None and len(ctx.marker.files) == 4
+            assert ctx.marker is not None
+            assert len(ctx.marker.files) == 4
             if scenario.name.startswith("bulk-unhashed"):
                 assert (ctx.uploaded, ctx.skipped) == (3, 1)
                 # bulk is recorded without sha256; the control files with one
                 by = {e.path: e.sha256 for e in ctx.marker.files}
-                assert by["model.pt"] is None and by["trainer.pt"] is not None
+                assert by["model.pt"] is None
+                assert by["trainer.pt"] is not None
             if scenario.uploaded_before:
-                assert ctx.uploaded == 0 and result.observed == "uploaded"
+                assert ctx.uploaded == 0
+                assert result.observed == "uploaded"
 
 
 class TestBrokenVariantsAreCaught:

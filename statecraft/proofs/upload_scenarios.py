@@ -118,9 +118,7 @@ class UploadScenario:
     retention_model_last: int = 0
     setup_extra: Callable[[SimWorld], None] | None = None
     inject_faults: bool = True
-    machine_factory: Callable[[], Machine] = attrs.field(
-        default=lambda: shipped_machine("upload")
-    )
+    machine_factory: Callable[[], Machine] = attrs.field(default=lambda: shipped_machine("upload"))
     machine: str = "upload"
     recovery_may_fail: bool = False
 
@@ -138,8 +136,8 @@ class UploadScenario:
             ctx = save_context(store, iteration, with_data=False, salt=SALT_SETUP)
             shipped_machine("save").recover(ctx).raise_for_failure()
         if self.uploaded_before:
-            ctx = upload_context(world, self.target, hash_limit=self.hash_limit)
-            shipped_machine("upload").recover(ctx).raise_for_failure()
+            first = upload_context(world, self.target, hash_limit=self.hash_limit)
+            shipped_machine("upload").recover(first).raise_for_failure()
         if self.setup_extra is not None:
             self.setup_extra(world)
 
@@ -151,7 +149,9 @@ class UploadScenario:
         with preserved_rng():
             retained = None
             if self.retention_model_last > 0:
-                plan = RetentionPlan(model=LatestN(self.retention_model_last), require_uploaded=True)
+                plan = RetentionPlan(
+                    model=LatestN(self.retention_model_last), require_uploaded=True
+                )
                 world.rearm(IoGate())
                 store = world.local_store(CHECKPOINTS_ROOT)
                 run_retention(store, plan, saved_iteration=max(self.previous), lease=None)
