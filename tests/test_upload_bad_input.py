@@ -36,7 +36,8 @@ class TestBadUploadInput:
         """A credentials path that does not exist names the knob and the file."""
         missing = tmp_path / "nope.json"
         text = _refused(tmp_path / "out", str(missing), CredentialsError)
-        assert "upload.credentials" in text and str(missing) in text
+        assert "upload.credentials" in text
+        assert str(missing) in text
 
     def test_relative_credentials_path_resolves_against_the_cwd(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -51,13 +52,16 @@ class TestBadUploadInput:
         path = tmp_path / "bad.json"
         path.write_text('{"aws_secret_access_key": "hunter2", ')
         text = _refused(tmp_path / "out", str(path), CredentialsError)
-        assert str(path) in text and "not valid JSON" in text and "hunter2" not in text
+        assert str(path) in text
+        assert "not valid JSON" in text
+        assert "hunter2" not in text
 
     def test_wrong_secret(self, tmp_path: Path, s3_server: S3Server) -> None:
         """Keys the endpoint refuses fail naming the bucket and the file, never the secret."""
         path = s3_server.write_credentials(tmp_path / "wrong.json", secret="not-the-secret-0")
         text = _refused(tmp_path / "out", str(path), ObjectRequestError)
-        assert f"s3://{BUCKET}" in text and str(path) in text
+        assert f"s3://{BUCKET}" in text
+        assert str(path) in text
         assert "not-the-secret-0" not in text
 
     def test_unknown_bucket(self, tmp_path: Path, s3_server: S3Server) -> None:
@@ -81,5 +85,6 @@ class TestBadUploadInput:
         ckpt, _ = open_checkpointer(tmp_path, "upload.enabled=true")
         with pytest.raises(ConfigError) as caught:
             ckpt.resume()
-        assert "upload.bucket" in str(caught.value) and "upload.credentials" in str(caught.value)
+        assert "upload.bucket" in str(caught.value)
+        assert "upload.credentials" in str(caught.value)
         assert not RUN.job_dir(tmp_path).exists()

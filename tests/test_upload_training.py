@@ -112,7 +112,8 @@ class TestTrainingWithUpload:
         assert sorted(p.name for p in root.glob("iter_*")) == ["iter_000000006"]
         for n in (2, 4, 6):
             remote = _remote(s3_server, f"{prefix}/iter_{n:09d}")
-            assert ".posttrain-manifest.json" in remote and ".uploaded" not in remote
+            assert ".posttrain-manifest.json" in remote
+            assert ".uploaded" not in remote
             assert {"model.pt", "optim.pt", "trainer.pt", "data.pt"} <= set(remote)
         newest = root / "iter_000000006"
         assert _remote(s3_server, f"{prefix}/iter_000000006") == _local(newest)
@@ -124,7 +125,8 @@ class TestTrainingWithUpload:
         expected = hashlib.sha256((newest / ".posttrain-manifest.json").read_bytes()).hexdigest()
         assert manifest.sha256 == expected
         text = (newest / ".uploaded").read_text()
-        assert s3_server.secret_key not in text and s3_server.access_key not in text
+        assert s3_server.secret_key not in text
+        assert s3_server.access_key not in text
         assert all(s.upload is not None for s in ckpt.saves if hasattr(s, "upload"))
 
     def test_failing_upload_is_best_effort_and_its_dir_is_kept(
@@ -151,12 +153,14 @@ class TestTrainingWithUpload:
         ckpt.close()
         root = _checkpoints(tmp_path)
         warned = [r.getMessage() for r in caplog.records if "upload of" in r.getMessage()]
-        assert warned and f"s3://{BUCKET}/{prefix}/iter_000000002" in warned[0]
+        assert warned
+        assert f"s3://{BUCKET}/{prefix}/iter_000000002" in warned[0]
         assert "InternalError" in warned[0] or "500" in warned[0]
         assert not (root / "iter_000000002" / ".uploaded").exists()
         assert (root / "iter_000000002" / "optim.pt").exists()  # never pruned
         assert _receipt(root / "iter_000000004").iteration == 4
-        assert ckpt.saves[0].upload is None and ckpt.saves[0].upload_error is not None
+        assert ckpt.saves[0].upload is None
+        assert ckpt.saves[0].upload_error is not None
 
 
 @pytest.fixture(scope="module")
@@ -261,12 +265,14 @@ class TestValidationPublication:
         it = _checkpoints(tmp_path) / "iter_000000002"
         assert (it / ".validation-publication-evaluated.json").exists()
         assert not (it / ".validation-publication-published.json").exists()
-        assert not (it / ".uploaded").exists() and calls == [2]
+        assert not (it / ".uploaded").exists()
+        assert calls == [2]
         again, _ = open_checkpointer(tmp_path, *knobs)
         again.validate_with(evaluate, source="heldout")
         result = again.resume()
         again.close()
-        assert calls == [2] and result.step == 2
+        assert calls == [2]
+        assert result.step == 2
         assert (it / ".validation-publication-published.json").exists()
         assert _receipt(it).iteration == 2
         remote = _remote(s3_server, f"{prefix}/iter_000000002")
