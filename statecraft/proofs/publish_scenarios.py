@@ -97,7 +97,8 @@ class PublishScenario:
         uncommitted: the local artifact is an interrupted save's leftovers (no manifest).
         remote_damage: applied to the bucket after the setup (raw bytes).
         expect_error: the error class name the uncrashed run (and every retry) ends with.
-        machine_factory: the publish machine (tests swap in deliberately broken tables).
+        machine_factory: the publish machine of the crashed run and of the retry (tests swap
+            in deliberately broken ones); the setup's publishes use the shipped one.
     """
 
     name: str
@@ -157,7 +158,7 @@ class PublishScenario:
         local = tree_of(world, ARTIFACTS_ROOT)
         gate = IoGate()
         world.rearm(gate)
-        retry = shipped_machine("publish").recover(publish_context(world, self.target))
+        retry = self.machine_factory().recover(publish_context(world, self.target))
         return PublishRecovery(declaration, local, self.recreate, retry, tuple(gate.log))
 
 
