@@ -129,13 +129,17 @@ class TestPublish:
         destination = ArchiveDestination(bucket, prefix)
         report = publish_artifact(store, ITER, destination)
         base = artifact_keys(destination)
-        assert base == prefix.removesuffix("/checkpoints") + f"/checkpoint_artifacts/{iter_dirname(ITER)}"
+        assert (
+            base
+            == prefix.removesuffix("/checkpoints") + f"/checkpoint_artifacts/{iter_dirname(ITER)}"
+        )
         assert report.remote_prefix == base
         local = local_files(store)
         marker = read_marker(store, iter_dirname(ITER))
         assert isinstance(marker, UploadedMarker)
         assert marker == report.marker
-        assert marker.kind == "artifact" and marker.iteration == ITER
+        assert marker.kind == "artifact"
+        assert marker.iteration == ITER
         assert marker.destination.binds(bucket.identity())
         assert marker.destination.prefix == base
         assert {e.path for e in marker.files} == set(local) - {".uploaded"}
@@ -158,8 +162,13 @@ class TestPublish:
 
     @pytest.mark.parametrize("name", [DECLARATION_NAME, ARTIFACT_MANIFEST_NAME])
     def test_lost_response_on_a_conditional_create(
-        self, faulty: S3Bucket, proxy: FaultProxy, s3_server: S3Server, prefix: str,
-        tmp_path: Path, name: str,
+        self,
+        faulty: S3Bucket,
+        proxy: FaultProxy,
+        s3_server: S3Server,
+        prefix: str,
+        tmp_path: Path,
+        name: str,
     ) -> None:
         """A conditional create the server applied but whose response was lost is resolved
         as ours: the publish completes, the object holds our bytes."""
@@ -177,8 +186,13 @@ class TestPublish:
         "fault", [Fault.SLOWDOWN, Fault.INTERNAL_ERROR, Fault.DROP_MID_BODY, Fault.LOST_RESPONSE]
     )
     def test_payload_put_faults_are_ridden_out(
-        self, faulty: S3Bucket, proxy: FaultProxy, s3_server: S3Server, prefix: str,
-        tmp_path: Path, fault: Fault,
+        self,
+        faulty: S3Bucket,
+        proxy: FaultProxy,
+        s3_server: S3Server,
+        prefix: str,
+        tmp_path: Path,
+        fault: Fault,
     ) -> None:
         """Throttling, 500s, a response cut mid-body and a lost response on payload PUTs are
         retried: the publish completes with every object intact."""
@@ -196,7 +210,11 @@ class TestPublish:
         assert report.marker.files == read_declaration(faulty, f"{base}/{DECLARATION_NAME}").files
 
     def test_server_killed_mid_publish_then_rerun_completes(
-        self, faulty: S3Bucket, proxy: FaultProxy, s3_server: S3Server, prefix: str,
+        self,
+        faulty: S3Bucket,
+        proxy: FaultProxy,
+        s3_server: S3Server,
+        prefix: str,
         tmp_path: Path,
     ) -> None:
         """The server is SIGKILLed as the second payload PUT arrives: the publish fails with no
@@ -218,11 +236,14 @@ class TestPublish:
         report = publish_artifact(store, ITER, destination)
         assert report.skipped >= 1
         assert set(remote(s3_server, base + "/")) == {
-            f"{base}/{n}" for n in (DECLARATION_NAME, ARTIFACT_MANIFEST_NAME, "model.pt", "optim.pt")
+            f"{base}/{n}"
+            for n in (DECLARATION_NAME, ARTIFACT_MANIFEST_NAME, "model.pt", "optim.pt")
         }
 
 
-def _declared_then_failed(store: LocalStore, destination: ArchiveDestination, proxy: FaultProxy) -> None:
+def _declared_then_failed(
+    store: LocalStore, destination: ArchiveDestination, proxy: FaultProxy
+) -> None:
     """A publish that declared its inventory and then failed on every payload PUT."""
     proxy.inject(Fault.INTERNAL_ERROR, method="PUT", path_contains="model.pt", times=50)
     with pytest.raises(ObjectRequestError):
@@ -232,7 +253,11 @@ def _declared_then_failed(store: LocalStore, destination: ArchiveDestination, pr
 
 class TestRefusals:
     def test_a_different_inventory_is_refused_with_nothing_touched(
-        self, faulty: S3Bucket, proxy: FaultProxy, s3_server: S3Server, prefix: str,
+        self,
+        faulty: S3Bucket,
+        proxy: FaultProxy,
+        s3_server: S3Server,
+        prefix: str,
         tmp_path: Path,
     ) -> None:
         """After a crashed publish, the artifact re-saved with other bytes is refused with
@@ -243,7 +268,7 @@ class TestRefusals:
         before = remote(s3_server, base + "/")
         other = save_artifact(tmp_path / "second", seed=1)
         local = local_files(other)
-        with pytest.raises(ArchiveMismatchError, match="model.pt: declared size") as info:
+        with pytest.raises(ArchiveMismatchError, match=r"model\.pt: declared size") as info:
             publish_artifact(other, ITER, destination)
         assert "no payload was touched" in str(info.value)
         assert puts(proxy) == []
@@ -251,7 +276,11 @@ class TestRefusals:
         assert local_files(other) == local
 
     def test_tampered_local_payload_after_declaration_is_refused(
-        self, faulty: S3Bucket, proxy: FaultProxy, s3_server: S3Server, prefix: str,
+        self,
+        faulty: S3Bucket,
+        proxy: FaultProxy,
+        s3_server: S3Server,
+        prefix: str,
         tmp_path: Path,
     ) -> None:
         """A local payload altered after the declaration (same size) is refused before any
@@ -264,7 +293,7 @@ class TestRefusals:
         data[-1] ^= 0xFF
         path.write_bytes(bytes(data))
         before = remote(s3_server, artifact_keys(destination) + "/")
-        with pytest.raises(ArchiveError, match="model.pt: is .* the artifact manifest records"):
+        with pytest.raises(ArchiveError, match=r"model\.pt: is .* the artifact manifest records"):
             publish_artifact(store, ITER, destination)
         assert puts(proxy) == []
         assert remote(s3_server, artifact_keys(destination) + "/") == before
@@ -287,7 +316,11 @@ class TestRefusals:
         assert list(remote(s3_server, artifact_keys(destination) + "/")) == [key]
 
     def test_server_ignoring_if_none_match_is_refused(
-        self, faulty: S3Bucket, proxy: FaultProxy, s3_server: S3Server, prefix: str,
+        self,
+        faulty: S3Bucket,
+        proxy: FaultProxy,
+        s3_server: S3Server,
+        prefix: str,
         tmp_path: Path,
     ) -> None:
         """A server that accepts a conditional create over an existing object (emulated: a
@@ -321,13 +354,16 @@ class TestRefusals:
         local = local_files(store)
         with pytest.raises(ObjectRequestError, match="Access denied") as info:
             publish_artifact(store, ITER, ArchiveDestination(bucket, prefix))
-        assert wrong not in str(info.value) and s3_server.secret_key not in str(info.value)
+        assert wrong not in str(info.value)
+        assert s3_server.secret_key not in str(info.value)
         assert local_files(store) == local
 
     def test_unknown_bucket(self, s3_server: S3Server, prefix: str, tmp_path: Path) -> None:
         """A bucket that does not exist is named in the error; nothing local changes."""
         store = save_artifact(tmp_path / "artifacts")
-        bucket = S3Bucket(load_credentials(s3_server.credentials_file), "missing-bucket", retry=FAST_RETRY)
+        bucket = S3Bucket(
+            load_credentials(s3_server.credentials_file), "missing-bucket", retry=FAST_RETRY
+        )
         with pytest.raises(ObjectRequestError, match="'missing-bucket' does not exist"):
             publish_artifact(store, ITER, ArchiveDestination(bucket, prefix))
         assert store.stat(f"{iter_dirname(ITER)}/.uploaded") is None

@@ -66,7 +66,10 @@ def _inventory(document: Any) -> dict[str, tuple[int, str]] | None:
 
 def _declared(world: SimWorld, iteration: int) -> dict[str, tuple[int, str]] | None:
     document = _parse(_remote(world, iteration, _DECLARATION))
-    if not isinstance(document, dict) or document.get("schema") != "statecraft.archive-declaration.v1":
+    if (
+        not isinstance(document, dict)
+        or document.get("schema") != "statecraft.archive-declaration.v1"
+    ):
         return None
     if document.get("iteration") != iteration:
         return None
@@ -182,11 +185,13 @@ def declaration_never_replaced(ctx: CheckContext) -> None:
     declared = _inventory(_parse(found))
     if declared == local or not local:
         if ctx.phase == "recovered" and not ctx.recovery.retry.failed:
-            receipt = _parse(tree_of(ctx.world, ARTIFACTS_ROOT).get(
-                f"{iteration_name(iteration)}/{_RECEIPT}"
-            ))
+            receipt = _parse(
+                tree_of(ctx.world, ARTIFACTS_ROOT).get(f"{iteration_name(iteration)}/{_RECEIPT}")
+            )
             if _inventory(receipt) != declared:
-                raise GuaranteeViolation("the completed retry's receipt is not the declared inventory")
+                raise GuaranteeViolation(
+                    "the completed retry's receipt is not the declared inventory"
+                )
         return
     expected = "ArchiveMismatchError" if declared is not None else "CheckpointCorruptError"
     for who, log, result in logs:
@@ -196,9 +201,7 @@ def declaration_never_replaced(ctx: CheckContext) -> None:
                 f"{who} wrote to the bucket although another inventory is declared: "
                 f"{_describe(writes)}"
             )
-        if result is not None and (
-            not result.failed or type(result.error).__name__ != expected
-        ):
+        if result is not None and (not result.failed or type(result.error).__name__ != expected):
             raise GuaranteeViolation(
                 f"{who} ended {result.final_state} ({type(result.error).__name__}) although "
                 f"another inventory is declared; expected {expected}"
@@ -252,9 +255,9 @@ def retry_finishes_or_refuses(ctx: CheckContext) -> None:
         return
     if result.failed or result.final_state != "published":
         raise GuaranteeViolation(f"the retry ended {result.final_state}: {result.error!r}")
-    receipt = _inventory(_parse(tree_of(ctx.world, ARTIFACTS_ROOT).get(
-        f"{iteration_name(iteration)}/{_RECEIPT}"
-    )))
+    receipt = _inventory(
+        _parse(tree_of(ctx.world, ARTIFACTS_ROOT).get(f"{iteration_name(iteration)}/{_RECEIPT}"))
+    )
     if receipt != local:
         raise GuaranteeViolation(f"the retry's receipt lists {receipt}, the local artifact {local}")
     if _remote(ctx.world, iteration, ARTIFACT_MANIFEST) != recovery.local.get(

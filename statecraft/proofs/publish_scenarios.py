@@ -111,9 +111,7 @@ class PublishScenario:
     uncommitted: bool = False
     remote_damage: Callable[[SimWorld], None] | None = None
     expect_error: str | None = None
-    machine_factory: Callable[[], Machine] = attrs.field(
-        default=lambda: shipped_machine("publish")
-    )
+    machine_factory: Callable[[], Machine] = attrs.field(default=lambda: shipped_machine("publish"))
     machine: str = "publish"
     recovery_may_fail: bool = False
     last_run: RunResult | None = None
@@ -190,5 +188,7 @@ def publish_scenarios() -> list[PublishScenario]:
             remote_damage=_garbage_declaration(4),
             expect_error="CheckpointCorruptError",
         ),
-        PublishScenario("uncommitted-local-artifact", uncommitted=True, expect_error="ArchiveError"),
+        PublishScenario(
+            "uncommitted-local-artifact", uncommitted=True, expect_error="ArchiveError"
+        ),
     ]

@@ -1,4 +1,4 @@
-"""The remote declaration of an artifact archive: ``<artifacts prefix>/iter_N/.posttrain-archive.json``.
+"""The remote declaration of an artifact archive: ``iter_N/.posttrain-archive.json`` of its prefix.
 
 Schema ``statecraft.archive-declaration.v1`` (``specs/archive-declaration.schema.json``, enforced
 on encode and on decode). The publish transaction creates it by ``If-None-Match: *`` before any
@@ -173,7 +173,9 @@ def decode_declaration(data: bytes, *, source: str) -> ArchiveDeclaration:
     if not isinstance(raw, dict) or raw.get("schema") != DECLARATION_SCHEMA:
         found = raw.get("schema") if isinstance(raw, dict) else type(raw).__name__
         raise CheckpointCorruptError(
-            source, f"archive declaration schema is {found!r}, expected {DECLARATION_SCHEMA!r}", _FIX
+            source,
+            f"archive declaration schema is {found!r}, expected {DECLARATION_SCHEMA!r}",
+            _FIX,
         )
     violations = schema_violations(DECLARATION_SCHEMA_FILE, raw)
     if violations:
@@ -194,7 +196,9 @@ def decode_declaration(data: bytes, *, source: str) -> ArchiveDeclaration:
     return declaration
 
 
-def read_declaration(bucket: BucketClient, key: str, *, source: str | None = None) -> ArchiveDeclaration:
+def read_declaration(
+    bucket: BucketClient, key: str, *, source: str | None = None
+) -> ArchiveDeclaration:
     """The declaration stored at ``key`` of ``bucket``.
 
     Args:
