@@ -159,3 +159,33 @@ class TestConditionalWritesFailClosed:
         bucket.put("k", b"x", if_none_match=True)
         with pytest.raises(PreconditionFailed):
             bucket.put("k", b"x", if_none_match=True)
+
+
+def _declared_world() -> SimWorld:
+    """A world whose publish of artifact 4 crashed after the declaration and one payload."""
+    world = SimWorld()
+    scenario = next(s for s in publish_scenarios() if s.name == "resume-crashed-publish")
+    scenario.setup(world)
+    return world
+
+
+class TestRemoteStateOnResume:
+    def test_an_altered_remote_payload_is_uploaded_again(self) -> None:
+        """A payload object replaced by a foreign writer (no sha256 metadata) is not skipped:
+        the resumed publish uploads it again and completes."""
+        world = _declared_world()
+        key = f"{remote_prefix(4)}/optim.pt"
+        world.bucket.tamper(key, b"foreign bytes")
+        ctx = publish_context(world, 4)
+        report = publish.publish_artifact(ctx.artifacts, 4, ctx.destination)
+        assert world.bucket.get(key) == ctx.artifacts.read_bytes("iter_000000004/optim.pt")
+        assert report.uploaded == 3  # optim.pt again, trainer.pt, the manifest
+
+    def test_another_remote_manifest_is_refused_without_a_receipt(self) -> None:
+        """A remote artifact manifest of other bytes is an ArchiveMismatchError; no receipt."""
+        world = _declared_world()
+        world.bucket.put(f"{remote_prefix(4)}/{ARTIFACT_MANIFEST_NAME}", b"{}")
+        ctx = publish_context(world, 4)
+        with pytest.raises(publish.ArchiveMismatchError, match="other bytes"):
+            publish.publish_artifact(ctx.artifacts, 4, ctx.destination)
+        assert ctx.artifacts.stat("iter_000000004/.uploaded") is None
