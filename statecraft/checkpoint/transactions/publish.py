@@ -310,8 +310,11 @@ def prove_conditional(ctx: PublishContext) -> None:
 @effect(role=Role.COORDINATOR)
 def upload_payloads(ctx: PublishContext) -> None:
     """PUT every payload (not the manifest) in path order, skipping an object already there
-    with its declared size and stored sha256; the upload computes the sha256 it stores from
-    the bytes it sends (so a file changed since hashing is caught by verification).
+    with its declared size and stored sha256. The declared sha256 is deliberately not handed
+    to the upload: the bucket hashes the file again as it uploads it and stores that, so a file
+    changed since ``hash_local`` gets a stored sha256 that differs from the declared one, and
+    ``verify_payloads`` refuses it (passing the declared value would save that read but make
+    the metadata vouch for bytes it never saw).
 
     Raises:
         ObjectRequestError: a request failed after the bounded retries.
