@@ -189,3 +189,19 @@ class TestRemoteStateOnResume:
         with pytest.raises(publish.ArchiveMismatchError, match="other bytes"):
             publish.publish_artifact(ctx.artifacts, 4, ctx.destination)
         assert ctx.artifacts.stat("iter_000000004/.uploaded") is None
+
+    def test_a_local_file_changed_after_hashing_is_never_committed(self) -> None:
+        """A payload rewritten between the hash and its upload is uploaded with the sha256 of
+        its new bytes: verification refuses it, no remote manifest, no receipt."""
+        world = SimWorld()
+        next(s for s in publish_scenarios() if s.name == "publish-model-artifact").setup(world)
+
+        def hash_then_change(ctx) -> None:
+            publish.hash_local(ctx)
+            ctx.artifacts.write_atomic(f"{ctx.iter_dir}/model.pt", b"rewritten meanwhile")
+
+        result = _with(hash_local=hash_then_change).recover(publish_context(world, 4))
+        assert isinstance(result.error, ArchiveError)
+        assert "local file changed during the upload" in str(result.error)
+        assert world.bucket.stat(f"{remote_prefix(4)}/{ARTIFACT_MANIFEST_NAME}") is None
+        assert publish_context(world, 4).artifacts.stat("iter_000000004/.uploaded") is None
