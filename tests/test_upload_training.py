@@ -300,3 +300,27 @@ class TestLegacyMarker:
         run_retention(store, plan, saved_iteration=6, lease=None)
         assert not (root / "iter_000000002").exists()
         assert (root / "iter_000000004" / "model.pt").exists()
+
+
+class TestArtifactPublication:
+    def test_committed_artifacts_are_published(self, tmp_path: Path, s3_server: S3Server) -> None:
+        """checkpoint_components=[model] with upload: each committed artifact is published
+        under the sibling checkpoint_artifacts/iter_N/ (declaration, payload, manifest) and
+        gets an artifact receipt."""
+        prefix = _prefix()
+        knobs = _knobs(s3_server.credentials_file, prefix, "checkpoint_components=[model]")
+        with pytest.warns(UserWarning, match="checkpoint_components"):
+            ckpt, objects = open_checkpointer(tmp_path, *knobs)
+        ckpt.resume()
+        train(ckpt, objects, 2)
+        ckpt.finalize()
+        ckpt.close()
+        artifact = _checkpoints(tmp_path).parent / "checkpoint_artifacts" / "iter_000000002"
+        marker = _receipt(artifact)
+        assert marker.kind == "artifact"
+        remote_prefix = prefix.rsplit("/", 1)[0] + "/checkpoint_artifacts/iter_000000002"
+        assert marker.destination.prefix == remote_prefix
+        remote = _remote(s3_server, remote_prefix)
+        assert remote["model.pt"] == (artifact / "model.pt").read_bytes()
+        assert ".posttrain-checkpoint-artifact.json" in remote
+        assert ".posttrain-archive.json" in remote
