@@ -145,7 +145,7 @@ class TestTrainingWithUpload:
         ckpt, objects = open_checkpointer(tmp_path, *knobs)
         ckpt.resume()
         clean_proxy.inject(Fault.INTERNAL_ERROR, method="PUT", times=10_000)
-        with caplog.at_level(logging.WARNING, logger="statecraft.write_job"):
+        with caplog.at_level(logging.WARNING, logger="statecraft.upload"):
             train(ckpt, objects, 2)
         clean_proxy.clear()
         train(ckpt, objects, 2)

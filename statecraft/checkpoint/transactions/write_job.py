@@ -53,6 +53,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("statecraft.write_job")
+upload_log = logging.getLogger("statecraft.upload")
 
 
 @attrs.define
@@ -265,7 +266,7 @@ def upload_archive(ctx: WriteJobContext) -> None:
         )
     except Exception as exc:  # best effort: the checkpoint is durable locally and kept
         ctx.upload_error = exc
-        log.warning(
+        upload_log.warning(
             "the upload of %s to %s failed (the local checkpoint is kept and retention will "
             "not prune it; the next save uploads its own): %s",
             ctx.where, destination.uri(destination.iteration_prefix(ctx.iteration)), exc,
