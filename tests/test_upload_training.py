@@ -17,6 +17,7 @@ from checkpoint_runs import RUN, open_checkpointer, train
 from s3_proxy import Fault, FaultProxy
 from s3_server import BUCKET, S3Server
 
+import statecraft as sc
 from statecraft.checkpoint.archive.destination import ArchiveDestination
 from statecraft.checkpoint.archive.marker import LegacyMarker, UploadedMarker, read_marker
 from statecraft.checkpoint.archive.open import open_bucket
@@ -324,3 +325,33 @@ class TestArtifactPublication:
         assert remote["model.pt"] == (artifact / "model.pt").read_bytes()
         assert ".posttrain-checkpoint-artifact.json" in remote
         assert ".posttrain-archive.json" in remote
+
+
+class TestEmergencyUpload:
+    def test_emergency_checkpoint_is_archived_after_done(
+        self, tmp_path: Path, s3_server: S3Server
+    ) -> None:
+        """A sentinel stop's emergency checkpoint is archived once DONE.json is written: its
+        receipt is there and the bucket mirrors it."""
+        prefix, sentinels = _prefix(), tmp_path / "logs"
+        sentinels.mkdir()
+        knobs = _knobs(
+            s3_server.credentials_file,
+            prefix,
+            "save_every=0",
+            f"termination.sentinel_dir={sentinels}",
+        )
+        ckpt, objects = open_checkpointer(tmp_path / "out", *knobs)
+        ckpt.resume()
+        train(ckpt, objects, 2)
+        (sentinels / "SIGUSR1_RECEIVED").touch()
+        objects.step()
+        ckpt.record(sc.Outcome.APPLIED)
+        end = ckpt.step_end()
+        ckpt.close()
+        assert end.stop
+        assert end.saved is not None
+        assert end.saved.upload is not None
+        it = _checkpoints(tmp_path / "out") / "iter_000000003"
+        assert _receipt(it).iteration == 3
+        assert _remote(s3_server, f"{prefix}/iter_000000003") == _local(it)

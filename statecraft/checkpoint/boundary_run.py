@@ -328,7 +328,8 @@ class BoundaryRunner:
             staging=staging,
             slot=slot,
             machines=self.machine,
-            destination=self.destination,
+            # the emergency save uploads after DONE.json (emergency_step), not before it
+            destination=self.destination if background else None,
         )
 
     def publication_steps(self) -> tuple[PublicationStep, ...]:
