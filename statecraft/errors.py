@@ -25,6 +25,7 @@ __all__ = [
     "CredentialsError",
     "DemoError",
     "DiskFullError",
+    "FetchDestinationExistsError",
     "GuaranteeViolation",
     "InspectError",
     "IterationCommittedError",
@@ -502,3 +503,11 @@ class ArchiveMismatchError(ArchiveError, FileExistsError):
     :class:`ArchiveError`."""
 
     code = "archive_mismatch"
+
+
+class FetchDestinationExistsError(ArchiveError, FileExistsError):
+    """``archive fetch`` refused: the destination directory already exists. A fetch never
+    overwrites or merges into a local directory; nothing was changed there. Fields as
+    :class:`ArchiveError`."""
+
+    code = "fetch_destination_exists"
