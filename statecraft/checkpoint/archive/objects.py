@@ -103,7 +103,7 @@ def download_prefix(
         local = dst.stat(relative)
         if local is None:
             todo.append((relative, remote))
-        elif local.is_file and remote.sha256 and local.size == remote.size and (
+        elif local.kind == "file" and remote.sha256 and local.size == remote.size and (
             sha256_of(dst, relative) == remote.sha256
         ):
             skipped += 1
