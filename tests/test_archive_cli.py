@@ -40,7 +40,8 @@ def _run(capsys, s3_server: S3Server, *argv: str) -> tuple[int, dict]:
     out, err = capsys.readouterr()
     assert s3_server.secret_key not in out + err
     envelope = json.loads(out)
-    assert envelope["exit_code"] == code and envelope["result_version"] == 1
+    assert envelope["exit_code"] == code
+    assert envelope["result_version"] == 1
     return code, envelope
 
 
@@ -54,14 +55,16 @@ class TestFetchCommand:
                 capsys, s3_server, "archive", "fetch", "--artifact-uri", f"s3://{BUCKET}/{key}",
                 "--dst", str(tmp_path), "--credentials", creds,
             )  # fmt: skip
-            assert code == 0 and env["status"] == "ok", env
+            assert code == 0, env
+            assert env["status"] == "ok"
             assert env["command"] == "archive fetch"
             assert tree(Path(env["data"]["path"])) == tree(source)
         code, env = _run(
             capsys, s3_server, "archive", "fetch", "--artifact-uri", f"s3://{BUCKET}/{a_key}",
             "--dst", str(tmp_path), "--credentials", creds,
         )  # fmt: skip
-        assert code == 1 and env["errors"][0]["code"] == "fetch_destination_exists"
+        assert code == 1
+        assert env["errors"][0]["code"] == "fetch_destination_exists"
 
     @pytest.mark.parametrize(
         "problem", ["bad-uri", "unknown-bucket", "wrong-credentials", "endpoint-down", "none"]
@@ -89,7 +92,8 @@ class TestFetchCommand:
         if problem != "none":
             argv += ["--credentials", str(creds)]
         code, env = _run(capsys, s3_server, *argv)
-        assert code == 1 and env["status"] == "error"
+        assert code == 1
+        assert env["status"] == "error"
         message = env["errors"][0]["message"]
         expected = {
             "bad-uri": "s3://",
@@ -122,7 +126,8 @@ class TestPruneCommand:
         )  # fmt: skip
         assert code == 1
         decisions = {d["path"]: d for d in env["data"]["decisions"]}
-        assert decisions[str(proven)]["pruned"] and decisions[str(proven)]["freed_bytes"] > 0
+        assert decisions[str(proven)]["pruned"]
+        assert decisions[str(proven)]["freed_bytes"] > 0
         assert not decisions[str(unmarked)]["pruned"]
         assert "no .uploaded" in env["errors"][0]["message"]
         assert tree(unmarked) == before
@@ -137,10 +142,12 @@ class TestPublishCommand:
             capsys, s3_server, "archive", "publish", "--artifact-dir", str(tmp_path),
             "--upload-prefix", f"s3://{BUCKET}/x/checkpoints",
         )  # fmt: skip
-        assert code == 1 and "checkpoint_artifacts/iter_" in env["errors"][0]["message"]
+        assert code == 1
+        assert "checkpoint_artifacts/iter_" in env["errors"][0]["message"]
         artifact = make_artifact(tmp_path / "run")
         code, env = _run(
             capsys, s3_server, "archive", "publish", "--artifact-dir", str(artifact),
             "--upload-prefix", "x/checkpoints",
         )  # fmt: skip
-        assert code == 1 and "--bucket" in env["errors"][0]["message"]
+        assert code == 1
+        assert "--bucket" in env["errors"][0]["message"]

@@ -56,7 +56,8 @@ class TestFetch:
         archive(bucket, checkpoint, c_key)
         dst = LocalStore(str(tmp_path / "dst"))
         got = fetch_archive(bucket, a_key, dst, artifact.name)
-        assert got.kind == "artifact" and got.files == len(tree(artifact))
+        assert got.kind == "artifact"
+        assert got.files == len(tree(artifact))
         assert tree(Path(got.path)) == tree(artifact)
         got = fetch_archive(bucket, c_key, dst, checkpoint.name)
         assert got.kind == "checkpoint"
@@ -87,7 +88,7 @@ class TestFetch:
         self, bucket: S3Bucket, prefix: str, trees, tmp_path: Path
     ) -> None:
         """An upload that never committed (no manifest) is refused before any download."""
-        _, checkpoint = trees
+        _, _checkpoint = trees
         bucket.put(f"{prefix}/iter_000000002/model.pt", b"half")
         with pytest.raises(ArchiveError, match="no commit record"):
             fetch_archive(bucket, f"{prefix}/iter_000000002", LocalStore(str(tmp_path)), "x")
@@ -110,15 +111,18 @@ class TestPruneVerified:
         artifact, key = _marked(bucket, prefix, tmp_path)
         size = sum(len(b) for n, b in tree(artifact).items() if n.endswith(".pt"))
         decision = prune_verified(artifact, bucket)
-        assert decision.pruned and decision.freed_bytes == size, decision
+        assert decision.pruned, decision
+        assert decision.freed_bytes == size
         assert sorted(p.name for p in artifact.iterdir()) == sorted(
             [ARTIFACT_MANIFEST_NAME, ".uploaded", RELEASE_NAME]
         )
         entry = scan_artifacts(LocalStore(str(artifact.parent))).entries[0]
-        assert entry.state is ArtifactState.RELEASED and entry.counts
+        assert entry.state is ArtifactState.RELEASED
+        assert entry.counts
         assert f"s3://{BUCKET}/{key}" in entry.reason
         again = prune_verified(artifact, bucket)
-        assert again.pruned and again.freed_bytes == 0
+        assert again.pruned
+        assert again.freed_bytes == 0
 
     @pytest.mark.parametrize("damage", ["altered", "deleted", "local-changed"])
     def test_refuses_when_a_copy_does_not_match(
@@ -178,4 +182,5 @@ class TestPruneVerified:
                 return S3Identity("elsewhere:9000", BUCKET, "k")
 
         decision = prune_verified(artifact, Elsewhere())  # type: ignore[arg-type]
-        assert not decision.pruned and "elsewhere:9000" in decision.reason
+        assert not decision.pruned
+        assert "elsewhere:9000" in decision.reason

@@ -42,14 +42,18 @@ def test_download_is_exact_and_idempotent(capsys, s3_server, source, tmp_path: P
     is refused and kept."""
     uri = f"s3://{BUCKET}/{source}"
     code, env = _run(capsys, s3_server, "objects", "download", uri, str(tmp_path / "d"))
-    assert code == 0 and env["data"]["transferred"] == 2, env
+    assert code == 0, env
+    assert env["data"]["transferred"] == 2
     for rel, data in FILES.items():
         assert (tmp_path / "d" / rel).read_bytes() == data
     code, env = _run(capsys, s3_server, "objects", "download", uri, str(tmp_path / "d"))
-    assert code == 0 and env["data"]["transferred"] == 0 and env["data"]["skipped"] == 2
+    assert code == 0
+    assert env["data"]["transferred"] == 0
+    assert env["data"]["skipped"] == 2
     (tmp_path / "d" / "iter_000000002" / "model.pt").write_bytes(b"mine")
     code, env = _run(capsys, s3_server, "objects", "download", uri, str(tmp_path / "d"))
-    assert code == 1 and "is not the same" in env["errors"][0]["message"]
+    assert code == 1
+    assert "is not the same" in env["errors"][0]["message"]
     assert (tmp_path / "d" / "iter_000000002" / "model.pt").read_bytes() == b"mine"
 
 
@@ -58,13 +62,17 @@ def test_copy_is_exact_and_idempotent(capsys, s3_server, bucket, source) -> None
     different object at the destination is refused before anything is copied."""
     src, dst = f"s3://{BUCKET}/{source}", f"s3://{BUCKET}/{source}-copy"
     code, env = _run(capsys, s3_server, "objects", "copy", src, dst)
-    assert code == 0 and env["data"]["transferred"] == 2, env
+    assert code == 0, env
+    assert env["data"]["transferred"] == 2
     for rel, data in FILES.items():
         assert bucket.get(f"{source}-copy/{rel}") == data
         assert bucket.stat(f"{source}-copy/{rel}").sha256 == bucket.stat(f"{source}/{rel}").sha256
     code, env = _run(capsys, s3_server, "objects", "copy", src, dst)
-    assert code == 0 and env["data"]["transferred"] == 0 and env["data"]["skipped"] == 2
+    assert code == 0
+    assert env["data"]["transferred"] == 0
+    assert env["data"]["skipped"] == 2
     bucket.put(f"{source}-other/iter_000000002/model.pt", b"different")
     code, env = _run(capsys, s3_server, "objects", "copy", src, f"s3://{BUCKET}/{source}-other")
-    assert code == 1 and "is not the same" in env["errors"][0]["message"]
+    assert code == 1
+    assert "is not the same" in env["errors"][0]["message"]
     assert bucket.stat(f"{source}-other/iter_000000002/.posttrain-manifest.json") is None

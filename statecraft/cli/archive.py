@@ -122,7 +122,8 @@ def run_archive_publish(args: argparse.Namespace) -> int:
             bucket_name, prefix = parse_s3_uri(args.upload_prefix, what="--upload-prefix")
             if args.bucket and args.bucket != bucket_name:
                 raise ArchiveError(
-                    args.upload_prefix, f"names bucket {bucket_name!r} but --bucket is {args.bucket!r}"
+                    args.upload_prefix,
+                    f"names bucket {bucket_name!r} but --bucket is {args.bucket!r}",
                 )
         elif args.bucket:
             bucket_name, prefix = args.bucket, args.upload_prefix.strip("/")
@@ -244,4 +245,3 @@ def _prune_data(decisions: list[Any]) -> dict[str, Any]:
         ],
         "freed_bytes": sum(d.freed_bytes for d in decisions),
     }
-

@@ -22,6 +22,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from statecraft.cli.envelope import emit
 from statecraft.errors import StatecraftError
@@ -57,7 +58,7 @@ def _transfer_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true")
 
 
-def _archive_parsers(sub) -> None:  # type: ignore[no-untyped-def]
+def _archive_parsers(sub: Any) -> None:
     archive = sub.add_parser("archive", help="publish, fetch and prune-verified archived artifacts")
     asub = archive.add_subparsers(dest="archive_command", required=True)
     publish = asub.add_parser("publish", help="archive an artifact directory to S3")

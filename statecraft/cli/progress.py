@@ -50,7 +50,9 @@ class Progress:
             return
         files = f"{self.files}/{self.total_files}" if self.total_files else str(self.files)
         mib = self.bytes / _MIB
-        amount = f"{mib:.1f}/{self.total_bytes / _MIB:.1f} MiB" if self.total_bytes else f"{mib:.1f} MiB"
+        amount = (
+            f"{mib:.1f}/{self.total_bytes / _MIB:.1f} MiB" if self.total_bytes else f"{mib:.1f} MiB"
+        )
         self.stream.write(f"\r{self.label}: {files} files, {amount}  {path[-40:]}\033[K")
         self.stream.flush()
         self._drawn = True

@@ -103,8 +103,11 @@ def download_prefix(
         local = dst.stat(relative)
         if local is None:
             todo.append((relative, remote))
-        elif local.kind == "file" and remote.sha256 and local.size == remote.size and (
-            sha256_of(dst, relative) == remote.sha256
+        elif (
+            local.kind == "file"
+            and remote.sha256
+            and local.size == remote.size
+            and (sha256_of(dst, relative) == remote.sha256)
         ):
             skipped += 1
         else:
@@ -188,4 +191,3 @@ def copy_prefix(
                 progress(relative, there.size)
     log.info("copied %d objects (%d bytes) from %s to %s", len(todo), moved, src_uri, dst_uri)
     return TransferReport(len(keys), len(todo), skipped, moved, time.monotonic() - started)
-

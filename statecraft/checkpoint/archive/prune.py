@@ -176,7 +176,13 @@ def prune_verified(artifact_dir: Path, bucket: ArchiveBucket) -> PruneDecision:
             continue
         store.delete(relative)
         freed += there.size
-    log.info("released %d payload files (%d bytes) of %s, archived at %s", len(payloads), freed, path, where)
+    log.info(
+        "released %d payload files (%d bytes) of %s, archived at %s",
+        len(payloads),
+        freed,
+        path,
+        where,
+    )
     return PruneDecision(
         path, True, f"released {len(payloads)} payload files (archived at {where})", freed
     )

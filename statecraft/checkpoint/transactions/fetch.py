@@ -232,9 +232,7 @@ def _describe_artifact(ctx: FetchContext, manifest: bytes) -> None:
         )
     entries = _declared_entries(declaration, source=ctx.source(DECLARATION_NAME))
     commit = next((e for e in entries if e.path == ARTIFACT_MANIFEST_NAME), None)
-    if commit is not None and (
-        commit.size != len(manifest) or commit.sha256 != _sha256(manifest)
-    ):
+    if commit is not None and (commit.size != len(manifest) or commit.sha256 != _sha256(manifest)):
         raise ArchiveError(
             source, "does not match the size and sha256 the archive declaration records"
         )
@@ -250,9 +248,7 @@ def _describe_checkpoint(ctx: FetchContext, manifest_bytes: bytes) -> None:
     except CheckpointCorruptError as exc:
         raise ArchiveError(source, f"is not a valid checkpoint manifest ({exc.problem})") from None
     entries: list[ArchiveEntry] = []
-    listed = {
-        k[len(ctx.remote_prefix) + 1 :] for k in ctx.bucket.list(ctx.remote_prefix + "/")
-    }
+    listed = {k[len(ctx.remote_prefix) + 1 :] for k in ctx.bucket.list(ctx.remote_prefix + "/")}
     for relative in sorted(listed - {MANIFEST_NAME}):
         there = ctx.bucket.stat(ctx.key(relative))
         if there is None:
