@@ -151,3 +151,34 @@ class TestPublishCommand:
         )  # fmt: skip
         assert code == 1
         assert "--bucket" in env["errors"][0]["message"]
+
+
+class TestPublishFetchPrune:
+    def test_publish_then_prune_then_fetch_back(self, capsys, s3_server, tmp_path):
+        """``archive publish`` archives an artifact with its receipt; ``prune-verified``
+        releases its payloads; ``archive fetch`` brings back exactly what was published."""
+        pytest.importorskip("statecraft.checkpoint.transactions.publish")
+        artifact = make_artifact(tmp_path / "run")
+        published = tree(artifact)
+        creds = str(s3_server.credentials_file)
+        root = f"pub/{uuid.uuid4().hex[:10]}/run/checkpoints"
+        code, env = _run(
+            capsys, s3_server, "archive", "publish", "--artifact-dir", str(artifact),
+            "--upload-prefix", f"s3://{BUCKET}/{root}", "--credentials", creds,
+        )  # fmt: skip
+        assert code == 0, env
+        uri = env["data"]["uri"]
+        assert uri.endswith(f"/checkpoint_artifacts/{artifact.name}")
+        code, env = _run(
+            capsys, s3_server, "archive", "prune-verified", "--paths", str(artifact),
+            "--credentials", creds,
+        )  # fmt: skip
+        assert code == 0, env
+        assert not (artifact / "model.pt").exists()
+        code, env = _run(
+            capsys, s3_server, "archive", "fetch", "--artifact-uri", uri,
+            "--dst", str(tmp_path / "back"), "--credentials", creds,
+        )  # fmt: skip
+        assert code == 0, env
+        back = tree(Path(env["data"]["path"]))
+        assert back == {k: v for k, v in published.items() if k != ".uploaded"}
