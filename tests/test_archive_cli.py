@@ -5,7 +5,9 @@ the secret key in no output."""
 from __future__ import annotations
 
 import json
+import logging
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,16 @@ from s3_server import BUCKET, S3Server, free_ports
 from statecraft.cli import main
 from statecraft.storage.s3 import S3Bucket
 from statecraft.storage.s3_credentials import load_credentials
+
+
+@pytest.fixture(autouse=True)
+def no_secret_logged(caplog: pytest.LogCaptureFixture, s3_server: S3Server) -> Iterator[None]:
+    """No log line of these tests (statecraft at DEBUG) holds the server's secret key."""
+    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.DEBUG, logger="statecraft")
+    yield
+    leaked = [r.getMessage() for r in caplog.records if s3_server.secret_key in r.getMessage()]
+    assert leaked == []
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,9 @@ releases only what is proven archived and says why it keeps anything else."""
 from __future__ import annotations
 
 import json
+import logging
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,16 @@ from statecraft.storage.s3 import RetryPolicy, S3Bucket
 from statecraft.storage.s3_credentials import S3Identity, load_credentials
 
 FAST_RETRY = RetryPolicy(attempts=2, base_delay_s=0.01, max_delay_s=0.02)
+
+
+@pytest.fixture(autouse=True)
+def no_secret_logged(caplog: pytest.LogCaptureFixture, s3_server: S3Server) -> Iterator[None]:
+    """No log line of these tests (statecraft at DEBUG) holds the server's secret key."""
+    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.DEBUG, logger="statecraft")
+    yield
+    leaked = [r.getMessage() for r in caplog.records if s3_server.secret_key in r.getMessage()]
+    assert leaked == []
 
 
 @pytest.fixture(scope="module")

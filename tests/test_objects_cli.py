@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import json
+import logging
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,16 @@ from statecraft.storage.s3 import S3Bucket
 from statecraft.storage.s3_credentials import load_credentials
 
 FILES = {"iter_000000002/model.pt": b"m" * 3000, "iter_000000002/.posttrain-manifest.json": b"{}"}
+
+
+@pytest.fixture(autouse=True)
+def no_secret_logged(caplog: pytest.LogCaptureFixture, s3_server: S3Server) -> Iterator[None]:
+    """No log line of these tests (statecraft at DEBUG) holds the server's secret key."""
+    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.DEBUG, logger="statecraft")
+    yield
+    leaked = [r.getMessage() for r in caplog.records if s3_server.secret_key in r.getMessage()]
+    assert leaked == []
 
 
 @pytest.fixture(scope="module")
@@ -76,3 +88,21 @@ def test_copy_is_exact_and_idempotent(capsys, s3_server, bucket, source) -> None
     assert code == 1
     assert "is not the same" in env["errors"][0]["message"]
     assert bucket.stat(f"{source}-other/iter_000000002/.posttrain-manifest.json") is None
+
+
+def test_progress_bar_draws_on_a_terminal_only() -> None:
+    """The bar rewrites one line per file when enabled and writes nothing otherwise."""
+    import io
+
+    from statecraft.cli.progress import Progress
+
+    stream = io.StringIO()
+    bar = Progress("fetch", total_files=2, enabled=True, stream=stream)
+    bar("model.pt", 2 << 20)
+    bar("optim.pt", 1 << 20)
+    bar.close()
+    assert "\rfetch: 2/2 files, 3.0 MiB  optim.pt" in stream.getvalue()
+    assert stream.getvalue().endswith("\n")
+    quiet = io.StringIO()
+    Progress("fetch", stream=quiet)("model.pt", 1)  # StringIO is not a TTY
+    assert quiet.getvalue() == ""
