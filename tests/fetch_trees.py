@@ -10,14 +10,13 @@ marked with a v1 ``.uploaded`` marker.
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
+from statecraft.checkpoint.archive.declaration import DECLARATION_NAME, ArchiveDeclaration
 from statecraft.checkpoint.archive.inventory import ArchiveEntry, archived_files
 from statecraft.checkpoint.archive.marker import DestinationRecord, UploadedMarker, write_marker
 from statecraft.checkpoint.layout import ARTIFACT_MANIFEST_NAME, MANIFEST_NAME, iter_dirname
 from statecraft.checkpoint.machines import shipped_machine
-from statecraft.checkpoint.transactions.fetch import DECLARATION_NAME
 from statecraft.proofs.artifact_scenarios import artifact_context
 from statecraft.proofs.save_scenarios import save_context
 from statecraft.storage.local import LocalStore
@@ -59,11 +58,8 @@ def archive(bucket, directory: Path, key_prefix: str) -> list[ArchiveEntry]:
     artifact = (directory / ARTIFACT_MANIFEST_NAME).exists()
     commit = ARTIFACT_MANIFEST_NAME if artifact else MANIFEST_NAME
     if artifact:
-        declaration = {
-            "schema": "statecraft.archive-declaration.v1",
-            "files": [{"path": e.path, "size": e.size, "sha256": e.sha256} for e in entries],
-        }
-        bucket.put(f"{key_prefix}/{DECLARATION_NAME}", json.dumps(declaration).encode())
+        declaration = ArchiveDeclaration.of(int(directory.name.split("_")[1]), entries)
+        bucket.put(f"{key_prefix}/{DECLARATION_NAME}", declaration.encode())
     for entry in sorted(entries, key=lambda e: (e.path == commit, e.path)):
         bucket.upload_from(f"{key_prefix}/{entry.path}", store, entry.path, sha256=entry.sha256)
     return entries

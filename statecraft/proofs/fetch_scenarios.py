@@ -13,13 +13,14 @@ the setup read them from the source tree (no production decoding).
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable
 
 import attrs
 
+from statecraft.checkpoint.archive.declaration import DECLARATION_NAME, ArchiveDeclaration
+from statecraft.checkpoint.archive.inventory import ArchiveEntry
 from statecraft.checkpoint.layout import iter_dirname
-from statecraft.checkpoint.transactions.fetch import DECLARATION_NAME, FetchContext
+from statecraft.checkpoint.transactions.fetch import FetchContext
 from statecraft.engine import CrashPlan, Machine, RunResult
 from statecraft.engine.crash import IoGate, IoRecord
 from statecraft.proofs.artifact_scenarios import artifact_context
@@ -65,11 +66,10 @@ def _archive(world: SimWorld, root: str, iteration: int, prefix: str, *, declare
     commit = _ARTIFACT_MANIFEST if declare else _MANIFEST
     if declare:
         files = [
-            {"path": p, "size": len(d), "sha256": hashlib.sha256(d).hexdigest()}
-            for p, d in sorted(tree.items())
+            ArchiveEntry(p, len(d), hashlib.sha256(d).hexdigest()) for p, d in sorted(tree.items())
         ]
-        declaration = {"schema": "statecraft.archive-declaration.v1", "files": files}
-        world.bucket.put(f"{key}/{DECLARATION_NAME}", json.dumps(declaration).encode())
+        declaration = ArchiveDeclaration.of(iteration, files)
+        world.bucket.put(f"{key}/{DECLARATION_NAME}", declaration.encode())
     for path in sorted(p for p in tree if p != commit):
         world.bucket.put(f"{key}/{path}", tree[path])
     world.bucket.put(f"{key}/{commit}", tree[commit])

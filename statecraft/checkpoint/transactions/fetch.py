@@ -22,7 +22,7 @@ See ``specs/fetch.toml``.
 
 from __future__ import annotations
 
-import json
+import hashlib
 import logging
 import os
 import posixpath
@@ -33,6 +33,7 @@ from typing import Any
 
 import attrs
 
+from statecraft.checkpoint.archive.declaration import DECLARATION_NAME, read_declaration
 from statecraft.checkpoint.archive.inventory import ArchiveEntry, sha256_of
 from statecraft.checkpoint.artifact_manifest import decode_artifact_manifest
 from statecraft.checkpoint.artifact_verify import verify_artifact
@@ -58,7 +59,6 @@ from statecraft.storage.local import LocalStore
 from statecraft.storage.objects import ArchiveBucket
 
 __all__ = [
-    "DECLARATION_NAME",
     "FetchContext",
     "FetchReport",
     "fetch_archive",
@@ -68,10 +68,7 @@ __all__ = [
 
 log = logging.getLogger("statecraft.fetch")
 
-#: the remote archive declaration of an artifact (owned by the publish transaction)
-DECLARATION_NAME = ".posttrain-archive.json"
 _NAME_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
-_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 def staging_name_pattern(name: str) -> re.Pattern[str]:
@@ -174,71 +171,38 @@ def _get(ctx: FetchContext, relative: str) -> bytes | None:
         return None
 
 
-def _declared_entries(data: bytes, *, source: str) -> list[ArchiveEntry]:
-    """The files an archive declaration names, each with its size and sha256.
-
-    Accepts ``files`` as a list of ``{path, size, sha256}`` or a mapping ``path -> {size,
-    sha256}``.
-
-    Raises:
-        ArchiveError: not JSON, no ``files``, or an entry without a path, size or sha256.
-    """
-    fix = "The archive is not fetchable; publish the artifact again to a fresh prefix."
-    try:
-        raw = json.loads(data)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise ArchiveError(source, "is not a JSON archive declaration", fix) from None
-    files = raw.get("files") if isinstance(raw, dict) else None
-    if isinstance(files, dict):
-        files = [{"path": p, **e} for p, e in files.items() if isinstance(e, dict)]
-    if not isinstance(files, list) or not files:
-        raise ArchiveError(source, "declares no files", fix)
-    out: list[ArchiveEntry] = []
-    for item in files:
-        path = item.get("path") if isinstance(item, dict) else None
-        size = item.get("size") if isinstance(item, dict) else None
-        sha = item.get("sha256") if isinstance(item, dict) else None
-        if (
-            not isinstance(path, str)
-            or not path
-            or path.startswith("/")
-            or ".." in path.split("/")
-            or not isinstance(size, int)
-            or isinstance(size, bool)
-            or size < 0
-            or not isinstance(sha, str)
-            or not _SHA_RE.match(sha)
-        ):
-            raise ArchiveError(
-                source, f"declares a malformed entry {item!r} (expected path, size, sha256)", fix
-            )
-        out.append(ArchiveEntry(path, size, sha))
-    return sorted(out, key=lambda e: e.path)
-
-
 def _describe_artifact(ctx: FetchContext, manifest: bytes) -> None:
     source = ctx.source(ARTIFACT_MANIFEST_NAME)
     try:
         decode_artifact_manifest(manifest, source=source)
     except CheckpointCorruptError as exc:
         raise ArchiveError(source, f"is not a valid artifact manifest ({exc.problem})") from None
-    declaration = _get(ctx, DECLARATION_NAME)
-    if declaration is None:
+    where = ctx.source(DECLARATION_NAME)
+    try:
+        declaration = read_declaration(ctx.bucket, ctx.key(DECLARATION_NAME), source=where)
+    except FileNotFoundError:
         raise ArchiveError(
-            ctx.source(DECLARATION_NAME),
+            where,
             "is missing: the artifact manifest has no archive declaration, so no payload "
             "digest can be proven",
             "Publish the artifact again (statecraft archive publish).",
-        )
-    entries = _declared_entries(declaration, source=ctx.source(DECLARATION_NAME))
-    commit = next((e for e in entries if e.path == ARTIFACT_MANIFEST_NAME), None)
-    if commit is not None and (commit.size != len(manifest) or commit.sha256 != _sha256(manifest)):
+        ) from None
+    except CheckpointCorruptError as exc:
+        raise ArchiveError(where, f"is not a valid archive declaration ({exc.problem})") from None
+    if declaration.iteration != ctx.iteration:
         raise ArchiveError(
-            source, "does not match the size and sha256 the archive declaration records"
+            where, f"declares iteration {declaration.iteration}, not {ctx.iteration}"
+        )
+    commit = declaration.entry(ARTIFACT_MANIFEST_NAME)
+    if commit is None or commit.size != len(manifest) or commit.sha256 != _sha256(manifest):
+        raise ArchiveError(
+            source,
+            "does not match the size and sha256 the archive declaration records for it",
+            "The remote commit record was altered; publish the artifact again.",
         )
     ctx.kind = "artifact"
     ctx.manifest_name = ARTIFACT_MANIFEST_NAME
-    ctx.entries = [e for e in entries if e.path != ARTIFACT_MANIFEST_NAME]
+    ctx.entries = list(declaration.payloads)
 
 
 def _describe_checkpoint(ctx: FetchContext, manifest_bytes: bytes) -> None:
@@ -276,8 +240,6 @@ def _describe_checkpoint(ctx: FetchContext, manifest_bytes: bytes) -> None:
 
 
 def _sha256(data: bytes) -> str:
-    import hashlib
-
     return hashlib.sha256(data).hexdigest()
 
 
