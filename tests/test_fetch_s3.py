@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from fetch_trees import archive, make_artifact, make_checkpoint, mark, tree
+from s3_proxy import Fault, FaultProxy
 from s3_server import BUCKET, S3Server
 
 from statecraft.checkpoint.archive.prune import prune_verified
@@ -19,7 +20,7 @@ from statecraft.checkpoint.archive.release import RELEASE_NAME
 from statecraft.checkpoint.artifact_catalog import ArtifactState, scan_artifacts
 from statecraft.checkpoint.layout import ARTIFACT_MANIFEST_NAME
 from statecraft.checkpoint.transactions.fetch import fetch_archive
-from statecraft.errors import ArchiveError, FetchDestinationExistsError
+from statecraft.errors import ArchiveError, FetchDestinationExistsError, ObjectRequestError
 from statecraft.storage.local import LocalStore
 from statecraft.storage.s3 import RetryPolicy, S3Bucket
 from statecraft.storage.s3_credentials import S3Identity, load_credentials
@@ -105,6 +106,63 @@ class TestFetch:
         with pytest.raises(ArchiveError, match="no commit record"):
             fetch_archive(bucket, f"{prefix}/iter_000000002", LocalStore(str(tmp_path)), "x")
         assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def proxy(s3_server: S3Server):
+    proxy = FaultProxy(s3_server.s3_port)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+
+
+@pytest.fixture(scope="module")
+def proxied(proxy: FaultProxy, s3_server: S3Server, tmp_path_factory) -> S3Bucket:
+    path = s3_server.write_credentials(
+        tmp_path_factory.mktemp("fetch-proxy") / "proxy.json", endpoint_url=proxy.endpoint_url
+    )
+    return S3Bucket(load_credentials(path), BUCKET, retry=FAST_RETRY)
+
+
+class TestFetchFaults:
+    def test_connection_dropped_mid_body_places_nothing_then_retry_places(
+        self, bucket: S3Bucket, proxied: S3Bucket, proxy: FaultProxy, prefix, trees, tmp_path
+    ) -> None:
+        """Every GET of a payload cut mid-body: the fetch fails after its retries with nothing
+        placed and no staging left; the rerun places the complete copy."""
+        _, checkpoint = trees
+        key = f"{prefix}/{checkpoint.name}"
+        archive(bucket, checkpoint, key)
+        proxy.clear()
+        proxy.inject(Fault.DROP_MID_BODY, method="GET", path_contains="optim.pt", times=50)
+        dst = LocalStore(str(tmp_path / "dst"))
+        with pytest.raises(ObjectRequestError):
+            fetch_archive(proxied, key, dst, checkpoint.name)
+        assert list((tmp_path / "dst").iterdir()) == []
+        proxy.clear()
+        got = fetch_archive(proxied, key, dst, checkpoint.name)
+        assert tree(Path(got.path)) == tree(checkpoint)
+
+    def test_object_replaced_during_the_fetch_is_never_placed(
+        self, bucket: S3Bucket, proxied: S3Bucket, proxy: FaultProxy, prefix, trees, tmp_path
+    ) -> None:
+        """A foreign writer replaces a payload (same size) just before it is read: the sha256
+        proof fails and nothing is placed."""
+        artifact, _ = trees
+        key = _artifact_prefix(prefix, artifact)
+        archive(bucket, artifact, key)
+        data = (artifact / "optim.pt").read_bytes()
+
+        def replace() -> None:
+            bucket.client.put_object(Bucket=BUCKET, Key=f"{key}/optim.pt", Body=data[::-1])
+
+        proxy.clear()
+        proxy.inject(Fault.HOOK, method="GET", path_contains="optim.pt", hook=replace)
+        with pytest.raises((ArchiveError, ObjectRequestError)):
+            fetch_archive(proxied, key, LocalStore(str(tmp_path / "dst")), artifact.name)
+        proxy.clear()
+        assert list((tmp_path / "dst").iterdir()) == []
 
 
 def _marked(bucket: S3Bucket, prefix: str, tmp_path: Path) -> tuple[Path, str]:
