@@ -20,6 +20,7 @@ from statecraft.checkpoint.archive.release import RELEASE_NAME
 from statecraft.checkpoint.artifact_catalog import ArtifactState, scan_artifacts
 from statecraft.checkpoint.layout import ARTIFACT_MANIFEST_NAME
 from statecraft.checkpoint.transactions.fetch import fetch_archive
+from statecraft.checkpoint.transactions.resume_rules import artifact_refusal
 from statecraft.errors import ArchiveError, FetchDestinationExistsError, ObjectRequestError
 from statecraft.storage.local import LocalStore
 from statecraft.storage.s3 import RetryPolicy, S3Bucket
@@ -193,6 +194,12 @@ class TestPruneVerified:
         again = prune_verified(artifact, bucket)
         assert again.pruned
         assert again.freed_bytes == 0
+        catalog = scan_artifacts(LocalStore(str(artifact.parent)), level="manifest")
+        refusal = artifact_refusal(
+            catalog.newest_with_manifest(), source="resume=auto", checkpoint="c", iteration=2
+        )
+        assert refusal is not None  # still counted: resuming behind it is refused
+        assert "released (archived at s3://" in str(refusal)
 
     @pytest.mark.parametrize("damage", ["altered", "deleted", "local-changed"])
     def test_refuses_when_a_copy_does_not_match(
