@@ -25,6 +25,7 @@ __all__ = [
     "CredentialsError",
     "DemoError",
     "DiskFullError",
+    "FetchDestinationExistsError",
     "GuaranteeViolation",
     "InspectError",
     "IterationCommittedError",
@@ -511,3 +512,11 @@ class UploadRefusedError(ArchiveError):
     as :class:`ArchiveError`."""
 
     code = "upload_refused"
+
+
+class FetchDestinationExistsError(ArchiveError, FileExistsError):
+    """``archive fetch`` refused: the destination directory already exists. A fetch never
+    overwrites or merges into a local directory; nothing was changed there. Fields as
+    :class:`ArchiveError`."""
+
+    code = "fetch_destination_exists"

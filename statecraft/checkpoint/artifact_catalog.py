@@ -25,6 +25,7 @@ from pathlib import Path
 
 import attrs
 
+from statecraft.checkpoint.archive.release import read_release, release_path
 from statecraft.checkpoint.artifact_verify import VerifiedArtifact, verify_artifact
 from statecraft.checkpoint.layout import (
     ARTIFACT_MANIFEST_NAME,
@@ -57,11 +58,16 @@ class ArtifactState(enum.Enum):
       scan level; :attr:`ArtifactEntry.reason` says why. It still counts for the resume rules
       (fail closed: a damaged commit is still a step the run reached).
     - ``COMMITTED``: the artifact manifest is the commit and the artifact verifies.
+    - ``RELEASED``: ``archive prune-verified`` proved its archive and released (some or all
+      of) its payloads: the manifest, the ``.uploaded`` marker and the release record
+      ``.archive-released.json`` stay; it counts for the resume rules like a committed one;
+      :attr:`ArtifactEntry.reason` names the archive (fetch it back to use it).
     """
 
     PARTIAL = "partial"
     CORRUPT = "corrupt"
     COMMITTED = "committed"
+    RELEASED = "released"
 
 
 @attrs.frozen
@@ -142,6 +148,20 @@ def _classify(store: Store, iteration: int, *, level: str, writer: Writer | None
             False,
             f"{where}: has no artifact manifest ({ARTIFACT_MANIFEST_NAME}): not committed (an "
             "interrupted artifact save); it is never counted or read",
+        )
+    if ARTIFACT_MANIFEST_NAME in manifests and store.stat(release_path(name)) is not None:
+        try:
+            archive = read_release(store, name).archive
+        except (CheckpointError, OSError) as exc:
+            archive = f"an archive its release record does not name ({exc})"
+        return ArtifactEntry(
+            iteration,
+            ArtifactState.RELEASED,
+            where,
+            path,
+            True,
+            f"released (archived at {archive}): its local payloads were pruned after the "
+            "archive was proven; fetch it back with statecraft archive fetch",
         )
     try:
         verified = verify_artifact(store, iteration, level=level, writer=writer)

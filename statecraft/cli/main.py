@@ -9,6 +9,8 @@ Subcommands:
                                 clean run
     inspect PATH [--verify]     attempts and checkpoints under PATH and what resume=auto would pick
     bench save | validation | async | emergency | engine   ratios against baselines
+    archive publish | fetch | prune-verified              archived artifacts (S3)
+    objects download | copy     move object-store prefixes (idempotent, streamed)
 
 ``--json`` prints one versioned envelope: ``{"result_version", "command", "status",
 "exit_code", "data", "errors": [{"code", "message"}]}``; failures use the same shape.
@@ -20,6 +22,7 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from statecraft.cli.envelope import emit
 from statecraft.errors import StatecraftError
@@ -44,6 +47,56 @@ def _transaction_dirs(parser: argparse.ArgumentParser, *, specs: bool = True) ->
         parser.add_argument(
             "--specs-dir", help="directory of the transaction specs (default: the shipped one)"
         )
+
+
+def _transfer_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--credentials",
+        help="object-store credentials JSON (default: $STATECRAFT_S3_CREDENTIALS)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--json", action="store_true")
+
+
+def _archive_parsers(sub: Any) -> None:
+    archive = sub.add_parser("archive", help="publish, fetch and prune-verified archived artifacts")
+    asub = archive.add_subparsers(dest="archive_command", required=True)
+    publish = asub.add_parser("publish", help="archive an artifact directory to S3")
+    publish.add_argument("--artifact-dir", required=True, help=".../checkpoint_artifacts/iter_N")
+    publish.add_argument(
+        "--upload-prefix",
+        required=True,
+        help="s3://<bucket>/<...>/checkpoints, or a bare prefix with --bucket",
+    )
+    publish.add_argument("--bucket", help="bucket of a bare --upload-prefix")
+    _transfer_flags(publish)
+    publish.set_defaults(func=_lazy("statecraft.cli.archive", "run_archive_publish"))
+    fetch = asub.add_parser("fetch", help="fetch an archived iteration, every payload proven")
+    fetch.add_argument(
+        "--artifact-uri", required=True, help="s3://<bucket>/<...>/iter_N (artifact or checkpoint)"
+    )
+    fetch.add_argument("--dst", required=True, help="directory that receives iter_N")
+    _transfer_flags(fetch)
+    fetch.set_defaults(func=_lazy("statecraft.cli.archive", "run_archive_fetch"))
+    prune = asub.add_parser(
+        "prune-verified", help="release artifact payloads whose archive is proven"
+    )
+    prune.add_argument("--paths", required=True, help="comma-separated artifact directories")
+    _transfer_flags(prune)
+    prune.set_defaults(func=_lazy("statecraft.cli.archive", "run_archive_prune"))
+
+    objects = sub.add_parser("objects", help="download or copy object-store prefixes")
+    osub = objects.add_subparsers(dest="objects_command", required=True)
+    download = osub.add_parser("download", help="download s3://bucket/prefix into DIR")
+    download.add_argument("source", help="s3://<bucket>/<prefix>")
+    download.add_argument("dir")
+    _transfer_flags(download)
+    download.set_defaults(func=_lazy("statecraft.cli.objects", "run_objects_download"))
+    copy = osub.add_parser("copy", help="copy s3://A/... to s3://B/... by streaming")
+    copy.add_argument("source", help="s3://<bucket>/<prefix>")
+    copy.add_argument("destination", help="s3://<bucket>/<prefix>")
+    _transfer_flags(copy)
+    copy.set_defaults(func=_lazy("statecraft.cli.objects", "run_objects_copy"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,6 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--verify", action="store_true", help="verify every file's digest")
     inspect.add_argument("--json", action="store_true")
     inspect.set_defaults(func=_lazy("statecraft.cli.inspect", "run_inspect"))
+
+    _archive_parsers(sub)
 
     bench = sub.add_parser("bench", help="benchmarks (ratios against in-process baselines)")
     bsub = bench.add_subparsers(dest="bench_command", required=True)
@@ -166,6 +221,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for a in (
                 args.command,
                 getattr(args, "machines_command", None),
+                getattr(args, "archive_command", None),
+                getattr(args, "objects_command", None),
                 getattr(args, "bench_command", None),
             )
             if a

@@ -29,7 +29,7 @@ import posixpath
 import re
 from typing import BinaryIO
 
-from statecraft.errors import StoreError
+from statecraft.errors import StoreConflictError, StoreError
 from statecraft.storage.base import FileRecord, check_relative_path
 from statecraft.storage.deferred import DeferredPublications
 from statecraft.storage.filesystem import FileStat, Filesystem, OsFilesystem
@@ -203,6 +203,34 @@ class LocalStore:
             if stat is not None and stat.kind == "file":  # a FIFO would block the open
                 self.fs.sync_path(child)
         self.fs.fsync_dir(target)
+        self.fs.fsync_dir(posixpath.dirname(target))
+
+    def rename_dir(self, src: str, dst: str) -> None:
+        """Move directory ``src`` to the free name ``dst`` durably: ``rename``, then an
+        ``fsync`` of ``src``'s parent (when it differs) and of ``dst``'s parent. Before the
+        parent's fsync returns a power loss may revert the rename (``src`` is back, ``dst``
+        absent); once it returns ``dst`` holds what ``src`` held. Everything under ``src``
+        must already be durable (the rename moves names, it makes no bytes durable).
+
+        Raises:
+            StoreConflictError: ``dst`` exists (a file, or a directory, even an empty one);
+                nothing was changed.
+            FileNotFoundError: ``src`` is not a directory of this store.
+        """
+        self.settle()
+        source, target = self.abspath(src), self.abspath(dst)
+        stat = self.fs.stat(source)
+        if stat is None or not stat.is_dir or stat.link:
+            raise FileNotFoundError(f"{self.describe()}: {src!r} is not a directory to move")
+        if self.fs.stat(target) is not None:
+            raise StoreConflictError(
+                f"{self.describe()}: {dst!r} exists; a directory is never moved over it"
+            )
+        self.fs.rename(source, target)
+        # The source side first: a power loss between the two fsyncs may then lose the
+        # directory (neither name durable), never leave it under both names.
+        if posixpath.dirname(source) != posixpath.dirname(target):
+            self.fs.fsync_dir(posixpath.dirname(source))
         self.fs.fsync_dir(posixpath.dirname(target))
 
     def sweep_temporaries(self, path: str = "") -> list[str]:

@@ -40,6 +40,8 @@ def _describe(artifact: ArtifactEntry) -> str:
     if artifact.state is ArtifactState.COMMITTED:
         components = list(artifact.components)
         return f"committed partial artifact {artifact.path} (components {components})"
+    if artifact.state is ArtifactState.RELEASED:
+        return f"partial artifact {artifact.path}, {artifact.reason}"
     return (
         f"partial artifact {artifact.path}, whose manifest is there but which does not verify "
         f"({artifact.reason}; counted anyway: a damaged commit is still a step the run reached)"
