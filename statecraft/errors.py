@@ -46,6 +46,7 @@ __all__ = [
     "TrackingError",
     "TrainerStateError",
     "UnsafeStateError",
+    "UploadRefusedError",
     "ValidationFailedError",
     "ValidationIdentityError",
     "WeightsOnlyResumeError",
@@ -502,3 +503,11 @@ class ArchiveMismatchError(ArchiveError, FileExistsError):
     :class:`ArchiveError`."""
 
     code = "archive_mismatch"
+
+
+class UploadRefusedError(ArchiveError):
+    """The archive upload refused an iteration before any request: it is not committed, or is
+    weights-only, invalidated, or evaluation/publication-pending. Nothing was touched. Fields
+    as :class:`ArchiveError`."""
+
+    code = "upload_refused"

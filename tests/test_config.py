@@ -711,7 +711,6 @@ class TestRequireSupported:
                 "checkpoint_store.backend",
                 "object_store",
             ),
-            ({"upload": {"enabled": True}}, "upload.enabled", True),
         ],
     )
     def test_unsupported_knob_raises(self, data: dict[str, Any], knob: str, value: object) -> None:
@@ -757,6 +756,13 @@ class TestRequireSupported:
                 "data": {"cursor_resume": "off"},
                 "validation": {"checkpoint_components": ["model"]},
             }
+        )
+        assert cfg.require_supported() == []
+
+    def test_archive_upload_is_built(self) -> None:
+        """upload.enabled (issue 12 builds the archive upload) passes the gate quietly."""
+        cfg = CheckpointConfig.from_dict(
+            {**QUIET, "upload": {"enabled": True, "bucket": "b", "credentials": "c.json"}}
         )
         assert cfg.require_supported() == []
 
@@ -819,7 +825,6 @@ class TestFeatureDeclarations:
         assert {name: f.knobs for name, f in features.items()} == {
             "object-store primary": ("checkpoint_store.backend",),
             "DCP (sharded) checkpoint format": ("checkpoint_format",),
-            "archive upload": ("upload.enabled",),
         }
         assert not any(f.built for f in features.values())
 
@@ -841,12 +846,12 @@ class TestFeatureDeclarations:
 
     def test_a_built_feature_refuses_nothing(self) -> None:
         """Flipping a declaration to built=True lets its knobs through and silences its notes."""
-        upload = next(f for f in declared_features() if f.name == "archive upload")
-        cfg = CheckpointConfig.from_dict({**QUIET, "upload": {"enabled": True}})
-        refusal = upload.refusal(cfg)
+        dcp = next(f for f in declared_features() if f.name.startswith("DCP"))
+        cfg = CheckpointConfig.from_dict({**QUIET, "checkpoint_format": "dcp"})
+        refusal = dcp.refusal(cfg)
         assert isinstance(refusal, NotSupportedYetError)
-        assert refusal.knob == "upload.enabled"
-        assert attrs.evolve(upload, built=True).refusal(cfg) is None
+        assert refusal.knob == "checkpoint_format"
+        assert attrs.evolve(dcp, built=True).refusal(cfg) is None
         note = KnobNote("keep_optim_last", lambda v: v is None, "keep_optim_last=null: ...")
         noted = Feature("retention", notes=(note,))
         assert len(noted.warnings(CheckpointConfig())) == 1

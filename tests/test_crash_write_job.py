@@ -127,3 +127,51 @@ class TestBrokenVariantsAreCaught:
         assert "WRITE-JOB-LATEST" in report.violated_guarantees()
         first = next(v for v in report.violations if v.guarantee == "WRITE-JOB-LATEST")
         assert "names iter 4, but iter_000000004 has no manifest" in first.message
+
+
+class TestUploadInTheWriteJob:
+    def test_upload_after_retention_is_caught(self) -> None:
+        """A table that runs retention before the upload of the new checkpoint is caught (the
+        receipt retention with require_uploaded needs comes too late)."""
+        machine = _swapped(
+            "write_job", "upload_archive", "apply_retention", MACHINE_BINDINGS["write_job"]()
+        )
+        broken = scenario(
+            "one-job-upload-then-keep-model-1-require-uploaded", machine_factory=lambda: machine
+        )
+        report = explore(broken, SPEC, KILL)
+        assert "WRITE-JOB-UPLOAD-ORDER" in report.violated_guarantees()
+
+    def test_a_failing_upload_is_best_effort(self) -> None:
+        """An upload whose every request fails is logged and the job goes on: the save is
+        durable, retention ran and kept the un-uploaded iteration, no receipt exists."""
+        from statecraft.checkpoint.archive.destination import ArchiveDestination
+        from statecraft.checkpoint.staging import StagingBuffers
+        from statecraft.engine.crash import FaultKind, IoGate
+        from statecraft.proofs.oracle import CHECKPOINTS_ROOT
+        from statecraft.proofs.save_scenarios import shipped_machine
+        from statecraft.proofs.upload_scenarios import REMOTE_PREFIX
+        from statecraft.storage import SimWorld
+
+        s = scenario("one-job-upload-then-keep-model-1-require-uploaded")
+        world = SimWorld()
+        s.setup(world)
+        world.settle()
+        ctx = s.context(
+            s.store(world),
+            4,
+            salt=2,
+            on_durable=lambda: None,
+            staging=StagingBuffers(),
+            bucket=world.bucket,
+        )
+        assert isinstance(ctx.destination, ArchiveDestination)
+        assert ctx.destination.prefix == REMOTE_PREFIX
+        world.bucket.gate = IoGate(faults={i: FaultKind.IO_ERROR for i in range(1000)})
+        result = shipped_machine("write_job").run(ctx)
+        assert result.final_state == "retained"
+        assert ctx.upload_error is not None
+        assert ctx.upload_report is None
+        tree = world.fs.tree(CHECKPOINTS_ROOT)
+        assert "iter_000000004/.uploaded" not in tree
+        assert "iter_000000004/model.pt" in tree

@@ -418,6 +418,7 @@ class TestCli:
             "notes",
             "files",
             "total_bytes",
+            "archive",
             "policy",
             "kept_by",
             "retention_action",

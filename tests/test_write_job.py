@@ -93,7 +93,11 @@ class TestWriteJob:
         assert isinstance(report, WriteJobReport)
         assert report.iteration == 4
         assert report.save.final_state == "committed"
-        assert [e for e, _ in report.effects] == ["save_checkpoint", "apply_retention"]
+        assert [e for e, _ in report.effects] == [
+            "save_checkpoint",
+            "skip_upload",
+            "apply_retention",
+        ]
         assert report.retention is not None
         assert report.retention.deleted == (2,)
         assert report.bytes_written == sum(
@@ -114,7 +118,11 @@ class TestWriteJob:
             job(store, 4, retention=None, on_durable=lambda: calls.append(1)),
             load_machine("write_job"),
         )
-        assert [e for e, _ in report.effects] == ["save_checkpoint", "skip_retention"]
+        assert [e for e, _ in report.effects] == [
+            "save_checkpoint",
+            "skip_upload",
+            "skip_retention",
+        ]
         assert report.retention is None
         assert report.retention_seconds == 0.0
         assert calls == [1]

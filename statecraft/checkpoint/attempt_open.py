@@ -11,13 +11,18 @@ import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from statecraft.checkpoint.archive.open import (
+    check_upload_knobs,
+    open_bucket,
+    upload_destination,
+)
 from statecraft.checkpoint.artifact_catalog import open_artifacts
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.layout import RunAttempt, RunIdentity, resolve_run_attempt
 from statecraft.checkpoint.lease import WriterLease, acquire_lease, launch_lock
-from statecraft.errors import ConfigError, ConfigIssue, TrackingError
+from statecraft.errors import ConfigError, ConfigIssue, CredentialsError, TrackingError
 from statecraft.parallel.collectives import Collective
 from statecraft.parallel.rank0 import on_rank_zero
 from statecraft.storage.base import Store
@@ -138,6 +143,10 @@ def ensure_attempt(ckpt: Checkpointer) -> Store:
             "this Checkpointer was closed (its writer lease released); create a new one"
         )
     if ckpt.store is None:
+        # The archive bucket is opened (and proven) before the attempt is resolved: wrong
+        # credentials, an unknown bucket or an endpoint that is down fail here, with nothing
+        # local created or touched.
+        bucket = open_archive_bucket(ckpt)
         ckpt.attempt, ckpt.store, ckpt.lease = open_attempt(
             ckpt.config,
             ckpt.run,
@@ -146,7 +155,39 @@ def ensure_attempt(ckpt: Checkpointer) -> Store:
             filesystem=ckpt.filesystem,
         )
         ckpt._exit_release = release_at_exit(ckpt.lease, ckpt.filesystem)
+        if bucket is not None and ckpt.collective.rank == 0:
+            ckpt._boundaries.destination = upload_destination(
+                ckpt.config, ckpt.run, ckpt.attempt.run_ts, bucket=bucket
+            )
     return ckpt.store
+
+
+def open_archive_bucket(ckpt: Checkpointer) -> Any:
+    """Rank 0's archive bucket when ``upload.enabled`` (opened and checked once; ``None``
+    elsewhere and when upload is off). Every rank raises rank 0's error.
+
+    Raises:
+        ConfigError: ``upload.bucket`` / ``upload.credentials`` is empty.
+        CredentialsError / ObjectRequestError: as
+            :func:`~statecraft.checkpoint.archive.open.open_bucket`.
+    """
+    upload = ckpt.config.upload
+    if not upload.enabled:
+        return None
+    opened: list[Any] = []
+
+    def here() -> None:
+        check_upload_knobs(ckpt.config)
+        try:
+            opened.append(open_bucket(upload.credentials, upload.bucket))
+        except CredentialsError as exc:
+            raise CredentialsError(
+                f"upload.credentials: {exc}", path=exc.fields.get("path"),
+                problem=exc.fields.get("problem"),
+            ) from None  # fmt: skip
+
+    on_rank_zero(ckpt.collective, here)
+    return opened[0] if opened else None
 
 
 def artifacts_store(

@@ -36,6 +36,7 @@ from typing import Any
 
 import attrs
 
+from statecraft.checkpoint.archive.destination import ArchiveDestination
 from statecraft.checkpoint.artifact_saving import ArtifactReport, save_artifact
 from statecraft.checkpoint.attempt_open import artifacts_store
 from statecraft.checkpoint.background import BackgroundWrites
@@ -51,6 +52,8 @@ from statecraft.checkpoint.machines import load_machine
 from statecraft.checkpoint.retention import RetentionPlan, RetentionReport, run_retention
 from statecraft.checkpoint.saving import SaveReport, gather_into, save_full_checkpoint
 from statecraft.checkpoint.state import gather_data_state, gather_rng_inventory
+from statecraft.checkpoint.transactions.upload import upload_checkpoint
+from statecraft.checkpoint.transactions.validation import PublicationStep, ValidationContext
 from statecraft.checkpoint.validation_records import (
     ValidationIdentity,
     ValidationStage,
@@ -67,6 +70,7 @@ from statecraft.storage.filesystem import Filesystem
 __all__ = ["WRITING", "BoundaryOutcome", "BoundaryRunner"]
 
 log = logging.getLogger("statecraft")
+upload_log = logging.getLogger("statecraft.publish")
 
 #: the kinds that write something (and therefore need the save-without-resume check)
 WRITING = frozenset(
@@ -112,6 +116,30 @@ class BoundaryOutcome:
     wrote: bool = False
 
 
+def publish_committed_artifact(
+    artifacts: Store, step: int, destination: ArchiveDestination, *, lease: WriterLease | None
+) -> Any:
+    """Publish committed artifact ``iter_<step>`` (the ``publish`` machine), best effort: a
+    failure is logged at WARNING with the destination and the error (the local artifact is
+    kept); returns the ``PublishReport`` or ``None``."""
+    where = destination.uri(destination.artifact_prefix(step))
+    try:
+        from statecraft.checkpoint.transactions.publish import publish_artifact
+    except ImportError:  # the publish transaction is not installed in this build
+        upload_log.warning(
+            "artifact iter %d is not published to %s: no publish transaction", step, where
+        )
+        return None
+    try:
+        return publish_artifact(artifacts, step, destination, lease=lease)
+    except Exception as exc:  # best effort: the committed local artifact stands
+        upload_log.warning(
+            "the publication of artifact iter %d to %s failed (the local artifact is kept): %s",
+            step, where, exc,
+        )  # fmt: skip
+        return None
+
+
 class BoundaryRunner:
     """Runs the decided boundary for one ``Checkpointer`` (holds its loaded machines, the
     registered evaluation, the lazily created artifacts store, the background writes and the
@@ -129,6 +157,8 @@ class BoundaryRunner:
         self.filesystem = filesystem
         self.writes = writes or BackgroundWrites(collective, enabled=False)
         self.retention = retention
+        # where full saves are archived (upload.enabled; set on rank 0 by resume()/first use)
+        self.destination: ArchiveDestination | None = None
         self.retained: list[RetentionReport] = []  # passes run after a durable validation
         self.evaluation: Evaluation | None = None
         self.identity = ValidationIdentity()
@@ -237,6 +267,7 @@ class BoundaryRunner:
                 save_machine=self.machine("save"),
                 machine=self.machine("validation"),
                 location=str(attempt.checkpoints_dir),
+                publication_steps=self.publication_steps(),
             )
             self.retain(store, step, lease)
             return BoundaryOutcome(
@@ -297,7 +328,24 @@ class BoundaryRunner:
             staging=staging,
             slot=slot,
             machines=self.machine,
+            # the emergency save uploads after DONE.json (emergency_step), not before it
+            destination=self.destination if background else None,
         )
+
+    def publication_steps(self) -> tuple[PublicationStep, ...]:
+        """The steps of a durable validation's publication: with an archive destination, the
+        strict upload of the evaluated checkpoint (a failure raises: it stays
+        publication-pending and a resumed run publishes it without evaluating again)."""
+        destination = self.destination
+        if destination is None:
+            return ()
+
+        def upload(ctx: ValidationContext) -> None:
+            upload_checkpoint(
+                ctx.store, ctx.iteration, destination, lease=ctx.lease, pending_ok=True
+            )
+
+        return (upload,)
 
     def retain(self, store: Store, step: int, lease: WriterLease | None) -> None:
         """Retention after the durable validation of ``step`` was published (rank 0); its
@@ -328,10 +376,13 @@ class BoundaryRunner:
         evaluation: Evaluation | None,
         evaluate_first: bool,
     ) -> ArtifactReport:
-        """One partial artifact of ``step`` through ``machines/artifact.toml`` (rank 0)."""
-        return save_artifact(
+        """One partial artifact of ``step`` through ``machines/artifact.toml`` (rank 0); with
+        an archive destination, once committed it is published (best effort: a failure is
+        logged at WARNING and the local artifact is kept)."""
+        artifacts = self._artifacts(attempt)
+        report = save_artifact(
             tracked,
-            self._artifacts(attempt),
+            artifacts,
             plan=plan,
             rng=rng,
             data=data,
@@ -342,3 +393,6 @@ class BoundaryRunner:
             evaluation=evaluation,
             evaluate_first=evaluate_first,
         )
+        if self.destination is not None:
+            publish_committed_artifact(artifacts, step, self.destination, lease=lease)
+        return report

@@ -39,6 +39,8 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+import attrs
+
 from statecraft.checkpoint.artifact_saving import ArtifactReport
 from statecraft.checkpoint.attempt_open import checked_output_root, ensure_attempt
 from statecraft.checkpoint.background import BackgroundWrites
@@ -150,6 +152,9 @@ class Checkpointer:
         self._lifecycle = Lifecycle()  # resume once, before saving (lifecycle.py)
         self._resume_machine = load_machine("resume")
         self.retention = RetentionPlan.from_config(config) if retention is None else retention
+        if config.upload.enabled and not self.retention.require_uploaded:
+            # with an archive, retention prunes only what is archived (never the only copy)
+            self.retention = attrs.evolve(self.retention, require_uploaded=True)
         self._boundaries = BoundaryRunner(  # boundary_run.py; background.py
             collective,
             filesystem,

@@ -32,7 +32,9 @@ first save runs it. The facade consumes the sentinel afterwards (rank 0).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from statecraft.checkpoint.artifact_saving import ArtifactReport
 from statecraft.checkpoint.attempt_open import artifacts_store
@@ -43,6 +45,7 @@ from statecraft.checkpoint.saving import SaveReport
 from statecraft.checkpoint.step import StepEnd
 from statecraft.checkpoint.stop_records import EmergencyKind, EmergencyReport, StopDecision
 from statecraft.checkpoint.transactions.emergency import EmergencyContext, run_emergency
+from statecraft.checkpoint.transactions.upload import upload_checkpoint
 from statecraft.checkpoint.validation_records import ValidationStage
 from statecraft.parallel.rank0 import on_rank_zero
 
@@ -142,9 +145,33 @@ def stop_boundary(ckpt: Checkpointer, decision: StopDecision) -> StepEnd:
         ckpt.artifacts.append(artifact)
     if collective.rank == 0:
         log.info("%s", stop_line(report))
+        if saved is not None:  # after DONE.json is durable: the stop's deadline came first
+            saved = archive_after_stop(runner, store, saved, lease=ckpt.lease)
+            ckpt.saves[-1] = saved
     return StepEnd(
         saved=saved, stop=True, reason=decision.reason, artifact=artifact, emergency=report
     )
+
+
+def archive_after_stop(runner: Any, store: Any, saved: SaveReport, *, lease: Any) -> SaveReport:
+    """Best effort (rank 0): archive the emergency checkpoint once ``DONE.json`` is durable
+    (``upload.enabled``); a failure or refusal (an evaluation-pending emergency checkpoint) is
+    logged at WARNING on ``statecraft.upload`` and the stop goes on. Returns ``saved`` with
+    its ``upload`` / ``upload_error``."""
+    destination = runner.destination
+    if destination is None:
+        return saved
+    try:
+        done = upload_checkpoint(store, saved.iteration, destination, lease=lease)
+    except Exception as exc:  # best effort: the emergency checkpoint is durable locally
+        logging.getLogger("statecraft.upload").warning(
+            "the upload of emergency checkpoint %s to %s failed (the local checkpoint is kept): %s",
+            iter_dirname(saved.iteration),
+            destination.uri(destination.iteration_prefix(saved.iteration)),
+            exc,
+        )
+        return attrs.evolve(saved, upload_error=exc)
+    return attrs.evolve(saved, upload=done)
 
 
 def stop_line(report: EmergencyReport) -> str:

@@ -20,6 +20,7 @@ from typing import Any
 
 import attrs
 
+from statecraft.checkpoint.archive.destination import ArchiveDestination
 from statecraft.checkpoint.async_saving import stage_async
 from statecraft.checkpoint.layout import iter_dirname
 from statecraft.checkpoint.lease import WriterLease
@@ -30,6 +31,7 @@ from statecraft.checkpoint.retention import RetentionPlan, RetentionReport
 from statecraft.checkpoint.staging import StagingBuffers
 from statecraft.checkpoint.state import DataState, TrainerState
 from statecraft.checkpoint.transactions.save import SaveContext
+from statecraft.checkpoint.transactions.upload import UploadReport
 from statecraft.checkpoint.transactions.write_job import (
     WriteJobContext,
     found_committed,
@@ -70,6 +72,8 @@ class SaveReport:
             snapshot).
         retention: what the retention pass after the save did (``None``: no pass ran).
         asynchronous: the save was written on the background slot.
+        upload: what the archive upload after the save did (``None``: none planned, or it
+            failed: then ``upload_error`` holds why; best effort, the save stands).
     """
 
     iteration: int
@@ -81,6 +85,8 @@ class SaveReport:
     blocking_seconds: float = 0.0
     retention: RetentionReport | None = None
     asynchronous: bool = False
+    upload: UploadReport | None = None
+    upload_error: Exception | None = None
 
 
 @attrs.define
@@ -117,6 +123,7 @@ def save_full_checkpoint(
     staging: StagingBuffers | None = None,
     slot: WriteSlot | None = None,
     machines: Callable[[str], Any] | None = None,
+    destination: ArchiveDestination | None = None,
 ) -> SaveReport | PendingSave:
     """Capture the trainer state and run the write job (``machines/write_job.toml``: the save
     machine, then retention) for iteration ``step``.
@@ -170,6 +177,7 @@ def save_full_checkpoint(
             location=where,
             pending=pending,
             started=started,
+            destination=destination,
         )
 
     if staging is not None and slot is not None:
@@ -209,6 +217,7 @@ def run_write(
     location: str,
     pending: PendingSave | None,
     started: float,
+    destination: ArchiveDestination | None = None,
 ) -> SaveReport:
     """Run the write job for ``plan`` here (the training thread, or the slot's thread for a
     ``pending`` save) and build its :class:`SaveReport`; log the ``saved iter`` line.
@@ -233,6 +242,7 @@ def run_write(
         retention_machine=machines.retention,
         lease=lease,
         on_durable=None if pending is None else pending.durable.set,
+        destination=destination,
     )
     done = run_write_job(job, machines.write_job)
     seconds = time.perf_counter() - begun
@@ -248,6 +258,8 @@ def run_write(
         blocking_seconds=blocking,
         retention=done.retention,
         asynchronous=pending is not None,
+        upload=done.upload,
+        upload_error=done.upload_error,
     )
     mib = report.bytes_written / 2**20
     log.info(

@@ -141,6 +141,7 @@ def _finish(
             lease=lease,
             machine=runner.machine("validation"),
             location=store.describe(),
+            publication_steps=runner.publication_steps(),
         )
         runner.retain(store, result.step, lease)  # retention after the publication
         return report

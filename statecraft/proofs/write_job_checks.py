@@ -29,6 +29,7 @@ __all__ = [
     "resume_is_exact",
     "retention_after_durable_save",
     "retention_touches_only_after_durable",
+    "upload_between_durable_save_and_retention",
 ]
 
 _ROOT = CHECKPOINTS_ROOT + "/"
@@ -169,6 +170,62 @@ def retention_after_durable_save(ctx: CheckContext) -> None:
             continue
         ctx.exercised()
         problem = _order_problem(log, run, who)
+        if problem is not None:
+            raise GuaranteeViolation(problem)
+
+
+def _is_upload_op(record: IoRecord, target: int) -> bool:
+    """A bucket request, or a write of ``iter_N/.uploaded`` (the receipt or its temporary;
+    the save's sweep of a dead writer's temporary is the save's)."""
+    if record.op in ("put", "delete"):
+        return True
+    if record.op not in ("open_write", "rename", "link"):
+        return False
+    inside = _ROOT + iteration_name(target) + "/"
+    return any(p.startswith(inside) and ".uploaded" in p[len(inside) :] for p in _paths(record))
+
+
+def _upload_order_problem(log: Sequence[IoRecord], run: JobRun, who: str) -> str | None:
+    for k, target in enumerate(run.targets):
+        start = run.starts[k]
+        end = run.starts[k + 1] if k + 1 < len(run.starts) else None
+        window = [r for r in log if r.index >= start and (end is None or r.index < end)]
+        uploads = [r for r in window if _is_upload_op(r, target)]
+        if not uploads:
+            continue
+        durable_at = run.durable_at[k]
+        if durable_at is None or uploads[0].index < durable_at:
+            r = uploads[0]
+            return (
+                f"{who}: the job of iter {target} sent #{r.index} {r.op} {r.target} before its "
+                "save was durable"
+            )
+        retention = [r for r in window if _is_retention_op(r, target)]
+        early = [r for r in retention if r.index < uploads[-1].index]
+        if early:
+            r = early[0]
+            return (
+                f"{who}: the job of iter {target} ran retention operation #{r.index} {r.op} "
+                f"{r.target} before its upload finished (#{uploads[-1].index})"
+            )
+    return None
+
+
+def upload_between_durable_save_and_retention(ctx: CheckContext) -> None:
+    """WRITE-JOB-UPLOAD-ORDER: a job's bucket requests and receipt come after its save was
+    durable and before any operation of its retention, in the crashed run and in the
+    restarted process's jobs."""
+    runs: list[tuple[str, Sequence[IoRecord], JobRun | None]] = [
+        ("the run", ctx.io_log, scenario_of(ctx).last_run)
+    ]
+    if ctx.phase == "recovered":
+        recovery = recovery_of(ctx)
+        runs.append(("the restarted process", recovery.io, recovery.run))
+    for who, log, run in runs:
+        if run is None or not run.targets or not scenario_of(ctx).upload:
+            continue
+        ctx.exercised()
+        problem = _upload_order_problem(log, run, who)
         if problem is not None:
             raise GuaranteeViolation(problem)
 

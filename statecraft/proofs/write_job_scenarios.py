@@ -24,9 +24,11 @@ from typing import Any
 
 import attrs
 
+from statecraft.checkpoint.archive.destination import ArchiveDestination
 from statecraft.checkpoint.retention import RetentionPlan
 from statecraft.checkpoint.retention_policies import LatestN
 from statecraft.checkpoint.staging import StagingBuffers
+from statecraft.checkpoint.transactions.upload import upload_checkpoint
 from statecraft.checkpoint.transactions.write_job import WriteJobContext
 from statecraft.engine import CrashPlan, Machine, RunResult
 from statecraft.engine.crash import IoGate, IoRecord
@@ -46,8 +48,10 @@ from statecraft.proofs.training import (
     fresh_objects,
     preserved_rng,
 )
+from statecraft.proofs.upload_scenarios import REMOTE_PREFIX
 from statecraft.proofs.validation_scenarios import save_evaluation_pending
 from statecraft.storage.base import Store
+from statecraft.storage.objects import SimBucket
 from statecraft.storage.sim import SimWorld
 
 __all__ = [
@@ -62,11 +66,15 @@ __all__ = [
 PLAN_FILES = ("model.pt", "optim.pt", "trainer.pt")
 
 
-def retention_plan(optim_last: int, model_last: int) -> RetentionPlan:
-    """``RetentionPlan`` from the two knobs (0 = keep all), as ``from_config`` resolves them."""
+def retention_plan(
+    optim_last: int, model_last: int, *, require_uploaded: bool = False
+) -> RetentionPlan:
+    """``RetentionPlan`` from the knobs (0 = keep all; ``upload.enabled`` ->
+    ``require_uploaded``), as ``from_config`` resolves them."""
     return RetentionPlan(
         optimizer=LatestN(optim_last) if optim_last else None,
         model=LatestN(model_last) if model_last else None,
+        require_uploaded=require_uploaded,
     )
 
 
@@ -139,6 +147,8 @@ class WriteJobScenario:
         inject_faults: the explorer also fails each operation (``False``: crash points only,
             when another scenario already injects a fault at every operation of one job).
         save_machine_factory: the save machine the jobs run.
+        upload: the jobs archive each saved iteration to the world's bucket (upload enabled:
+            retention then requires ``.uploaded``); the setup archives ``previous`` too.
         last_run: the latest crashed run (the explorer checks each crash state of a run before
             it starts the next run).
     """
@@ -157,6 +167,7 @@ class WriteJobScenario:
     save_machine_factory: Callable[[], Machine] = attrs.field(
         default=lambda: shipped_machine("save")
     )
+    upload: bool = False
     machine: str = "write_job"
     recovery_may_fail: bool = False
     last_run: JobRun | None = attrs.field(default=None, eq=False, repr=False)
@@ -182,6 +193,7 @@ class WriteJobScenario:
         salt: int,
         on_durable: Callable[[], None],
         staging: StagingBuffers,
+        bucket: SimBucket | None = None,
     ) -> WriteJobContext:
         """The one place the harness builds a write job's context. The crashed run's jobs
         of an asynchronous scenario serialize a snapshot in ``staging`` (taken after the
@@ -190,12 +202,18 @@ class WriteJobScenario:
         save = save_context(store, iteration, with_data=False, salt=salt)
         if self.asynchronous and salt == SALT_RUN:
             save.payloads = snapshot_payloads(staging, save.payloads)
+        destination = None
+        if self.upload and bucket is not None:
+            destination = ArchiveDestination(bucket, REMOTE_PREFIX)
         return WriteJobContext(
             save=save,
-            retention=retention_plan(self.optim_last, self.model_last),
+            retention=retention_plan(
+                self.optim_last, self.model_last, require_uploaded=self.upload
+            ),
             save_machine=self.save_machine_factory(),
             retention_machine=shipped_machine("retention"),
             on_durable=on_durable,
+            destination=destination,
         )
 
     def setup(self, world: SimWorld) -> None:
@@ -208,6 +226,8 @@ class WriteJobScenario:
                 continue
             ctx = save_context(store, iteration, with_data=False, salt=SALT_SETUP)
             shipped_machine("save").recover(ctx).raise_for_failure()
+            if self.upload:
+                upload_checkpoint(store, iteration, ArchiveDestination(world.bucket, REMOTE_PREFIX))
 
     def _jobs(
         self,
@@ -239,7 +259,12 @@ class WriteJobScenario:
                     durable[slot] = gate.count
 
                 ctx = self.context(
-                    self.store(world), iteration, salt=salt, on_durable=mark, staging=staging
+                    self.store(world),
+                    iteration,
+                    salt=salt,
+                    on_durable=mark,
+                    staging=staging,
+                    bucket=world.bucket,
                 )
                 plan = _shifted(crash, offset)
                 machine = self.machine_factory()
@@ -346,5 +371,13 @@ def write_job_scenarios() -> list[WriteJobScenario]:
             model_last=1,
             asynchronous=False,
             inject_faults=False,
+        ),
+        WriteJobScenario(
+            "one-job-upload-then-keep-model-1-require-uploaded",
+            targets=(4,),
+            previous=(2,),
+            optim_last=1,
+            model_last=1,
+            upload=True,
         ),
     ]

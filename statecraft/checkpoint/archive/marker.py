@@ -28,6 +28,7 @@ import attrs
 
 from statecraft.checkpoint.archive.inventory import ArchiveEntry
 from statecraft.checkpoint.manifest import strict_converter, structure_record
+from statecraft.checkpoint.schemas import encode_conforming, json_text_violations
 from statecraft.errors import CheckpointCorruptError
 from statecraft.storage.base import Store
 from statecraft.storage.s3_credentials import S3Identity
@@ -35,6 +36,7 @@ from statecraft.storage.s3_credentials import S3Identity
 __all__ = [
     "MARKER_NAME",
     "MARKER_SCHEMA",
+    "MARKER_SCHEMA_FILE",
     "DestinationRecord",
     "LegacyMarker",
     "UploadedMarker",
@@ -46,6 +48,8 @@ __all__ = [
 
 MARKER_NAME = ".uploaded"
 MARKER_SCHEMA = "statecraft.archive-marker.v1"
+#: the JSON schema of a v1 marker (named by ``specs/upload.toml``), enforced on write and read
+MARKER_SCHEMA_FILE = "archive-marker.schema.json"
 MarkerKind = Literal["checkpoint", "artifact"]
 
 _converter = strict_converter()
@@ -99,8 +103,15 @@ class UploadedMarker:
     schema: str = MARKER_SCHEMA
 
     def encode(self) -> bytes:
+        """Canonical JSON, checked against ``specs/archive-marker.schema.json`` first.
+
+        Raises:
+            CheckpointError: the marker breaks the schema (nothing is written).
+        """
         raw = _converter.unstructure(self)
-        return (json.dumps(raw, sort_keys=True, indent=1) + "\n").encode()
+        return encode_conforming(
+            raw, MARKER_SCHEMA_FILE, what=f"the archive marker of iteration {self.iteration}"
+        )
 
     def entry(self, path: str) -> ArchiveEntry | None:
         return next((e for e in self.files if e.path == path), None)
@@ -143,6 +154,11 @@ def decode_marker(data: bytes, *, source: str) -> UploadedMarker | LegacyMarker:
     marker: UploadedMarker = structure_record(
         _converter, raw, UploadedMarker, source=source, what="archive marker", fix=_FIX
     )
+    violations = json_text_violations(MARKER_SCHEMA_FILE, text)
+    if violations:
+        raise CheckpointCorruptError(
+            source, f"violates specs/{MARKER_SCHEMA_FILE}: {'; '.join(violations)}", _FIX
+        )
     return marker
 
 

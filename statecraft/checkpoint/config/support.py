@@ -121,15 +121,6 @@ DCP = Feature(
     ),
 )
 
-UPLOAD = Feature(
-    "archive upload",
-    requests=(
-        KnobRequest(
-            "upload.enabled", bool, "set upload.enabled=false and copy checkpoints out of band"
-        ),
-    ),
-)
-
 
 def declared_features(*modules: types.ModuleType) -> list[Feature]:
     """Every :class:`Feature` bound at the top level of ``modules`` (default: this module), in

@@ -3,7 +3,9 @@
 The write job is what one full save runs, on the training thread (a synchronous save) or on
 the role's background write slot (an asynchronous one): the ``save`` machine's ``recover``
 for ``iter_N`` (inside ``save_checkpoint``), then, only once that run reached ``committed``,
-retention (inside ``apply_retention``). The table is the order; this module says how each
+the archive upload of ``iter_N`` when a destination is given (inside ``upload_archive``:
+best effort, a failure is logged at WARNING and the job goes on), then retention (inside
+``apply_retention``). The table is the order; this module says how each
 step acts. See ``specs/write_job.toml`` for the guarantees, proven by ``statecraft crashcheck
 --machine write_job``.
 
@@ -33,9 +35,11 @@ from typing import Any
 
 import attrs
 
+from statecraft.checkpoint.archive.destination import ArchiveDestination
 from statecraft.checkpoint.lease import WriterLease
 from statecraft.checkpoint.retention import RetentionPlan, RetentionReport, run_retention
 from statecraft.checkpoint.transactions.save import SaveContext
+from statecraft.checkpoint.transactions.upload import UploadReport, upload_checkpoint
 from statecraft.engine import Bindings, RunResult
 from statecraft.engine.tagging import Role, collect_bindings, effect, guard, observer
 from statecraft.errors import CheckpointError
@@ -49,6 +53,7 @@ __all__ = [
 ]
 
 log = logging.getLogger("statecraft.write_job")
+upload_log = logging.getLogger("statecraft.upload")
 
 
 @attrs.define
@@ -74,6 +79,11 @@ class WriteJobContext:
         retention_report: what retention returned (``None`` until it ran, or when skipped).
         retention_seconds: wall time of retention.
         durable: the save reached ``committed`` in this job (``on_durable`` was called).
+        destination: where the upload archives ``iter_N`` (``None``: no upload; the
+            ``skip_upload`` branch).
+        upload_report: what the upload returned (``None``: skipped or failed).
+        upload_error: the upload's error (logged at WARNING; the job went on).
+        upload_seconds: wall time of the upload.
     """
 
     save: SaveContext
@@ -87,6 +97,10 @@ class WriteJobContext:
     retention_report: RetentionReport | None = None
     retention_seconds: float = 0.0
     durable: bool = False
+    destination: ArchiveDestination | None = None
+    upload_report: UploadReport | None = None
+    upload_error: Exception | None = None
+    upload_seconds: float = 0.0
 
     @property
     def iteration(self) -> int:
@@ -109,6 +123,8 @@ class WriteJobReport:
         save_seconds: wall time of the save machine's run.
         retention: what retention did (``None`` when it was skipped).
         retention_seconds: wall time of retention (0 when skipped).
+        upload: what the upload did (``None``: none planned, or it failed).
+        upload_error: the upload's error when it failed (best effort: logged, not raised).
         effects: the write job's own effects and their durations, in order.
     """
 
@@ -119,6 +135,8 @@ class WriteJobReport:
     retention: RetentionReport | None
     retention_seconds: float
     effects: tuple[tuple[str, float], ...]
+    upload: UploadReport | None = None
+    upload_error: Exception | None = None
 
     @property
     def bytes_written(self) -> int:
@@ -155,6 +173,8 @@ def run_write_job(ctx: WriteJobContext, machine: Any) -> WriteJobReport:
         retention=ctx.retention_report,
         retention_seconds=ctx.retention_seconds,
         effects=tuple((e.effect, e.duration_s) for e in result.trace),
+        upload=ctx.upload_report,
+        upload_error=ctx.upload_error,
     )
 
 
@@ -182,6 +202,12 @@ def observe_write_job(ctx: WriteJobContext) -> str:
 
 
 # ----------------------------------------------------------------------------- guards
+@guard()
+def upload_planned(ctx: WriteJobContext) -> bool:
+    """An archive destination was given (``upload.enabled``)."""
+    return ctx.destination is not None
+
+
 @guard()
 def retention_planned(ctx: WriteJobContext) -> bool:
     """A retention plan and the retention machine were given."""
@@ -212,6 +238,47 @@ def save_checkpoint(ctx: WriteJobContext) -> None:
             "retention runs only after a durable save: nothing was pruned"
         )
     _announce_durable(ctx)
+
+
+@effect(role=Role.COORDINATOR)
+def upload_archive(ctx: WriteJobContext) -> None:
+    """Archive durable ``iter_N`` (the ``upload`` machine). Best effort: any failure
+    (a request, the verification, a refusal) is logged at WARNING with the destination and
+    the error, kept in ``upload_error``, and the job goes on to retention (which keeps the
+    iteration: it holds no receipt).
+
+    Raises:
+        CheckpointError: the save is not known durable in this job (a table bug; nothing is
+            uploaded).
+    """
+    if not ctx.durable:
+        raise CheckpointError(
+            f"the upload was about to run before the save of {ctx.where} was durable; the "
+            "write job table must save first: nothing was uploaded"
+        )
+    destination = ctx.destination
+    if destination is None:  # the upload_planned guard let this run: a table bug
+        raise CheckpointError(f"{ctx.where}: upload_archive ran without a destination")
+    started = time.perf_counter()
+    try:
+        ctx.upload_report = upload_checkpoint(
+            ctx.save.store, ctx.iteration, destination, lease=ctx.lease
+        )
+    except Exception as exc:  # best effort: the checkpoint is durable locally and kept
+        ctx.upload_error = exc
+        upload_log.warning(
+            "the upload of %s to %s failed (the local checkpoint is kept and retention will "
+            "not prune it; the next save uploads its own): %s",
+            ctx.where, destination.uri(destination.iteration_prefix(ctx.iteration)), exc,
+        )  # fmt: skip
+    finally:
+        ctx.upload_seconds = time.perf_counter() - started
+
+
+@effect(role=Role.COORDINATOR)
+def skip_upload(ctx: WriteJobContext) -> None:
+    """No archive destination: nothing to do (no store operation)."""
+    ctx.upload_report = None
 
 
 @effect(role=Role.COORDINATOR)

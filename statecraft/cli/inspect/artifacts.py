@@ -17,6 +17,7 @@ from statecraft.checkpoint.artifact_catalog import (
 from statecraft.checkpoint.artifact_manifest import ArtifactManifest, read_artifact_manifest
 from statecraft.checkpoint.catalog import Catalog
 from statecraft.checkpoint.transactions.resume_rules import AutoOutcome, auto_outcome
+from statecraft.cli.inspect.archive import archive_field
 from statecraft.cli.inspect.disk import FS, file_records, files_on_disk
 from statecraft.errors import CheckpointError
 from statecraft.storage.local import LocalStore
@@ -51,6 +52,7 @@ def _artifact_record(store: LocalStore, entry: ArtifactEntry) -> dict[str, Any]:
         "metrics": dict(manifest.metrics) if manifest and manifest.metrics else None,
         "files": file_records(on_disk, recorded),
         "total_bytes": sum(on_disk.values()),
+        "archive": archive_field(store, entry.name) if on_disk else None,
     }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
+from statecraft.checkpoint.archive.marker import MARKER_NAME
 from statecraft.checkpoint.layout import (
     ARTIFACT_MANIFEST_NAME,
     ARTIFACTS_DIR,
@@ -12,6 +13,7 @@ from statecraft.checkpoint.layout import (
     LATEST_POINTER,
     MANIFEST_NAME,
 )
+from statecraft.cli.inspect.archive import archive_note
 from statecraft.cli.inspect.report import PARTIAL
 from statecraft.cli.inspect.retention import file_note
 
@@ -36,6 +38,8 @@ def _file_lines(it: dict[str, Any], manifest_name: str) -> list[str]:
         retained = file_note(it, f["name"], f["size"]) if manifest_name == MANIFEST_NAME else None
         if retained is not None:
             note = retained
+        elif f["name"] == MARKER_NAME:
+            note = archive_note(it, f["name"]) or ""
         elif not f["in_manifest"] and f["name"] != manifest_name and it["state"] != PARTIAL:
             note = "  (not in the manifest)"
         elif f["size"] is None:
@@ -58,6 +62,8 @@ def _artifacts_lines(report: dict[str, Any]) -> list[str]:
         )
         if a["reason"]:
             lines.append(f"      why: {a['reason']}")
+        if a.get("archive"):
+            lines.append(f"      archive: {a['archive']['detail']}")
         if a["metrics"]:
             lines.append(f"      metrics: {a['metrics']}")
         lines.extend(_file_lines(a, ARTIFACT_MANIFEST_NAME))

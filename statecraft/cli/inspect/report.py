@@ -30,6 +30,7 @@ from statecraft.checkpoint.transactions.resume_rules import (
     artifact_source_refusal,
 )
 from statecraft.checkpoint.verify import read_manifest
+from statecraft.cli.inspect.archive import archive_field
 from statecraft.cli.inspect.artifacts import artifacts_of, artifacts_report, auto_record
 from statecraft.cli.inspect.disk import FS as _FS
 from statecraft.cli.inspect.disk import file_records, files_on_disk, is_dir
@@ -83,6 +84,7 @@ def _iteration_report(
         "notes": list(entry.notes),
         "files": file_records(on_disk, recorded),
         "total_bytes": sum(on_disk.values()),
+        "archive": archive_field(store, name) if on_disk else None,
         **retention_fields(entry, decision),
     }
 

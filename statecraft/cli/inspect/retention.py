@@ -22,6 +22,7 @@ from statecraft.checkpoint.retention_records import (
     RetentionDecision,
 )
 from statecraft.checkpoint.verify import OPTIMIZER_ENTRIES
+from statecraft.cli.inspect.archive import archive_note
 from statecraft.storage.base import Store
 
 __all__ = [
@@ -80,7 +81,7 @@ def file_note(it: dict[str, Any], name: str, size: int | None) -> str | None:
     ``None``: a retention marker, an optimizer entry a weights-only checkpoint lacks, nothing
     (``""``) for what is left of an invalidated one."""
     if name in RETENTION_FILES:
-        return "  (retention marker)" if name in MARKERS else "  (upload marker)"
+        return "  (retention marker)" if name in MARKERS else archive_note(it, name)
     if size is None and it["state"] == "weights_only" and name in OPTIMIZER_ENTRIES:
         return "  (removed by retention)"
     if it["state"] == "invalidated":
