@@ -58,6 +58,8 @@ class TestBenchUpload:
         assert positive(data["ratios"]["upload_vs_boto3"])
         assert positive(data["ratios"]["fetch_vs_boto3"])
         assert data["transfer"] == {"part_size": 8 << 20, "concurrency": 10}
+        assert data["statecraft"]["upload"] == "upload_checkpoint"
+        assert data["statecraft"]["fetch"] in ("fetch_archive", "download_into (stand-in)")
         assert "upload" in format_upload(data)
         assert "fetch" in format_upload(data)
 
