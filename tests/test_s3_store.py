@@ -640,3 +640,69 @@ class TestCredentials:
         assert str(info.value).startswith(f"credentials file {path}: {problem}")
         assert info.value.path == str(path)  # type: ignore[attr-defined]
         assert self.SECRET not in str(info.value)
+
+
+class TestTransferHashing:
+    """The digests of transfers: downloads hash the ranges in file order as they land,
+    one-part uploads reuse a digest the caller passes, the defaults are boto3's."""
+
+    @pytest.fixture
+    def ranged(self, credentials: S3Credentials) -> S3Bucket:
+        """Small parts, three in flight: a 13 MiB object is three ranges landing in any order."""
+        return S3Bucket(credentials, BUCKET, transfer=TransferSettings(5 * MIB, concurrency=3))
+
+    def test_multirange_download_refuses_a_wrong_stored_sha256(
+        self, ranged: S3Bucket, s3_server: S3Server, prefix: str, tmp_path: Path
+    ) -> None:
+        """Every byte arrives, but the sha256 stored with the object is of other bytes: the
+        error names both digests and nothing is placed (no temporary either)."""
+        data = os.urandom(13 * MIB)
+        wrong = hashlib.sha256(b"other bytes").hexdigest()
+        s3_server.client().put_object(
+            Bucket=BUCKET, Key=f"{prefix}/k", Body=data, Metadata={"sha256": wrong}
+        )
+        with pytest.raises(ObjectRequestError) as info:
+            ranged.download(f"{prefix}/k", tmp_path / "out")
+        assert hashlib.sha256(data).hexdigest() in str(info.value)
+        assert wrong in str(info.value)
+        assert list(tmp_path.iterdir()) == []
+
+    def test_multirange_download_matches_the_whole_file_digest(
+        self, ranged: S3Bucket, s3_server: S3Server, prefix: str, tmp_path: Path
+    ) -> None:
+        """The in-order digest of three ranges equals the file's sha256 (the download is
+        accepted); an object without a stored digest downloads by size alone."""
+        data = os.urandom(13 * MIB + 7)
+        source = tmp_path / "src"
+        source.write_bytes(data)
+        ranged.put_file(f"{prefix}/k", source)
+        fetched = ranged.download(f"{prefix}/k", tmp_path / "back")
+        assert fetched.sha256 == hashlib.sha256(data).hexdigest()
+        assert (tmp_path / "back").read_bytes() == data
+        s3_server.client().put_object(Bucket=BUCKET, Key=f"{prefix}/plain", Body=data)
+        assert ranged.download(f"{prefix}/plain", tmp_path / "plain").sha256 == ""
+        assert (tmp_path / "plain").read_bytes() == data
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["back", "plain", "src"]
+
+    def test_one_part_put_file_stores_a_given_sha256(
+        self, bucket: S3Bucket, prefix: str, tmp_path: Path
+    ) -> None:
+        """put_file of a one-part file with the digest passed stores that digest without
+        hashing again (so a wrong one is stored as given); without it, the file's own."""
+        source = tmp_path / "small"
+        source.write_bytes(b"payload")
+        right = hashlib.sha256(b"payload").hexdigest()
+        bucket.put_file(f"{prefix}/a", source)
+        bucket.put_file(f"{prefix}/b", source, sha256="0" * 64)
+        assert bucket.put_bytes(f"{prefix}/c", b"payload", sha256=right)
+        stored = {k: bucket.stat(f"{prefix}/{k}") for k in "abc"}
+        assert {k: (v.sha256 if v else None) for k, v in stored.items()} == {
+            "a": right,
+            "b": "0" * 64,
+            "c": right,
+        }
+
+    def test_defaults_are_boto3s(self) -> None:
+        """8 MiB parts, 10 in flight (boto3's TransferConfig), 80 MiB of parts held."""
+        settings = TransferSettings()
+        assert (settings.part_size, settings.concurrency) == (8 * MIB, 10)

@@ -8,7 +8,7 @@ Subcommands:
     demo                        train, SIGKILL, preempt, resume, compare bit-for-bit with a
                                 clean run
     inspect PATH [--verify]     attempts and checkpoints under PATH and what resume=auto would pick
-    bench save | validation | async | emergency | engine   ratios against baselines
+    bench save | validation | async | emergency | upload | engine   ratios against baselines
     archive publish | fetch | prune-verified              archived artifacts (S3)
     objects download | copy     move object-store prefixes (idempotent, streamed)
 
@@ -195,6 +195,24 @@ def build_parser() -> argparse.ArgumentParser:
     bemerg.add_argument("--dir", help="directory to write in (default: a temporary one)")
     bemerg.add_argument("--json", action="store_true")
     bemerg.set_defaults(func=_lazy("statecraft.cli.bench.emergency", "run_bench_emergency"))
+    bupload = bsub.add_parser(
+        "upload", help="archive upload and fetch of a checkpoint vs boto3 upload/download_file"
+    )
+    bupload.add_argument("--size-mb", type=int, default=256, help="checkpoint size (default 256)")
+    bupload.add_argument(
+        "--repeat", type=int, default=4, help="rounds, order alternating (default 4, median)"
+    )
+    bupload.add_argument(
+        "--credentials", help="credentials JSON of the S3 service (default: start a local one)"
+    )
+    bupload.add_argument(
+        "--endpoint",
+        help="S3 endpoint URL (credentials: --credentials or $STATECRAFT_S3_CREDENTIALS)",
+    )
+    bupload.add_argument("--bucket", default="ckpt-bucket", help="bucket (default ckpt-bucket)")
+    bupload.add_argument("--dir", help="directory to write in (default: a temporary one)")
+    bupload.add_argument("--json", action="store_true")
+    bupload.set_defaults(func=_lazy("statecraft.cli.bench.upload", "run_bench_upload"))
     bengine = bsub.add_parser("engine", help="engine overhead per transition")
     bengine.add_argument("--transitions", type=int, default=20000)
     bengine.add_argument("--json", action="store_true")

@@ -115,7 +115,21 @@ class S3Bucket:
                 call wrote these very bytes); nothing changed.
             ObjectRequestError: the request failed after the bounded attempts.
         """
-        sha = hashlib.sha256(data).hexdigest()
+        return self.put_bytes(key, data, if_none_match=if_none_match, if_match=if_match)
+
+    def put_bytes(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        if_none_match: bool = False,
+        if_match: str | None = None,
+        sha256: str | None = None,
+    ) -> str:
+        """:meth:`put`, with the sha256 (hex) of ``data`` when the caller already knows it
+        (it is stored as given: a wrong digest makes every later download refuse the
+        object). Raises as :meth:`put`."""
+        sha = sha256 or hashlib.sha256(data).hexdigest()
         condition = _condition(if_none_match, if_match)
 
         def send() -> str:

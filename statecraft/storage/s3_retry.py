@@ -67,14 +67,16 @@ class RetryPolicy:
 @attrs.frozen
 class TransferSettings:
     """How large objects move: files above ``part_size`` go by multipart, at most
-    ``concurrency`` parts in flight (memory held: ``part_size * concurrency``).
+    ``concurrency`` parts in flight (memory held: ``part_size * concurrency``, 80 MiB by
+    default). The defaults are boto3's ``TransferConfig`` ones (8 MiB parts, 10 threads);
+    ``chunk_size`` is the read size of hashing and of a ranged GET's body.
 
     Raises:
         ConfigError: ``part_size`` outside S3's 5 MiB..5 GiB, or ``concurrency`` < 1.
     """
 
     part_size: int = 8 << 20
-    concurrency: int = 4
+    concurrency: int = 10
     chunk_size: int = 1 << 20
 
     def __attrs_post_init__(self) -> None:

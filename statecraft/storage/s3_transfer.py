@@ -11,6 +11,14 @@ Download: ranged GETs of the etag a HEAD saw (``If-Match``), ``part_size`` each 
 ``concurrency`` in flight, written with ``pwrite`` into a sibling temporary; a dropped body is
 resumed from the byte reached. The file is checked against the size and the stored sha256,
 fsynced and renamed into place. Nothing is placed unless every byte arrived and matched.
+
+Hashing: an upload needs the sha256 before ``CreateMultipartUpload`` (S3 fixes an object's
+metadata when the upload starts and nothing here relies on server-side copy), so a file larger
+than one part whose digest the caller does not pass is read once to hash it first; a file of
+one part is read once, hashed and sent from the same bytes. A download hashes while it
+fetches: the calling thread waits for the ranges in file order and hashes each one from the
+temporary (page cache) as soon as it has landed, then asks the kernel to start writing it
+back, so neither the hashing nor most of the final ``fsync`` is left for after the last byte.
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from statecraft.errors import ObjectRequestError, PreconditionFailed, StoreError
+from statecraft.storage.filesystem import OsFilesystem
 from statecraft.storage.s3_retry import Failure
 
 if TYPE_CHECKING:
@@ -30,14 +39,29 @@ if TYPE_CHECKING:
 
 __all__ = ["download_file", "file_sha256", "upload_file"]
 
+#: starts the device writeback of ranges already hashed (a hint; durability is the fsync)
+_WRITEBACK = OsFilesystem()
+
 
 def file_sha256(path: Path, chunk_size: int = 1 << 20) -> str:
-    """The hex sha256 of a file's bytes, read in ``chunk_size`` blocks."""
+    """The hex sha256 of a file's bytes, read in ``chunk_size`` blocks into one buffer."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk_size):
-            digest.update(block)
+    buffer = bytearray(chunk_size)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as f:
+        while count := f.readinto(buffer):
+            digest.update(view[:count])
     return digest.hexdigest()
+
+
+def _hash_range(fd: int, digest: Any, start: int, end: int, view: memoryview) -> None:
+    """Feed bytes ``[start, end)`` of ``fd`` into ``digest`` through the buffer ``view``."""
+    while start < end:
+        count = os.preadv(fd, [view[: min(len(view), end - start)]], start)
+        if count <= 0:
+            raise StoreError(f"the download temporary ended at byte {start} (expected {end})")
+        digest.update(view[:count])
+        start += count
 
 
 def upload_file(
@@ -49,7 +73,7 @@ def upload_file(
     size = path.stat().st_size
     settings = bucket.transfer
     if size <= settings.part_size:
-        return bucket.put(key, path.read_bytes(), if_none_match=if_none_match)
+        return bucket.put_bytes(key, path.read_bytes(), if_none_match=if_none_match, sha256=sha256)
     if if_none_match and bucket.stat(key) is not None:
         raise PreconditionFailed(f"If-None-Match: * refused: {key!r} exists in {bucket.describe()}")
     sha = sha256 or file_sha256(path, settings.chunk_size)
@@ -185,10 +209,12 @@ def download_file(bucket: S3Bucket, key: str, path: Path) -> RemoteObject:
     part_size = bucket.transfer.part_size_for(there.size)
     ranges = [(a, min(a + part_size, there.size)) for a in range(0, there.size, part_size)]
     try:
-        with open(temporary, "wb") as out:
+        with open(temporary, "w+b", buffering=0) as out:
             fd = out.fileno()
+            jobs = [_range_fetcher(bucket, key, there, fd, r) for r in ranges]
+            digest = hashlib.sha256() if there.sha256 else None
             try:
-                _parallel(bucket, [_range_fetcher(bucket, key, there, fd, r) for r in ranges])
+                _fetch_in_order(bucket, fd, jobs, ranges, digest)
             except PreconditionFailed:
                 raise ObjectRequestError(
                     f"{bucket.describe()}: {key!r} changed during the download (etag "
@@ -196,10 +222,9 @@ def download_file(bucket: S3Bucket, key: str, path: Path) -> RemoteObject:
                     op="get",
                     key=key,
                 ) from None
-            out.flush()
             os.fsync(fd)
         size = temporary.stat().st_size
-        sha = file_sha256(temporary, bucket.transfer.chunk_size) if there.sha256 else ""
+        sha = digest.hexdigest() if digest is not None else ""
         _check(bucket, key, there, size, sha)
         os.replace(temporary, path)
         _fsync_dir(path.parent)
@@ -210,6 +235,41 @@ def download_file(bucket: S3Bucket, key: str, path: Path) -> RemoteObject:
             pass
         raise
     return there
+
+
+def _fetch_in_order(
+    bucket: S3Bucket,
+    fd: int,
+    jobs: list[Callable[[], None]],
+    ranges: list[tuple[int, int]],
+    digest: Any,
+) -> None:
+    """Run the range ``jobs`` (at most ``transfer.concurrency`` at once) while this thread
+    takes the ranges in file order as they land: it hashes each into ``digest`` (read back
+    from the page cache) and starts its writeback. The first error in file order wins and
+    the jobs not started are cancelled."""
+    view = memoryview(bytearray(bucket.transfer.chunk_size)) if digest is not None else None
+
+    def landed(span: tuple[int, int]) -> None:
+        if digest is not None and view is not None:
+            _hash_range(fd, digest, span[0], span[1], view)
+        _WRITEBACK.start_writeback(fd, span[0], span[1] - span[0])
+
+    if len(jobs) <= 1:
+        for job, span in zip(jobs, ranges, strict=True):
+            job()
+            landed(span)
+        return
+    with cf.ThreadPoolExecutor(bucket.transfer.concurrency) as pool:
+        futures = [pool.submit(job) for job in jobs]
+        try:
+            for future, span in zip(futures, ranges, strict=True):
+                future.result()
+                landed(span)
+        except BaseException:
+            for future in futures:
+                future.cancel()
+            raise
 
 
 def _range_fetcher(
@@ -233,24 +293,6 @@ def _range_fetcher(
             raise _short_body()
 
     return lambda: bucket.call("get", key, send)
-
-
-def _parallel(bucket: S3Bucket, jobs: list[Callable[[], None]]) -> None:
-    """Run ``jobs`` with at most ``transfer.concurrency`` at once; the first error wins and
-    the jobs not started are cancelled."""
-    if len(jobs) <= 1:
-        for job in jobs:
-            job()
-        return
-    with cf.ThreadPoolExecutor(bucket.transfer.concurrency) as pool:
-        futures = [pool.submit(job) for job in jobs]
-        try:
-            for future in cf.as_completed(futures):
-                future.result()
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise
 
 
 def _short_body() -> Exception:

@@ -1,5 +1,5 @@
 """Benchmarks behind ``statecraft bench save``, ``bench validation``, ``bench async``,
-``bench emergency`` and ``bench engine``
+``bench emergency``, ``bench upload`` and ``bench engine``
 (DESIGN.md §7).
 
 Every number is measured in one process against in-process baselines, so the *ratios* are
@@ -23,6 +23,9 @@ meaningful on a noisy machine even when the absolute throughputs are not. One mo
 - :mod:`~statecraft.cli.bench.emergency`: ``bench emergency`` (the time from a stop decision
   to the durable emergency checkpoint, and the whole ``step_end()``, against one plain
   synchronous save of the same state);
+- :mod:`~statecraft.cli.bench.upload`: ``bench upload`` (archive upload and fetch of a real
+  checkpoint against boto3 ``upload_file`` / ``download_file`` of the same files, against a
+  given S3 service or a local SeaweedFS from :mod:`~statecraft.cli.bench.s3_local`);
 - :mod:`~statecraft.cli.bench.engine`: ``bench engine`` (engine overhead per transition);
 - :mod:`~statecraft.cli.bench.report`: the human tables.
 
