@@ -17,6 +17,7 @@ import attrs
 from statecraft.storage.base import Store
 from statecraft.storage.digest import file_digests
 from statecraft.storage.local import is_temporary_name
+from statecraft.storage.objects import RemoteObject
 
 __all__ = [
     "RECEIPT_NAMES",
@@ -51,6 +52,11 @@ class ArchiveEntry:
     path: str
     size: int
     sha256: str | None = None
+
+    def matches(self, remote: RemoteObject) -> bool:
+        """True when ``remote`` holds this entry: the same size, and the same stored sha256
+        when the entry records one (an unhashed entry is matched by size only)."""
+        return remote.size == self.size and (self.sha256 is None or remote.sha256 == self.sha256)
 
 
 def archived_files(store: Store, root: str) -> list[tuple[str, int]]:

@@ -326,7 +326,7 @@ def upload_payloads(ctx: PublishContext) -> None:
     for entry in ctx.declared.payloads:
         key = ctx.key(entry.path)
         there = bucket.stat(key)
-        if there is not None and (there.size, there.sha256) == (entry.size, entry.sha256):
+        if there is not None and entry.matches(there):
             ctx.skipped += 1
             continue
         bucket.upload_from(key, ctx.artifacts, f"{ctx.iter_dir}/{entry.path}")
@@ -342,7 +342,7 @@ def _verify(ctx: PublishContext, entry: ArchiveEntry) -> None:
             "is missing right after its upload",
             "Nothing was committed and no receipt written; publish again.",
         )
-    if (there.size, there.sha256) != (entry.size, entry.sha256):
+    if not entry.matches(there):
         raise ArchiveError(
             ctx.uri(entry.path),
             f"is {there.size} bytes with stored sha256 {there.sha256 or '(none)'}, declared "

@@ -280,19 +280,13 @@ def take_inventory(ctx: UploadContext) -> None:
     ctx.entries = tuple(entries)
 
 
-def _matches(there: object, entry: ArchiveEntry) -> bool:
-    size = getattr(there, "size", None)
-    sha = getattr(there, "sha256", "")
-    return size == entry.size and (entry.sha256 is None or sha == entry.sha256)
-
-
 def _put(ctx: UploadContext, entry: ArchiveEntry) -> None:
     """HEAD ``entry``'s object; skip it when it matches, else PUT it (unconditional: the same
     bytes under the same key, so a retry is idempotent)."""
     key = ctx.key(entry.path)
     bucket = ctx.destination.bucket
     there = bucket.stat(key)
-    if there is not None and _matches(there, entry):
+    if there is not None and entry.matches(there):
         ctx.skipped += 1
         return
     bucket.upload_from(key, ctx.store, f"{ctx.iter_dir}/{entry.path}", sha256=entry.sha256)
@@ -336,7 +330,7 @@ def verify_remote(ctx: UploadContext) -> None:
             raise ArchiveError(
                 ctx.uri(entry.path), "is missing after its upload", "Retry the upload."
             )
-        if not _matches(there, entry):
+        if not entry.matches(there):
             raise ArchiveError(
                 ctx.uri(entry.path),
                 f"holds {there.size} bytes (sha256 {there.sha256 or 'unknown'}); expected "
