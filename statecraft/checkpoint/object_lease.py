@@ -65,6 +65,7 @@ __all__ = [
     "ObjectStoreLease",
     "acquire_object_lease",
     "read_object_lease",
+    "take_over_seen_lease",
     "write_pointer_fenced",
 ]
 
@@ -428,6 +429,52 @@ def acquire_object_lease(
     for pointer in pointers:
         lease.observe(pointer)
     return lease
+
+
+def take_over_seen_lease(
+    store: ObjectStore,
+    seen: tuple[ObjectLeaseRecord, str],
+    *,
+    ttl_s: float,
+    clock: Clock = time.time,
+    host: str | None = None,
+    pid: int | None = None,
+) -> ObjectStoreLease:
+    """Take over exactly the lease version ``seen`` (a record and its etag, as
+    :func:`read_object_lease` returned them), whatever its expiry: ``If-Match`` on that etag,
+    generation + 1, logged at WARNING. What ``statecraft lease takeover`` runs after showing the
+    owner, so a job that acquired the root in between is never taken over by mistake.
+
+    Raises:
+        WriterLeaseError: the lease changed since it was read (named); nothing was changed.
+        ObjectRequestError: the bucket did not answer.
+    """
+    current, etag = seen
+    host = socket.gethostname() if host is None else host
+    pid = os.getpid() if pid is None else pid
+    record = _new_record(current.generation + 1, ttl_s, clock(), host, pid)
+    data = record.encode()
+    try:
+        new_etag = store.put_if(OBJECT_LEASE_NAME, data, if_match=etag, if_none_match=False)
+    except PreconditionFailed:
+        raise WriterLeaseError(
+            f"{_where(store)}: the lease changed since it was read ({current.describe()} is no "
+            "longer the version there); nothing was changed. Look again before taking it over",
+            path=_where(store),
+        ) from None
+    except ObjectRequestError:
+        landed = _landed(store, OBJECT_LEASE_NAME, data)
+        if landed is None:
+            raise
+        new_etag = landed
+    log.warning(
+        "%s: DELIBERATELY TOOK OVER the lease of %s; now %s (generation %d)",
+        _where(store),
+        current.describe(),
+        record.owner,
+        record.generation,
+    )
+    return ObjectStoreLease(store, record, new_etag, clock, previous=current)
 
 
 def write_pointer_fenced(
