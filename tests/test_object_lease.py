@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,6 +130,24 @@ class TestAcquire:
         with pytest.raises(WriterLeaseError):
             first.check()
         second.check()
+
+    def test_dead_owner_on_this_host_is_taken_over(self, store: ObjectStore) -> None:
+        """An unexpired lease whose owner ran on this host and whose PID is gone is taken
+        over at once (a relaunch after SIGKILL); a live PID on this host is refused."""
+        import socket
+        import subprocess
+        import sys
+
+        done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True)  # fmt: skip
+        dead_pid = int(done.stdout)
+        clock = Clock()
+        host = socket.gethostname()
+        acquire_object_lease(store, ttl_s=TTL, takeover=False, clock=clock, host=host, pid=dead_pid)
+        heir = acquire_object_lease(store, ttl_s=TTL, takeover=False, clock=clock)
+        assert heir.generation == 2
+        with pytest.raises(WriterLeaseError, match=f"PID {os.getpid()}"):
+            acquire_object_lease(store, ttl_s=TTL, takeover=False, clock=clock, pid=1)
 
     def test_release_lets_the_next_writer_in(self, store: ObjectStore) -> None:
         clock = Clock()

@@ -6,10 +6,11 @@ A bucket has no locks and no process liveness, only per-key compare-and-swap
 ``statecraft.object-lease.v1``), and every write to it is conditional:
 
 - **acquire** (:func:`acquire_object_lease`): create with ``If-None-Match``. When a lease is
-  there: an unexpired, unreleased one of another owner refuses with
+  there: an unexpired, unreleased one of another live owner refuses with
   :class:`~statecraft.errors.WriterLeaseError` naming it (host, PID, since, expiry) and the
-  fix; an expired (or released) one is taken over by ``If-Match`` on the etag just read, with
-  ``generation + 1`` (logged at WARNING when it had expired); ``takeover=True``
+  fix; an expired (or released) one, or one whose owner ran on this host and whose PID is
+  gone (:func:`owner_alive`), is taken over by ``If-Match`` on the etag just read, with
+  ``generation + 1`` (logged at WARNING unless it was released); ``takeover=True``
   (``checkpoint_store.lease_takeover``, or ``statecraft lease takeover``) takes an unexpired
   one over the same way, deliberately (only after making sure its owner is dead).
 - **renew** (:meth:`ObjectStoreLease.renew_if_due`): when more than half the ttl has passed
@@ -64,6 +65,7 @@ __all__ = [
     "OBJECT_LEASE_NAME",
     "ObjectStoreLease",
     "acquire_object_lease",
+    "owner_alive",
     "read_object_lease",
     "take_over_seen_lease",
     "write_pointer_fenced",
@@ -295,6 +297,20 @@ def _landed(store: ObjectStore, path: str, data: bytes) -> str | None:
     return None
 
 
+def owner_alive(record: ObjectLeaseRecord) -> bool:
+    """True unless ``record``'s owner is on this host and its PID no longer runs (an owner on
+    another host cannot be checked: it counts as alive, so acquisition fails closed)."""
+    if record.host != socket.gethostname():
+        return True
+    try:
+        os.kill(record.pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
 def _new_record(
     generation: int, ttl_s: float, now: float, host: str, pid: int
 ) -> ObjectLeaseRecord:
@@ -336,6 +352,7 @@ def acquire_object_lease(
     host: str | None = None,
     pid: int | None = None,
     pointers: tuple[str, ...] = (LATEST_POINTER,),
+    alive: Callable[[ObjectLeaseRecord], bool] | None = None,
 ) -> ObjectStoreLease:
     """Take the writer lease of the direct checkpoints root ``store`` (before its first write).
 
@@ -348,6 +365,10 @@ def acquire_object_lease(
         host, pid: the record's identity (defaults: this process).
         pointers: pointer objects whose current etag the lease remembers now, for
             :func:`write_pointer_fenced` (default: ``latest_checkpoint.txt``).
+        alive: whether the owner of an unexpired lease still runs (default
+            :func:`owner_alive`: an owner on this host whose PID is gone is dead, so a
+            relaunch after a SIGKILL on the same node does not wait for the expiry; an owner
+            on another host counts as alive: it cannot be told, so it fails closed).
 
     Returns:
         the lease (written to the bucket already).
@@ -363,6 +384,7 @@ def acquire_object_lease(
         raise ValueError(f"acquire_object_lease: ttl_s must be a positive number, not {ttl_s!r}")
     host = socket.gethostname() if host is None else host
     pid = os.getpid() if pid is None else pid
+    alive = owner_alive if alive is None else alive
     where = _where(store)
     lease: ObjectStoreLease | None = None
     for _ in range(_RACE_ATTEMPTS):
@@ -386,7 +408,8 @@ def acquire_object_lease(
             break
         current, seen = found
         live = not current.expired(now)
-        if live and not takeover:
+        dead = live and not alive(current)
+        if live and not dead and not takeover:
             raise _refuse_live(store, current)
         record = _new_record(current.generation + 1, ttl_s, now, host, pid)
         try:
@@ -400,7 +423,16 @@ def acquire_object_lease(
             if landed is None:
                 raise
             etag = landed
-        if current.released:
+        if dead and not takeover:
+            log.warning(
+                "%s: took over the lease of %s: its process is gone from this host; now %s "
+                "(generation %d)",
+                where,
+                current.describe(),
+                record.owner,
+                record.generation,
+            )
+        elif current.released:
             log.info(
                 "%s: lease taken by %s (generation %d) after its release by %s",
                 where,
