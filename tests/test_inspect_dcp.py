@@ -245,6 +245,31 @@ class TestInspectS3:
         assert code == 1
         assert envelope["errors"][0]["code"] == "object_request"
 
+    def test_truncated_metadata_is_corrupt(self, tmp_path: Path) -> None:
+        sim = SimBucket()
+        store = ObjectStore(sim, prefix="r", name="sim-bucket")
+        model = _dcp_dir(tmp_path / "model", 1)
+        for path in model.iterdir():
+            data = path.read_bytes()
+            if path.name == ".metadata":
+                data = data[: len(data) // 2]
+            store.write_atomic(f"iter_000000002/model/{path.name}", data)
+        trainer = b"t"
+        store.write_atomic(f"{generation_dir(2, 'g1')}/trainer.pt", trainer)
+        manifest = DirectManifest.build(
+            2,
+            control_generation="g1",
+            control={"trainer.pt": FileRecord("trainer.pt", 1, Digest.of(trainer))},
+            plan=("model",),
+            writer={},
+            lease_generation=1,
+            components={"model": "model"},
+        )
+        store.create_exclusive(manifest_path(2), manifest.encode())
+        (it,) = inspect_remote("s3://sim-bucket/r", sim)["iterations"]
+        assert it["state"] == "corrupt"
+        assert "DCP component model: .metadata does not load" in it["reason"]
+
     def test_inspect_via_sim(self, tmp_path: Path) -> None:
         sim = SimBucket()
         store = ObjectStore(sim, prefix="r", name="sim-bucket")

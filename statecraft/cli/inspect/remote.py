@@ -32,7 +32,7 @@ from statecraft.checkpoint.layout import (
     parse_latest,
 )
 from statecraft.checkpoint.object_lease import OBJECT_LEASE_NAME, read_object_lease
-from statecraft.cli.inspect.dcp import dcp_lines, dcp_report
+from statecraft.cli.inspect.dcp import dcp_component_report, dcp_lines, dcp_report
 from statecraft.errors import CheckpointCorruptError, InspectError, StoreError, WriterLeaseError
 from statecraft.storage.objects import ObjectInfo, ObjectStore
 
@@ -143,6 +143,29 @@ def _check_committed(store: ObjectStore, manifest: DirectManifest, names: set[st
     return None
 
 
+def _dcp_problem(
+    store: ObjectStore, manifest: DirectManifest, dcp: dict[str, Any] | None
+) -> str | None:
+    """Why the DCP components the manifest names would not load (``None``: no problem seen).
+    A ``.metadata`` naming a global the restricted reader does not know is not counted."""
+    for component in sorted(manifest.components):
+        directory = manifest.components[component]
+        report = (dcp or {}).get(directory) or dcp_component_report(
+            store, manifest.component_path(component)
+        )
+        if report is None:
+            return f"DCP component {component}: no .metadata or shards"
+        meta = report["metadata"]
+        if meta["problem"] and "is not allowed" not in meta["problem"]:
+            return f"DCP component {component}: .metadata {meta['problem']}"
+        if meta["missing_files"]:
+            return (
+                f"DCP component {component}: shards named by .metadata are missing: "
+                f"{', '.join(meta['missing_files'])}"
+            )
+    return None
+
+
 def _iteration(store: ObjectStore, iteration: int, keys: list[str]) -> dict[str, Any]:
     name = iter_dirname(iteration)
     relative = {k[len(name) + 1 :] for k in keys}
@@ -162,6 +185,10 @@ def _iteration(store: ObjectStore, iteration: int, keys: list[str]) -> dict[str,
             state = "corrupt" if reason else "committed"
     else:
         state, reason = "partial", f"no {MANIFEST_NAME}: an interrupted save, never adopted"
+    dcp = dcp_report(store, name)
+    if manifest is not None and reason is None:
+        reason = _dcp_problem(store, manifest, dcp)
+        state = "corrupt" if reason else "committed"
     generations = sorted(
         {r.split("/")[2] for r in relative if r.startswith(f"{CONTROL_DIR}/") and r.count("/") >= 3}
     )
@@ -184,7 +211,7 @@ def _iteration(store: ObjectStore, iteration: int, keys: list[str]) -> dict[str,
             "lease_generation": manifest.lease_generation,
         },
         "control_generations": generations,
-        "dcp": dcp_report(store, name),
+        "dcp": dcp,
     }
 
 
