@@ -156,7 +156,7 @@ def _seed_root(bucket: S3Bucket, prefix: str, tmp_path: Path) -> dict[str, Any]:
             control_generation=gen,
             control={"trainer.pt": FileRecord("trainer.pt", len(trainer), Digest.of(trainer))},
             plan=("model", "optimizer", "training_state"),
-            writer={"host": "node-x"},
+            writer={"host": "node-x", "world_size": "2"},
             lease_generation=lease.generation,
         )
         store.put_if(manifest_path(iteration), manifest.encode(), if_match=None, if_none_match=True)
@@ -208,6 +208,8 @@ class TestInspectS3:
         assert committed["dcp"]["model"]["shards"] == 1
         assert committed["dcp"]["model"]["world_size_at_save"] == 1
         assert committed["dcp"]["optim"]["metadata"]["loaded"] is True
+        assert committed["world_size_at_save"] == 2  # the manifest's record wins
+        assert by_name["iter_000000006"]["world_size_at_save"] == 1  # from the shards
         assert data["latest"]["status"] == "ok"
         assert data["latest"]["names"] == "iter_000000004"
         assert data["newest_committed"] == "iter_000000004"

@@ -6,7 +6,8 @@ It lists the root's ``iter_*`` prefixes and reads each ``.posttrain-manifest.jso
 are there with their recorded sizes and DCP components that hold a ``.metadata``; ``corrupt``
 when it does not; ``partial`` without one (an interrupted save: never adopted). Per
 iteration it reports the DCP components (:mod:`.dcp`: shard counts, sizes, world size at save),
-the control generations, and for the root the ``latest_checkpoint.txt`` pointer and the
+the control generations, the world size at save (the manifest writer's ``world_size`` when
+recorded, else the shard files'), and for the root the ``latest_checkpoint.txt`` pointer and the
 object-store lease (owner, host, PID, generation, expiry, whether it has expired).
 
 Every request goes through :class:`ReadOnlyBucket`, which refuses PUT and DELETE: inspect
@@ -189,6 +190,13 @@ def _iteration(store: ObjectStore, iteration: int, keys: list[str]) -> dict[str,
     if manifest is not None and reason is None:
         reason = _dcp_problem(store, manifest, dcp)
         state = "corrupt" if reason else "committed"
+    world: int | None = None
+    recorded = manifest.writer.get("world_size", "") if manifest is not None else ""
+    if recorded.isdigit():
+        world = int(recorded)  # what the writer recorded in the manifest
+    elif dcp:
+        counts = [r["world_size_at_save"] for r in dcp.values() if r["world_size_at_save"]]
+        world = max(counts) if counts else None
     generations = sorted(
         {r.split("/")[2] for r in relative if r.startswith(f"{CONTROL_DIR}/") and r.count("/") >= 3}
     )
@@ -212,6 +220,7 @@ def _iteration(store: ObjectStore, iteration: int, keys: list[str]) -> dict[str,
         },
         "control_generations": generations,
         "dcp": dcp,
+        "world_size_at_save": world,
     }
 
 
@@ -293,7 +302,9 @@ def render_remote_text(data: dict[str, Any]) -> str:
     if data["latest"] is not None:
         lines.append(f"  {LATEST_POINTER}: {data['latest']['status']}: {data['latest']['detail']}")
     for it in data["iterations"]:
-        lines.append(f"  {it['name']}: {it['state']} ({it['objects']} objects)")
+        world = it["world_size_at_save"]
+        at = f", saved at world size {world}" if world else ""
+        lines.append(f"  {it['name']}: {it['state']} ({it['objects']} objects{at})")
         if it["reason"]:
             lines.append(f"      {it['reason']}")
         manifest = it["manifest"]
