@@ -143,3 +143,18 @@ def test_damaged_newest_is_passed_over(committed: Path, tmp_path: Path, case: st
     ckpt, _ = open_checkpointer(out, *DCP, f"resume={_iter_dir(out, 4)}")
     with pytest.raises(CheckpointCorruptError, match=culprit.replace(".", r"\.")):
         ckpt.resume()
+
+
+def test_retention_prunes_dcp_optimizer_directories(tmp_path: Path) -> None:
+    """keep_optim_last=1 with DCP: older iterations lose their optim/ directory (weights-only,
+    marker first), the newest keeps it, and resume=auto adopts the newest."""
+    ckpt, _ = _run(tmp_path, 6, "keep_optim_last=1")
+    ckpt.finalize()
+    for iteration in (2, 4):
+        it = _iter_dir(tmp_path, iteration)
+        assert not (it / "optim").exists(), iteration
+        assert (it / ".retention-weights-only.json").exists()
+        assert (it / "model/.metadata").exists()
+    assert (_iter_dir(tmp_path, 6) / "optim/.metadata").exists()
+    ckpt.close()
+    assert _resume_auto(tmp_path).step == 6
