@@ -158,3 +158,24 @@ def test_retention_prunes_dcp_optimizer_directories(tmp_path: Path) -> None:
     assert (_iter_dir(tmp_path, 6) / "optim/.metadata").exists()
     ckpt.close()
     assert _resume_auto(tmp_path).step == 6
+
+
+def test_emergency_stop_writes_a_dcp_checkpoint(tmp_path: Path) -> None:
+    """A stop request (sentinel) in a DCP run writes the emergency save as a DCP checkpoint,
+    which resume=auto then adopts."""
+    sentinels = tmp_path / "sentinels"
+    sentinels.mkdir()
+    out = tmp_path / "out"
+    ckpt, objects = open_checkpointer(out, *DCP, f"termination.sentinel_dir={sentinels}")
+    ckpt.resume()
+    train(ckpt, objects, 3)
+    (sentinels / "SIGUSR1_RECEIVED").touch()
+    objects.step()
+    ckpt.record(sc.Outcome.APPLIED)
+    assert ckpt.step_end()
+    assert ckpt.stopped
+    it = _iter_dir(out, 4)
+    manifest = json.loads((it / ".posttrain-manifest.json").read_text())
+    assert manifest["format"] == "dcp"
+    ckpt.close()
+    assert _resume_auto(out).step == 4
