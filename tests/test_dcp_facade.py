@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import statecraft as sc
-from statecraft.errors import CheckpointCorruptError
+from statecraft.errors import CheckpointCorruptError, NotSupportedYetError
 from tests.checkpoint_runs import Objects, open_checkpointer, train
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -179,3 +179,9 @@ def test_emergency_stop_writes_a_dcp_checkpoint(tmp_path: Path) -> None:
     assert manifest["format"] == "dcp"
     ckpt.close()
     assert _resume_auto(out).step == 4
+
+
+def test_durable_validation_with_dcp_is_refused(tmp_path: Path) -> None:
+    """validation.save_checkpoint=true with DCP is refused up front, naming the knob."""
+    with pytest.raises(NotSupportedYetError, match="validation.save_checkpoint"):
+        open_checkpointer(tmp_path, *DCP, "validation.save_checkpoint=true")
