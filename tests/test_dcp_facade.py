@@ -183,5 +183,5 @@ def test_emergency_stop_writes_a_dcp_checkpoint(tmp_path: Path) -> None:
 
 def test_durable_validation_with_dcp_is_refused(tmp_path: Path) -> None:
     """validation.save_checkpoint=true with DCP is refused up front, naming the knob."""
-    with pytest.raises(NotSupportedYetError, match="validation.save_checkpoint"):
+    with pytest.raises(NotSupportedYetError, match=r"validation\.save_checkpoint"):
         open_checkpointer(tmp_path, *DCP, "validation.save_checkpoint=true")
