@@ -185,3 +185,23 @@ def test_durable_validation_with_dcp_is_refused(tmp_path: Path) -> None:
     """validation.save_checkpoint=true with DCP is refused up front, naming the knob."""
     with pytest.raises(NotSupportedYetError, match=r"validation\.save_checkpoint"):
         open_checkpointer(tmp_path, *DCP, "validation.save_checkpoint=true")
+
+
+def test_a_checkpoint_of_another_model_is_refused_and_nothing_changes(
+    committed: Path, tmp_path: Path
+) -> None:
+    """Resuming a DCP checkpoint into a model of other shapes fails closed: ResumeError naming
+    the component, and the live model and optimizer are exactly as they were."""
+    out = _copy(committed, tmp_path)
+    ckpt, objects = open_checkpointer(out, *DCP)
+    torch.manual_seed(3)
+    wider = torch.nn.Linear(4, 5)
+    optimizer = torch.optim.AdamW(wider.parameters(), lr=0.01)
+    ckpt.tracked.model, ckpt.tracked.optimizer = wider, optimizer
+    ckpt.tracked.scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2)
+    before = {k: v.clone() for k, v in wider.state_dict().items()}
+    with pytest.raises(sc.errors.ResumeError, match=r"model: does not fit the tracked objects"):
+        ckpt.resume()
+    for key, value in wider.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    assert optimizer.state_dict()["state"] == {}
