@@ -193,7 +193,7 @@ def test_a_checkpoint_of_another_model_is_refused_and_nothing_changes(
     """Resuming a DCP checkpoint into a model of other shapes fails closed: ResumeError naming
     the component, and the live model and optimizer are exactly as they were."""
     out = _copy(committed, tmp_path)
-    ckpt, objects = open_checkpointer(out, *DCP)
+    ckpt, _ = open_checkpointer(out, *DCP)
     torch.manual_seed(3)
     wider = torch.nn.Linear(4, 5)
     optimizer = torch.optim.AdamW(wider.parameters(), lr=0.01)
