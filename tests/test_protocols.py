@@ -48,6 +48,7 @@ STORE_MEMBERS = (
     "open_atomic",
     "open_read",
     "read_bytes",
+    "read_range",
     "stat",
     "write_atomic",
 )

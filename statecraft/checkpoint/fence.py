@@ -113,6 +113,9 @@ class FencedStore:
     def open_read(self, path: str) -> BinaryIO:
         return self.inner.open_read(path)
 
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        return self.inner.read_range(path, offset, length)
+
     def local_path(self, path: str) -> str | None:
         return self.inner.local_path(path)
 

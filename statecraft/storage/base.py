@@ -32,6 +32,7 @@ __all__ = [
     "AtomicWriter",
     "FileRecord",
     "Store",
+    "check_range",
     "check_relative_path",
     "missing_members",
     "protocol_members",
@@ -45,6 +46,18 @@ class FileRecord:
     path: str
     size: int
     digest: Digest
+
+
+def check_range(path: str, offset: int, length: int) -> None:
+    """Refuse a negative ``offset`` / ``length`` for :meth:`Store.read_range` of ``path``.
+
+    Raises:
+        ValueError: either is negative.
+    """
+    if offset < 0 or length < 0:
+        raise ValueError(
+            f"read_range({path!r}, {offset}, {length}): offset and length must be >= 0"
+        )
 
 
 def check_relative_path(path: str) -> str:
@@ -149,6 +162,16 @@ class Store(Protocol):
         """A binary reader of file ``path`` (the caller closes it).
 
         Raises:
+            FileNotFoundError: no such file.
+        """
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        """``length`` bytes of file ``path`` from byte ``offset`` (a DCP item's slice of a
+        shard: one seek locally, one ranged GET remotely). Fewer bytes come back only when
+        the file ends first, so a caller that needs exactly ``length`` checks the size.
+
+        Raises:
+            ValueError: a negative ``offset`` or ``length``.
             FileNotFoundError: no such file.
         """
 

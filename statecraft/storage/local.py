@@ -30,7 +30,7 @@ import re
 from typing import BinaryIO
 
 from statecraft.errors import StoreConflictError, StoreError
-from statecraft.storage.base import FileRecord, check_relative_path
+from statecraft.storage.base import FileRecord, check_range, check_relative_path
 from statecraft.storage.deferred import DeferredPublications
 from statecraft.storage.filesystem import FileStat, Filesystem, OsFilesystem
 from statecraft.storage.local_writer import LocalAtomicWriter
@@ -250,6 +250,15 @@ class LocalStore:
 
     def open_read(self, path: str) -> BinaryIO:
         return self.fs.open_read(self.abspath(path))
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        """``length`` bytes from ``offset`` of ``path`` (one seek + read; fewer at its end)."""
+        check_range(path, offset, length)
+        with self.fs.open_read(self.abspath(path)) as reader:
+            if length == 0:
+                return b""
+            reader.seek(offset)
+            return reader.read(length)
 
     def local_path(self, path: str) -> str | None:
         return self.fs.real_path(self.abspath(path))

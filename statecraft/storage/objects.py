@@ -20,7 +20,7 @@ import attrs
 
 from statecraft.engine.crash import FaultKind, IoGate
 from statecraft.errors import ObjectRequestError, PreconditionFailed, StoreConflictError, StoreError
-from statecraft.storage.base import FileRecord, Store, check_relative_path
+from statecraft.storage.base import FileRecord, Store, check_range, check_relative_path
 from statecraft.storage.digest import StreamDigest
 from statecraft.storage.filesystem import FileStat
 from statecraft.storage.s3_credentials import S3Identity
@@ -181,6 +181,17 @@ class SimBucket:
         if key not in self.objects:
             raise FileNotFoundError(f"no object {key!r}")
         return self.objects[key][0]
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """``length`` bytes of the object from ``start`` (fewer at its end), like a ranged GET.
+
+        Raises:
+            ValueError: a negative ``start`` or ``length``.
+            FileNotFoundError: no such key.
+        """
+        if start < 0 or length < 0:
+            raise ValueError(f"get_range({key!r}, {start}, {length}): offsets must be >= 0")
+        return self.get(key)[start : start + length]
 
     def head(self, key: str) -> ObjectInfo | None:
         entry = self.objects.get(key)
@@ -345,6 +356,20 @@ class ObjectStore:
 
     def open_read(self, path: str) -> BinaryIO:
         return io.BytesIO(self.read_bytes(path))
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        """A ranged GET when the client has ``get_range`` (``S3Bucket``, ``SimBucket``); a
+        whole GET sliced otherwise."""
+        check_range(path, offset, length)
+        key = self.key(path)
+        if length == 0:
+            if self.client.head(key) is None:
+                raise FileNotFoundError(f"{self.describe()}: no object {path!r}")
+            return b""
+        get_range = getattr(self.client, "get_range", None)
+        if callable(get_range):
+            return bytes(get_range(key, offset, length))
+        return self.client.get(key)[offset : offset + length]
 
     def local_path(self, path: str) -> str | None:
         return None
