@@ -813,6 +813,8 @@ class TestToDict:
             "bucket": "",
             "credentials": "",
             "prefix": "",
+            "lease_ttl_s": 600,
+            "lease_takeover": False,
         }
         assert data["keep_optim_last"] is None
         assert set(data) == {f.name for f in attrs.fields(CheckpointConfig)}

@@ -40,6 +40,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Protocol, runtime_checkable
 
 import attrs
 
@@ -57,6 +58,7 @@ __all__ = [
     "LEASE_NAME",
     "LEASE_SCHEMA",
     "LOCK_NAME",
+    "Lease",
     "LeaseRecord",
     "WriterLease",
     "acquire_lease",
@@ -72,6 +74,30 @@ _LAUNCH_WAIT_S = 30.0  # how long a launch waits for another launch to finish re
 _RECORD_WAIT_S = 3.0  # how long a refused starter waits for the owner's record, to name it
 
 _PROCESS_LOCKS: dict[str, int] = {}  # real lock path -> the descriptor holding the flock
+
+
+@runtime_checkable
+class Lease(Protocol):
+    """What a save needs of a writer lease: :class:`WriterLease` (an attempt on local disk)
+    and :class:`~statecraft.checkpoint.object_lease.ObjectStoreLease` (a direct object-store
+    root) both satisfy it."""
+
+    @property
+    def where(self) -> str:
+        """The lease record's location (for messages)."""
+        ...
+
+    def check(self) -> None:
+        """Confirm the lease is still this process's, before a publication or commit.
+
+        Raises:
+            WriterLeaseError: another process owns it now (named); nothing must be written.
+        """
+        ...
+
+    def release(self) -> None:
+        """Give the lease up (a lease that is no longer ours is left alone)."""
+        ...
 
 
 def _lock(store: Store) -> bool | None:

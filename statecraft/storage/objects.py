@@ -351,6 +351,33 @@ class ObjectStore:
             writer.write(data)
         return writer.record  # type: ignore[return-value]
 
+    def put_if(self, path: str, data: bytes, *, if_match: str | None, if_none_match: bool) -> str:
+        """PUT ``data`` at ``path`` on a condition; returns the new etag.
+
+        ``if_none_match`` creates only when nothing is there (``If-None-Match: *``);
+        ``if_match`` replaces only the version with that etag (``If-Match``); neither is an
+        unconditional PUT. Exactly one compare-and-swap per call: what the object-store lease
+        and the fenced ``latest`` pointer are built on.
+
+        Raises:
+            ValueError: both conditions given.
+            PreconditionFailed: the condition did not hold; nothing changed.
+            ObjectRequestError: the request failed or its outcome is unknown (look before
+                concluding: :meth:`stat_etag`).
+        """
+        if if_none_match and if_match is not None:
+            raise ValueError(f"put_if({path!r}): give if_match or if_none_match, not both")
+        return self.client.put(self.key(path), data, if_none_match=if_none_match, if_match=if_match)
+
+    def stat_etag(self, path: str) -> str | None:
+        """The etag of the object at ``path`` (one HEAD); ``None`` when absent.
+
+        Raises:
+            ObjectRequestError: the request failed.
+        """
+        info = self.client.head(self.key(path))
+        return None if info is None else info.etag
+
     def read_bytes(self, path: str) -> bytes:
         return self.client.get(self.key(path))
 

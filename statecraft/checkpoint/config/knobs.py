@@ -96,6 +96,20 @@ def _count(*, nullable: bool) -> _Checker:
     return check
 
 
+#: the longest lease a knob accepts (a week: a longer one is a typo)
+MAX_LEASE_TTL_S = 7 * 24 * 3600.0
+
+
+def _lease_ttl(value: Any, path: str) -> tuple[Any, list[ConfigIssue]]:
+    """Seconds, a number in (0, a week]; an integer stays an integer."""
+    allowed = f"a number of seconds greater than 0 and at most {MAX_LEASE_TTL_S:.0f} (a week)"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return value, [ConfigIssue(path, value, allowed + _number_hint(value))]
+    if not 0 < value <= MAX_LEASE_TTL_S:  # NaN fails this too
+        return value, [ConfigIssue(path, value, allowed)]
+    return value, []
+
+
 def _choice(*choices: str) -> _Checker:
     allowed = "one of " + ", ".join(repr(c) for c in choices)
 
@@ -247,6 +261,7 @@ _CURSOR_MODES = _choice("auto", "strict", "off")
 _VERIFY_MODES = _choice("digest", "size")
 _COUNT = _count(nullable=False)
 _COUNT_OR_NULL = _count(nullable=True)
+_LEASE_TTL = _lease_ttl
 
 
 def _knob_value(obj: Any, knob: str) -> Any:

@@ -22,6 +22,7 @@ from statecraft.checkpoint.config.knobs import (
     _CURSOR_MODES,
     _EMERGENCY_PLANS,
     _FORMATS,
+    _LEASE_TTL,
     _VERIFY_MODES,
     FULL_PLAN,
     CheckpointFormat,
@@ -59,6 +60,10 @@ class CheckpointStoreConfig:
 
     ``bucket``/``credentials``/``prefix`` address a direct object-store primary and are ignored
     for ``backend="local"``; an empty ``prefix`` mirrors the local run layout.
+    ``lease_ttl_s`` is how long the writer lease of a direct root protects its owner after
+    each renewal (renewed after half of it); ``lease_takeover`` lets one launch take over an
+    unexpired lease of another owner (only after making sure that owner is dead). Both are
+    ignored for ``backend="local"`` (local disk fences with the attempt's writer lease).
 
     Raises:
         ConfigError: a knob has the wrong type or a value outside what is allowed.
@@ -70,6 +75,8 @@ class CheckpointStoreConfig:
     bucket: str = attrs.field(default="", metadata={_CHECK: _text})
     credentials: str = attrs.field(default="", metadata={_CHECK: _text})
     prefix: str = attrs.field(default="", metadata={_CHECK: _text})
+    lease_ttl_s: float = attrs.field(default=600, metadata={_CHECK: _LEASE_TTL})
+    lease_takeover: bool = attrs.field(default=False, metadata={_CHECK: _flag})
 
     def __attrs_post_init__(self) -> None:
         _raise_if(_check_fields(self), "CheckpointStoreConfig")
