@@ -114,9 +114,10 @@ class TestShippedMachine:
                 assert result.final_state == "failed", scenario.name
                 assert type(result.error).__name__ == scenario.expect_failure, result.error
 
-    def test_retry_after_lost_latest_response_only_confirms(self) -> None:
-        """An ambiguous latest PUT (applied, response lost) fails the save; the retry
-        observes 'committed' and writes nothing."""
+    def test_lost_latest_response_is_read_back_and_the_retry_only_confirms(self) -> None:
+        """An ambiguous latest PUT (applied, response lost) is read back by the fenced write
+        (the save commits); a retry then observes 'committed' and writes nothing under the
+        root but its own lease."""
         from statecraft.engine.crash import FaultKind, IoGate
 
         scenario = next(s for s in direct_save_scenarios() if s.name == "save-after-previous")
@@ -131,11 +132,12 @@ class TestShippedMachine:
         gate = IoGate(faults={latest_op: FaultKind.LOST_RESPONSE})
         world.rearm(gate)
         result = scenario.run(world, crash=None)
-        assert result.final_state == "failed"
+        assert gate.log[latest_op].target.endswith("latest_checkpoint.txt")
+        assert result.final_state == "committed", result.error
         recovery = scenario.recover(world)
         assert recovery.retry.observed == "committed"
         assert recovery.retry.final_state == "committed"
-        assert [r for r in recovery.retry_io if r.op == "put"] == []
+        assert [r.target for r in recovery.retry_io if r.op == "put"] == []
 
 
 class TestBrokenVariantsAreCaught:
@@ -169,7 +171,13 @@ class TestBrokenVariantsAreCaught:
         assert "DS-COMMITTED-IMMUTABLE" in report.violated_guarantees()
 
 
-def test_context_builder_is_the_one_the_scenarios_use() -> None:
+def test_the_harness_saves_under_the_production_lease() -> None:
+    """The scenarios' context holds the production ObjectStoreLease of the setup's writer."""
+    scenario = direct_save_scenarios()[0]
     world = SimWorld()
-    ctx = direct_context(world, direct_save_scenarios()[0].plan)
+    scenario.setup(world)
+    ctx = direct_context(world, scenario.plan)
     assert ctx.store.describe().startswith("s3://sim-bucket/")
+    assert ctx.lease is not None
+    assert ctx.lease.record.host == "host-a"
+    ctx.lease.check()

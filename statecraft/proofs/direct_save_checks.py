@@ -18,6 +18,7 @@ from statecraft.engine.crash import IoRecord
 from statecraft.proofs.direct_save_scenarios import (
     LEASE_KEY,
     ROOT_PREFIX,
+    WRITER_B,
     DirectRecovery,
     DirectScenario,
     bucket_objects,
@@ -237,7 +238,7 @@ def retry_completes(ctx: CheckContext) -> None:
 
 def _lease_owner(objects: Mapping[str, bytes]) -> str | None:
     raw = objects.get(LEASE_KEY[len(ROOT_PREFIX) + 1 :])
-    return None if raw is None else json.loads(raw).get("owner")
+    return None if raw is None else json.loads(raw).get("host")
 
 
 def stale_writer_changes_nothing(ctx: CheckContext) -> None:
@@ -245,7 +246,7 @@ def stale_writer_changes_nothing(ctx: CheckContext) -> None:
     its retry) creates no manifest of the iteration and latest stays what the setup left."""
     s = _scenario(ctx)
     objects = _objects(ctx)
-    if not s.takeover_during or _lease_owner(objects) != "writer-b":
+    if not s.takeover_during or _lease_owner(objects) != WRITER_B:
         return
     ctx.exercised()
     if f"{s.iter_dir}/{MANIFEST_NAME}" in objects:
@@ -279,6 +280,6 @@ def plan_drift_fails_closed(ctx: CheckContext) -> None:
                 f"({recovery.retry.error!r}), not PlanDriftError"
             )
     for who, log in logs:
-        writes = [r for r in log if r.op in ("put", "delete")]
+        writes = [r for r in log if r.op in ("put", "delete") and r.target != LEASE_KEY]
         if writes:
             raise GuaranteeViolation(f"{who} with a drifting plan wrote: {_describe(writes[:4])}")

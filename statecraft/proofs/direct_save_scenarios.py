@@ -7,9 +7,9 @@ node loss leaves nothing else). Several ranks are simulated by several shard wri
 process: rank ``r`` PUTs ``iter_N/<component>/__r_0.distcp`` for every component, then the
 coordinator PUTs each component's ``.metadata`` (naming every rank's shard with its size and
 digest), the order DCP's ``save`` gives (every rank's ``write_data``, then the coordinator's
-``finish``). The writer lease is a lease object in the bucket checked by owner; latest is
-written with If-Match on the etag this writer last saw (If-None-Match when absent), the
-fencing model of ``checkpoint/object_lease.py``.
+``finish``). The writer lease is the production ``ObjectStoreLease`` (a fixed clock: it never
+expires within a scenario) and latest goes through the production ``write_pointer_fenced``
+(If-Match on the etag this writer last saw).
 
 Recovery is what a restarted training process does: it observes the bucket and retries the
 same save (same plan, same bytes: it resumed from the checkpoint latest names and trained to
@@ -26,6 +26,12 @@ from typing import Any
 import attrs
 
 from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.object_lease import (
+    ObjectStoreLease,
+    acquire_object_lease,
+    read_object_lease,
+    write_pointer_fenced,
+)
 from statecraft.checkpoint.transactions.direct_save import (
     DirectPlan,
     DirectSaveContext,
@@ -33,16 +39,14 @@ from statecraft.checkpoint.transactions.direct_save import (
 )
 from statecraft.engine import CrashPlan, Machine, RunResult
 from statecraft.engine.crash import IoGate, IoRecord
-from statecraft.errors import PreconditionFailed, WriterLeaseError
 from statecraft.proofs.save_scenarios import shipped_machine
 from statecraft.storage.base import FileRecord, Store
-from statecraft.storage.objects import ObjectStore, SimBucket
+from statecraft.storage.objects import ObjectStore
 from statecraft.storage.sim import SimWorld
 
 __all__ = [
     "LEASE_KEY",
     "ROOT_PREFIX",
-    "BucketLease",
     "DirectRecovery",
     "DirectScenario",
     "control_payloads",
@@ -54,6 +58,8 @@ __all__ = [
 #: the root every scenario saves under (``s3://sim-bucket/<ROOT_PREFIX>``)
 ROOT_PREFIX = "proj/group/run/20260101-000000/checkpoints"
 LEASE_KEY = f"{ROOT_PREFIX}/.statecraft-lease.json"
+WRITER_A = "host-a"
+WRITER_B = "host-b"
 SALT_SETUP = "setup"
 SALT_RUN = "run"
 
@@ -110,61 +116,49 @@ class SimShardWriter:
         return records
 
 
-def _lease_doc(owner: str, generation: int) -> bytes:
-    return json.dumps({"schema": "statecraft.object-lease.v1", "owner": owner,
-                       "generation": generation}).encode()  # fmt: skip
+#: the harness's fixed clock (unix seconds; 2026-01-01): leases never expire during a scenario
+CLOCK_NOW = 1_767_225_600.0
+LEASE_TTL_S = 600.0
 
 
-@attrs.define
-class BucketLease:
-    """The harness's writer lease: the lease object ``<root>/.statecraft-lease.json`` names its
-    owner; :meth:`check` GETs it and refuses when another owner holds it. Latest is written
-    by :meth:`write_pointer`: If-Match on the etag this writer last saw (If-None-Match when
-    it saw none), so a writer whose view is stale cannot move it."""
-
-    store: ObjectStore
-    owner: str
-    generation: int = 1
-    seen_etag: dict[str, str | None] = attrs.field(factory=dict)
-
-    def check(self) -> None:
-        key = self.store.key(".statecraft-lease.json")
-        try:
-            doc = json.loads(self.store.client.get(key))
-        except FileNotFoundError:
-            doc = {}
-        if doc.get("owner") != self.owner:
-            raise WriterLeaseError(
-                f"{self.store.describe()}/.statecraft-lease.json is held by "
-                f"{doc.get('owner')!r} (generation {doc.get('generation')}), not by this writer "
-                f"{self.owner!r}: it was taken over. Nothing more is written by this process.",
-                owner=doc.get("owner"),
-            )
-
-    def write_pointer(self, store: Store, lease: Any, path: str, data: bytes) -> None:
-        assert isinstance(store, ObjectStore)
-        key = store.key(path)
-        if path not in self.seen_etag:
-            info = store.client.head(key)
-            self.seen_etag[path] = None if info is None else info.etag
-        etag = self.seen_etag[path]
-        try:
-            new = store.client.put(key, data, if_none_match=etag is None, if_match=etag)
-        except PreconditionFailed:
-            raise WriterLeaseError(
-                f"{store.describe()}/{path} changed under this writer (412): another writer "
-                "moved it; nothing was written",
-            ) from None
-        self.seen_etag[path] = new
+def _clock() -> float:
+    return CLOCK_NOW
 
 
-def take_lease(bucket: SimBucket, owner: str, generation: int) -> None:
-    """Write the lease object naming ``owner`` (outside the gate: another process did it)."""
-    gate, bucket.gate = bucket.gate, None
+def take_lease(world: SimWorld, host: str) -> ObjectStoreLease:
+    """``host`` acquires the root's lease (a deliberate takeover when another holds it), with
+    the gate off: another process did it, outside the run being crashed."""
+    gate, world.bucket.gate = world.bucket.gate, None
     try:
-        bucket.put(LEASE_KEY, _lease_doc(owner, generation))
+        return acquire_object_lease(
+            root_store(world), ttl_s=LEASE_TTL_S, takeover=True, clock=_clock, host=host, pid=1
+        )
     finally:
-        bucket.gate = gate
+        world.bucket.gate = gate
+
+
+def held_lease(world: SimWorld) -> ObjectStoreLease:
+    """The lease as its live owner holds it (the process that took it is the one saving):
+    the current record and etag, and latest's etag as that owner last saw it."""
+    store = root_store(world)
+    found = read_object_lease(store)
+    if found is None:
+        raise AssertionError("the scenario's setup took no lease")
+    record, etag = found
+    lease = ObjectStoreLease(store, record, etag, clock=_clock)
+    lease.observe(LATEST_POINTER)
+    return lease
+
+
+def stale_lease(world: SimWorld, host: str) -> ObjectStoreLease:
+    """The lease ``host`` held before another writer took it over (its etag is gone)."""
+    store = root_store(world)
+    found = read_object_lease(store)
+    assert found is not None
+    record = attrs.evolve(found[0], owner=f"{host}:1:stale", host=host, generation=1)
+    lease = ObjectStoreLease(store, record, '"stale-etag"', clock=_clock)
+    lease.observe(LATEST_POINTER)
+    return lease
 
 
 def direct_context(
@@ -172,22 +166,32 @@ def direct_context(
     plan: DirectPlan,
     *,
     salt: str = SALT_RUN,
-    owner: str = "writer-a",
+    lease: ObjectStoreLease | None = None,
     after_shards: Callable[[Store], None] | None = None,
 ) -> DirectSaveContext:
-    """The one place the harness builds a direct save's context (this world's bucket)."""
-    store = root_store(world)
-    lease = BucketLease(store, owner)
+    """The one place the harness builds a direct save's context (this world's bucket, the
+    production lease and fenced pointer write)."""
+    lease = lease if lease is not None else held_lease(world)
     return DirectSaveContext(
-        store=store,
+        store=lease.store,
         plan=plan,
         control=control_payloads(plan, salt),
         write_shards=SimShardWriter(salt, after_shards),
         lease=lease,
-        write_pointer=lease.write_pointer,
-        writer={"host": "sim", "pid": 1, "owner": owner},
+        write_pointer=_fenced,
+        writer={"host": lease.record.host, "pid": 1, "owner": lease.owner},
         lease_generation=lease.generation,
     )
+
+
+def _fenced(store: Store, lease: Any, path: str, data: bytes) -> None:
+    assert isinstance(store, ObjectStore)
+    write_pointer_fenced(store, lease, path, data)
+
+
+def _lease_host(world: SimWorld) -> str | None:
+    found = read_object_lease(root_store(world))
+    return None if found is None else found[0].host
 
 
 def commit_directly(world: SimWorld, plan: DirectPlan, salt: str) -> None:
@@ -267,7 +271,7 @@ class DirectScenario:
         return attrs.evolve(self.plan, world_size=self.drift_world_size)
 
     def setup(self, world: SimWorld) -> None:
-        take_lease(world.bucket, "writer-a", 1)
+        take_lease(world, WRITER_A)
         for iteration in self.previous:
             commit_directly(world, attrs.evolve(self.plan, iteration=iteration), SALT_SETUP)
         if self.manifest_setup:
@@ -296,7 +300,7 @@ class DirectScenario:
         if self.takeover_during:
 
             def after(store: Store) -> None:
-                take_lease(world.bucket, "writer-b", 2)
+                take_lease(world, WRITER_B)
 
         return direct_context(world, self.run_plan, after_shards=after)
 
@@ -305,9 +309,13 @@ class DirectScenario:
 
     def recover(self, world: SimWorld) -> DirectRecovery:
         seen = bucket_objects(world)
+        if self.takeover_during and _lease_host(world) == WRITER_B:
+            lease = stale_lease(world, WRITER_A)  # the stale process goes on with its lease
+        else:
+            lease = take_lease(world, WRITER_A)  # a restarted process takes the lease over
         gate = IoGate()
         world.rearm(gate)
-        ctx = direct_context(world, self.run_plan)  # the same writer retries the same save
+        ctx = direct_context(world, self.run_plan, lease=lease)  # the same save again
         retry = self.machine_factory().recover(ctx)
         return DirectRecovery(retry, ctx, seen, tuple(gate.log))
 
