@@ -111,12 +111,15 @@ class DirectPlan:
         world_size: ranks that write shards.
         components: the DCP directories (``("model", "optim")``).
         control: the control files of the generation (``("trainer.pt", "data.pt")``).
+        layout: per component, a digest of its state's keys and shapes (``""``: not
+            recorded): the same iteration saved from another model is plan drift.
     """
 
     iteration: int
     world_size: int
     components: tuple[str, ...] = ("model", "optim")
     control: tuple[str, ...] = ("trainer.pt",)
+    layout: tuple[str, ...] = ()
 
     def record(self) -> dict[str, Any]:
         return {
@@ -125,6 +128,7 @@ class DirectPlan:
             "world_size": self.world_size,
             "components": list(self.components),
             "control": list(self.control),
+            "layout": list(self.layout),
         }
 
 

@@ -1,0 +1,1 @@
+"""The direct object-store primary (``checkpoint_store.backend=object_store``)."""

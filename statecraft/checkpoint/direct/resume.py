@@ -1,0 +1,277 @@
+"""Resume from a direct object-store primary (``checkpoint_store.backend=object_store``), on
+every rank: the iteration latest names in the root (``resume=auto``) or an explicit one
+(``resume=s3://bucket/prefix/iter_N``, a copied tree included: every path in a manifest is
+relative).
+
+Order (nothing is loaded into a tracked object before every check passed):
+
+1. rank 0 picks the iteration (latest, or the explicit one) and every rank learns it;
+2. the manifest is read and checked (schema, iteration); every object it names is HEADed
+   (present, its size); the control files of the active generation are read whole and checked
+   against their recorded digests (``trainer.pt``, ``data.pt``);
+3. the DCP components are read IN PLACE by ranged GETs through ``StoreStorageReader`` (each
+   item's xxh3 digest verified; nothing is downloaded to a local cache), into copies of the
+   live objects' DCP state dicts (DCP's load planner reshards when the world size differs);
+4. everything lands all or nothing (:func:`~statecraft.checkpoint.loading.load_all_or_nothing`:
+   fit checks, then model, optimizer, scheduler, RNG, clocks, loop state; a failure restores
+   every object loaded before it).
+
+::
+
+    result = resume_direct(tracked, root.store, collective=c, location=root.uri)
+    result.step     # the resumed iteration (0: the root holds no latest -> fresh start)
+
+Failure modes (nothing is loaded): ``ResumeError`` (an explicit ``s3://`` path holds no
+manifest, a component does not fit), ``CheckpointCorruptError`` (a malformed manifest, a
+missing ``.metadata``, a missing generation or object, a truncated or bit-flipped shard named
+with its item, a control file of another digest), ``ObjectRequestError`` (the bucket did not
+answer; wrong credentials are refused when the root is opened).
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import logging
+from typing import Any
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
+
+from statecraft.checkpoint.layout import MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.loading import Components, load_all_or_nothing
+from statecraft.checkpoint.state import DataState, TrainerState
+from statecraft.checkpoint.state.scheduler_identity import check_scheduler_identity
+from statecraft.checkpoint.transactions.direct_save import (
+    decode_manifest,
+    generation_path,
+    read_latest,
+)
+from statecraft.checkpoint.transactions.resume_records import ResumeResult
+from statecraft.errors import CheckpointCorruptError, ResumeError
+from statecraft.parallel.collectives import Collective
+from statecraft.parallel.rank0 import on_rank_zero
+from statecraft.storage.base import Store
+from statecraft.storage.digest import Digest
+from statecraft.writers.dcp_storage import StoreStorageReader, unwrap_checkpoint_exception
+
+__all__ = ["DirectCheckpoint", "read_direct_checkpoint", "resume_direct"]
+
+log = logging.getLogger("statecraft")
+
+
+class DirectCheckpoint:
+    """One verified direct checkpoint: its manifest, trainer state and data state (read and
+    checked; the DCP shards are read later, in place).
+
+    Attributes:
+        store: the root; iteration; location (``s3://.../iter_N``); manifest (the document);
+        trainer; data (``None`` when the save tracked no data source).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        iteration: int,
+        location: str,
+        manifest: dict[str, Any],
+        trainer: TrainerState,
+        data: DataState | None,
+    ) -> None:
+        self.store = store
+        self.iteration = iteration
+        self.location = location
+        self.manifest = manifest
+        self.trainer = trainer
+        self.data = data
+
+    def component(self, name: str) -> str | None:
+        """The DCP directory of component ``name`` (store path), ``None`` when not saved."""
+        folder = self.manifest.get("components", {}).get(name)
+        return None if folder is None else f"{iter_dirname(self.iteration)}/{folder}"
+
+
+def _load_torch(data: bytes, where: str) -> Any:
+    try:
+        return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+    except Exception as exc:
+        raise CheckpointCorruptError(
+            where, f"is not a loadable torch.save archive ({type(exc).__name__}: {exc})"
+        ) from None
+
+
+def read_direct_checkpoint(
+    store: Store, iteration: int, *, location: str, explicit: bool = False
+) -> DirectCheckpoint:
+    """Read and check iteration ``iteration`` of the root ``store`` (reads only).
+
+    Raises:
+        ResumeError: ``explicit`` and the iteration holds no manifest (the path is not a
+            committed direct checkpoint).
+        CheckpointCorruptError: no manifest (latest names it), a malformed one, a named
+            object missing or of another size, a control file of another digest, a missing
+            control generation.
+    """
+    iter_dir = iter_dirname(iteration)
+    where = f"{location}/{MANIFEST_NAME}"
+    if store.stat(f"{iter_dir}/{MANIFEST_NAME}") is None:
+        if explicit:
+            raise ResumeError(
+                f"{location}: holds no {MANIFEST_NAME}, so it is not a committed direct "
+                "checkpoint (absent, or a save that crashed before its commit); nothing was "
+                "loaded. Point resume= at an iter_N that holds a manifest (statecraft inspect "
+                "the root), or use resume=auto",
+                path=location,
+            )
+        raise CheckpointCorruptError(
+            where, "is absent although latest names this iteration",
+            "Inspect the root; resume explicitly from an older committed iter_N.",
+        )  # fmt: skip
+    doc = decode_manifest(store.read_bytes(f"{iter_dir}/{MANIFEST_NAME}"), where)
+    if doc["iteration"] != iteration:
+        raise CheckpointCorruptError(where, f"records iteration {doc['iteration']}")
+    for component in doc.get("components", {}).values():
+        if f"{component}/.metadata" not in doc["files"]:
+            raise CheckpointCorruptError(where, f"names no {component}/.metadata")
+    for path, entry in doc["files"].items():
+        stat = store.stat(f"{iter_dir}/{path}")
+        if stat is None or stat.is_dir or stat.size != entry["size"]:
+            found = "absent" if stat is None else f"{stat.size} bytes"
+            raise CheckpointCorruptError(
+                f"{location}/{path}",
+                f"is {found}; the manifest names {entry['size']} bytes",
+                "The checkpoint is damaged: resume explicitly from an older iter_N.",
+            )
+    base = generation_path(iteration, doc["control_generation"])
+    payloads: dict[str, bytes] = {}
+    for name, entry in doc["control"].items():
+        path = f"{base}/{name}"
+        shown = f"{location}/{path[len(iter_dir) + 1 :]}"
+        if store.stat(path) is None:
+            raise CheckpointCorruptError(
+                shown,
+                f"is absent: the manifest names control generation "
+                f"{doc['control_generation']}, which does not hold it",
+                "The checkpoint is damaged: resume explicitly from an older iter_N.",
+            )
+        data = store.read_bytes(path)
+        algorithm = str(entry["digest"]).split(":", 1)[0]
+        if len(data) != entry["size"] or str(Digest.of(data, algorithm)) != entry["digest"]:
+            raise CheckpointCorruptError(
+                shown,
+                f"holds {len(data)} bytes that do not match the manifest's {entry['size']} "
+                f"bytes / {entry['digest']}",
+                "The checkpoint is damaged: resume explicitly from an older iter_N.",
+            )
+        payloads[name] = data
+    if "trainer.pt" not in payloads:
+        raise CheckpointCorruptError(where, "names no trainer.pt")
+    source = f"{location}/trainer.pt"
+    trainer = TrainerState.from_payload(_load_torch(payloads["trainer.pt"], source), source=source)
+    data_state = None
+    if "data.pt" in payloads:
+        shown = f"{location}/data.pt"
+        data_state = DataState.from_payload(_load_torch(payloads["data.pt"], shown), source=shown)
+    return DirectCheckpoint(store, iteration, location, doc, trainer, data_state)
+
+
+def _clone(state: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a DCP state dict whose tensors do not share storage with the live objects
+    (``dcp.load`` writes in place; nothing live may change before the all-or-nothing load)."""
+    return {
+        k: (v.detach().clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v))
+        for k, v in state.items()
+    }
+
+
+def _dcp_load(store: Store, path: str, target: dict[str, Any]) -> None:
+    try:
+        dcp.load(target, storage_reader=StoreStorageReader(store, path))
+    except BaseException as exc:  # DCP wraps every rank's error in its own
+        raise unwrap_checkpoint_exception(exc) from None
+
+
+def _optimizer_payload(tracked: Any, store: Store, path: str) -> Any:
+    """The optimizer state of the DCP component ``path`` in ``optimizer.state_dict()`` form,
+    with the live optimizer left as it was (its state is shaped by DCP, filled, converted,
+    then put back)."""
+    optimizer = tracked.optimizer
+    before = copy.deepcopy(optimizer.state_dict())
+    try:
+        target = get_optimizer_state_dict(tracked.model, optimizer)
+        target = {"state": copy.deepcopy(target["state"]), "param_groups": target["param_groups"]}
+        _dcp_load(store, path, target)
+        set_optimizer_state_dict(tracked.model, optimizer, target)
+        return copy.deepcopy(optimizer.state_dict())
+    finally:
+        optimizer.load_state_dict(before)
+
+
+def resume_direct(
+    tracked: Any,
+    store: Store,
+    *,
+    collective: Collective,
+    location: str,
+    iteration: int | None = None,
+    cursor_resume: str = "strict",
+) -> ResumeResult:
+    """Resume ``tracked`` from the direct root ``store`` (every rank calls it).
+
+    Args:
+        store: the root (``s3://<bucket>/<prefix>``, the checkpoints prefix).
+        location: the root's URI, for messages and the result.
+        iteration: an explicit ``iter_N`` (``resume=s3://.../iter_N``); ``None``: latest
+            (absent: a fresh start, ``step == 0``).
+        cursor_resume: ``data.cursor_resume`` (``off``: the data source is not restored).
+
+    Raises:
+        see the module docstring.
+    """
+    explicit = iteration is not None
+    chosen = on_rank_zero(collective, lambda: iteration if explicit else read_latest(store))
+    if chosen is None:
+        reason = f"fresh start: {location} holds no latest_checkpoint.txt"
+        log.info(reason)
+        return ResumeResult(0, None, reason)
+    where = f"{location.rstrip('/')}/{iter_dirname(chosen)}"
+    checkpoint = read_direct_checkpoint(store, chosen, location=where, explicit=explicit)
+    trainer = checkpoint.trainer
+    check_scheduler_identity(
+        trainer.scheduler_identity, tracked.scheduler_identity, source=f"{where}/trainer.pt"
+    )
+    model_path = checkpoint.component("model")
+    if tracked.model is not None and model_path is None:
+        raise ResumeError(f"{where}: the checkpoint saved no model for the tracked model")
+    model_state = None
+    if tracked.model is not None and model_path is not None:
+        model_state = _clone(get_model_state_dict(tracked.model))
+        _dcp_load(store, model_path, model_state)
+    optim_state = None
+    optim_path = checkpoint.component("optim")
+    if tracked.optimizer is not None:
+        if optim_path is None:
+            raise ResumeError(f"{where}: the checkpoint saved no optimizer state")
+        optim_state = _optimizer_payload(tracked, store, optim_path)
+    data = checkpoint.data if cursor_resume != "off" else None
+    parts = Components(model_state, optim_state, data)
+    rng = load_all_or_nothing(
+        tracked,
+        trainer,
+        parts,
+        location=where,
+        rank=collective.rank,
+        world_size=collective.world_size,
+        log=log,
+    )
+    data_status = "fresh" if data is None or tracked.data is None else "restored"
+    reason = f"resumed from {where} (iter {chosen}, shards read in place)"
+    log.info(reason)
+    return ResumeResult(
+        chosen, where, reason, (), rng, data_status, (), copy.deepcopy(trainer.extra)
+    )
