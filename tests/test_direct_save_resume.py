@@ -122,6 +122,8 @@ def test_layout_and_manifest() -> None:
     doc = json.loads(root.store.read_bytes("iter_000000002/.posttrain-manifest.json"))
     assert doc["schema"] == "statecraft.direct-manifest.v1"
     assert doc["control_generation"] == "00000001"
+    assert doc["plan"] == ["model", "optimizer", "training_state"]
+    assert doc["writer"]["world_size"] == "1"
     assert set(doc["files"]) == {"model/.metadata", "model/__0_0.distcp", "optim/.metadata",
                                  "optim/__0_0.distcp"}  # fmt: skip
     assert all(not p.startswith("/") for p in doc["files"])
@@ -141,7 +143,7 @@ def test_same_iteration_retry_only_confirms_and_drift_fails_closed() -> None:
     bigger.optimizer = torch.optim.AdamW(bigger.model.parameters(), lr=0.01)
     bigger.scheduler = torch.optim.lr_scheduler.StepLR(bigger.optimizer, step_size=2)
     train(bigger, 2)
-    with pytest.raises(PlanDriftError, match="committed with plan"):
+    with pytest.raises(PlanDriftError, match=r"committed with another plan \(state layout"):
         save(bigger, root)
     assert root.store.client.objects == before
 

@@ -84,7 +84,8 @@ def _complete(objects: Mapping[str, bytes], iter_dir: str) -> str | None:
         doc = json.loads(raw)
         files: dict[str, Any] = doc["files"]
         control: dict[str, Any] = doc["control"]
-        plan: dict[str, Any] = doc["plan"]
+        components: list[str] = list(doc["components"].values())
+        world_size = int(doc["writer"]["world_size"])
         generation = doc["control_generation"]
     except (ValueError, KeyError, TypeError) as exc:
         return f"its manifest does not parse: {exc!r}"
@@ -94,21 +95,20 @@ def _complete(objects: Mapping[str, bytes], iter_dir: str) -> str | None:
         data = objects.get(path)
         if data is None:
             return f"its manifest names {path}, which is absent"
-        algorithm = entry["digest"].split(":", 1)[0]
-        if len(data) != entry["size"] or str(Digest.of(data, algorithm)) != entry["digest"]:
+        digest = entry["digest"]
+        actual = Digest.of(data, digest["algorithm"]).value
+        if len(data) != entry["size"] or actual != digest["value"]:
             return f"its manifest names {path} ({entry['size']} bytes), whose bytes differ"
-    for name in plan["control"]:
-        if name not in control:
-            return f"its manifest names no control file {name}"
-    for component in plan["components"]:
-        metadata = files.get(f"{component}/.metadata")
-        if metadata is None:
+    if "trainer.pt" not in control:
+        return "its manifest names no trainer.pt"
+    for component in components:
+        if f"{component}/.metadata" not in files:
             return f"its manifest names no {component}/.metadata"
         shards = json.loads(objects[f"{iter_dir}/{component}/.metadata"])
         for shard in shards:
             if f"{component}/{shard}" not in files:
                 return f"{component}/.metadata names {shard}, which the manifest does not"
-        for rank in range(plan["world_size"]):
+        for rank in range(world_size):
             if not any(re.fullmatch(rf"{component}/__{rank}_\d+\.distcp", p) for p in files):
                 return f"its manifest names no shard of rank {rank} in {component}"
     return None
@@ -267,7 +267,7 @@ def plan_drift_fails_closed(ctx: CheckContext) -> None:
     """DS-PLAN-DRIFT: a save of a committed iteration with another plan fails with
     PlanDriftError and sends no write at all (the run and its retry)."""
     s = _scenario(ctx)
-    if s.drift_world_size is None:
+    if not s.drift:
         return
     ctx.exercised()
     logs = [("the save", ctx.io_log)]

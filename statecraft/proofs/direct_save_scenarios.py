@@ -35,7 +35,7 @@ from statecraft.checkpoint.object_lease import (
 from statecraft.checkpoint.transactions.direct_save import (
     DirectPlan,
     DirectSaveContext,
-    encode_manifest,
+    planned_manifest,
 )
 from statecraft.engine import CrashPlan, Machine, RunResult
 from statecraft.engine.crash import IoGate, IoRecord
@@ -239,7 +239,8 @@ class DirectScenario:
             newest of ``previous`` (a crash between the commit and latest).
         latest_setup: ... and latest too (an ambiguous latest PUT that took effect).
         takeover_during: another writer takes the lease over after the shards are written.
-        drift_world_size: the run plans this world size (the setup committed ``plan``).
+        drift: the run saves the iteration from another model (another state layout) than
+            the setup committed.
         expect_failure: the run (and its retry) must fail closed with this error type name.
         machine_factory: the machine (tests swap in deliberately broken ones).
     """
@@ -251,7 +252,7 @@ class DirectScenario:
     manifest_setup: bool = False
     latest_setup: bool = False
     takeover_during: bool = False
-    drift_world_size: int | None = None
+    drift: bool = False
     expect_failure: str | None = None
     inject_faults: bool = True
     machine_factory: Callable[[], Machine] = attrs.field(
@@ -266,9 +267,9 @@ class DirectScenario:
 
     @property
     def run_plan(self) -> DirectPlan:
-        if self.drift_world_size is None:
+        if not self.drift:
             return self.plan
-        return attrs.evolve(self.plan, world_size=self.drift_world_size)
+        return attrs.evolve(self.plan, layout=("xxh3_128:other-model", "xxh3_128:other-optim"))
 
     def setup(self, world: SimWorld) -> None:
         take_lease(world, WRITER_A)
@@ -322,15 +323,18 @@ class DirectScenario:
 
 def manifest_bytes_for(ctx: DirectSaveContext) -> bytes:
     """The manifest ``ctx`` would commit (for the broken variants)."""
-    from statecraft.checkpoint.transactions.direct_save import _manifest_document
-
-    return encode_manifest(_manifest_document(ctx))
+    return planned_manifest(ctx).encode()
 
 
 def direct_save_scenarios() -> list[DirectScenario]:
     """The scenarios ``statecraft crashcheck`` runs for the direct save (2 simulated ranks,
     two DCP components, trainer.pt and data.pt)."""
-    plan = DirectPlan(iteration=4, world_size=2, control=("trainer.pt", "data.pt"))
+    plan = DirectPlan(
+        iteration=4,
+        world_size=2,
+        control=("trainer.pt", "data.pt"),
+        layout=("xxh3_128:model-layout", "xxh3_128:optim-layout"),
+    )
     return [
         DirectScenario("first-save-empty-root", plan),
         DirectScenario("save-after-previous", plan, previous=(2,)),
@@ -359,7 +363,7 @@ def direct_save_scenarios() -> list[DirectScenario]:
             plan,
             previous=(2,),
             manifest_setup=True,
-            drift_world_size=3,
+            drift=True,
             expect_failure="PlanDriftError",
             inject_faults=False,
         ),

@@ -43,15 +43,12 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from statecraft.checkpoint.direct.manifest import DirectManifest, decode_direct_manifest
 from statecraft.checkpoint.layout import MANIFEST_NAME, iter_dirname
 from statecraft.checkpoint.loading import Components, load_all_or_nothing
 from statecraft.checkpoint.state import DataState, TrainerState
 from statecraft.checkpoint.state.scheduler_identity import check_scheduler_identity
-from statecraft.checkpoint.transactions.direct_save import (
-    decode_manifest,
-    generation_path,
-    read_latest,
-)
+from statecraft.checkpoint.transactions.direct_save import read_latest
 from statecraft.checkpoint.transactions.resume_records import ResumeResult
 from statecraft.errors import CheckpointCorruptError, ResumeError
 from statecraft.parallel.collectives import Collective
@@ -79,7 +76,7 @@ class DirectCheckpoint:
         store: Store,
         iteration: int,
         location: str,
-        manifest: dict[str, Any],
+        manifest: DirectManifest,
         trainer: TrainerState,
         data: DataState | None,
     ) -> None:
@@ -92,7 +89,7 @@ class DirectCheckpoint:
 
     def component(self, name: str) -> str | None:
         """The DCP directory of component ``name`` (store path), ``None`` when not saved."""
-        folder = self.manifest.get("components", {}).get(name)
+        folder = self.manifest.components.get(name)
         return None if folder is None else f"{iter_dirname(self.iteration)}/{folder}"
 
 
@@ -132,40 +129,38 @@ def read_direct_checkpoint(
             where, "is absent although latest names this iteration",
             "Inspect the root; resume explicitly from an older committed iter_N.",
         )  # fmt: skip
-    doc = decode_manifest(store.read_bytes(f"{iter_dir}/{MANIFEST_NAME}"), where)
-    if doc["iteration"] != iteration:
-        raise CheckpointCorruptError(where, f"records iteration {doc['iteration']}")
-    for component in doc.get("components", {}).values():
-        if f"{component}/.metadata" not in doc["files"]:
+    manifest = decode_direct_manifest(
+        store.read_bytes(f"{iter_dir}/{MANIFEST_NAME}"), source=where, iteration=iteration
+    )
+    for component in manifest.components.values():
+        if manifest.files and f"{component}/.metadata" not in manifest.files:
             raise CheckpointCorruptError(where, f"names no {component}/.metadata")
-    for path, entry in doc["files"].items():
+    for path, entry in manifest.files.items():
         stat = store.stat(f"{iter_dir}/{path}")
-        if stat is None or stat.is_dir or stat.size != entry["size"]:
+        if stat is None or stat.is_dir or stat.size != entry.size:
             found = "absent" if stat is None else f"{stat.size} bytes"
             raise CheckpointCorruptError(
                 f"{location}/{path}",
-                f"is {found}; the manifest names {entry['size']} bytes",
+                f"is {found}; the manifest names {entry.size} bytes",
                 "The checkpoint is damaged: resume explicitly from an older iter_N.",
             )
-    base = generation_path(iteration, doc["control_generation"])
     payloads: dict[str, bytes] = {}
-    for name, entry in doc["control"].items():
-        path = f"{base}/{name}"
+    for name, entry in manifest.control.items():
+        path = manifest.control_path(name)
         shown = f"{location}/{path[len(iter_dir) + 1 :]}"
         if store.stat(path) is None:
             raise CheckpointCorruptError(
                 shown,
                 f"is absent: the manifest names control generation "
-                f"{doc['control_generation']}, which does not hold it",
+                f"{manifest.control_generation}, which does not hold it",
                 "The checkpoint is damaged: resume explicitly from an older iter_N.",
             )
         data = store.read_bytes(path)
-        algorithm = str(entry["digest"]).split(":", 1)[0]
-        if len(data) != entry["size"] or str(Digest.of(data, algorithm)) != entry["digest"]:
+        if len(data) != entry.size or Digest.of(data, entry.digest.algorithm) != entry.digest:
             raise CheckpointCorruptError(
                 shown,
-                f"holds {len(data)} bytes that do not match the manifest's {entry['size']} "
-                f"bytes / {entry['digest']}",
+                f"holds {len(data)} bytes that do not match the manifest's {entry.size} bytes "
+                f"/ {entry.digest}",
                 "The checkpoint is damaged: resume explicitly from an older iter_N.",
             )
         payloads[name] = data
@@ -177,7 +172,7 @@ def read_direct_checkpoint(
     if "data.pt" in payloads:
         shown = f"{location}/data.pt"
         data_state = DataState.from_payload(_load_torch(payloads["data.pt"], shown), source=shown)
-    return DirectCheckpoint(store, iteration, location, doc, trainer, data_state)
+    return DirectCheckpoint(store, iteration, location, manifest, trainer, data_state)
 
 
 def _clone(state: dict[str, Any]) -> dict[str, Any]:

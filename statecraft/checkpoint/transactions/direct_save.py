@@ -36,7 +36,6 @@ be unknown: the retry observes).
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
 import sys
@@ -45,6 +44,11 @@ from typing import Any, ClassVar, Protocol
 
 import attrs
 
+from statecraft.checkpoint.direct.manifest import (
+    DirectManifest,
+    decode_direct_manifest,
+    generation_dir,
+)
 from statecraft.checkpoint.layout import (
     LATEST_POINTER,
     MANIFEST_NAME,
@@ -66,22 +70,23 @@ from statecraft.storage.digest import Digest
 
 __all__ = [
     "CONTROL_ORDER",
-    "DIRECT_MANIFEST_SCHEMA",
     "DirectPlan",
     "DirectSaveContext",
     "ShardWriter",
-    "decode_manifest",
     "direct_save_bindings",
     "generation_path",
+    "planned_manifest",
     "read_latest",
+    "validate_found",
 ]
 
 log = logging.getLogger("statecraft.direct_save")
 
-DIRECT_MANIFEST_SCHEMA = "statecraft.direct-manifest.v1"
 #: control files of a generation, in write order
 CONTROL_ORDER = ("trainer.pt", "data.pt")
 _GENERATIONS = ".posttrain/generations"
+#: DCP component -> the logical plan entry it saves (the manifest's ``plan``)
+_LOGICAL = {"model": "model", "optim": "optimizer", "old": "model", "ref": "model"}
 
 
 class _LeaseLike(Protocol):
@@ -111,8 +116,10 @@ class DirectPlan:
         world_size: ranks that write shards.
         components: the DCP directories (``("model", "optim")``).
         control: the control files of the generation (``("trainer.pt", "data.pt")``).
-        layout: per component, a digest of its state's keys and shapes (``""``: not
-            recorded): the same iteration saved from another model is plan drift.
+        layout: per component (same order), a digest of its state's keys, shapes and
+            dtypes (empty: not recorded): the same iteration saved from another model is plan
+            drift. The world size is not: a committed iteration reshards on load, so a retry
+            at another world size only confirms it.
     """
 
     iteration: int
@@ -121,20 +128,16 @@ class DirectPlan:
     control: tuple[str, ...] = ("trainer.pt",)
     layout: tuple[str, ...] = ()
 
-    def record(self) -> dict[str, Any]:
-        return {
-            "iteration": self.iteration,
-            "format": "dcp",
-            "world_size": self.world_size,
-            "components": list(self.components),
-            "control": list(self.control),
-            "layout": list(self.layout),
-        }
+    @property
+    def logical(self) -> tuple[str, ...]:
+        """The manifest's logical plan (``model``, ``optimizer``, ``training_state``)."""
+        names = {_LOGICAL[c] for c in self.components} | {"training_state"}
+        return tuple(n for n in ("model", "optimizer", "training_state") if n in names)
 
 
 def generation_path(iteration: int, generation: str) -> str:
-    """``iter_N/.posttrain/generations/<id>``."""
-    return f"{iter_dirname(iteration)}/{_GENERATIONS}/{generation}"
+    """``iter_N/.posttrain/generations/<id>`` (:func:`generation_dir`)."""
+    return generation_dir(iteration, generation)
 
 
 def _no_pointer_fence(store: Store, lease: Any, path: str, data: bytes) -> None:
@@ -185,7 +188,7 @@ class DirectSaveContext:
     generation: str | None = None
     records: dict[str, FileRecord] = attrs.field(factory=dict)
     control_records: dict[str, FileRecord] = attrs.field(factory=dict)
-    manifest: dict[str, Any] | None = None
+    manifest: DirectManifest | None = None
     latest_before: int | None = None
     wrote_latest: bool = False
 
@@ -207,62 +210,6 @@ class DirectSaveContext:
 
 
 # ----------------------------------------------------------------------------- records
-def _entry(record: FileRecord) -> dict[str, Any]:
-    return {"size": record.size, "digest": str(record.digest)}
-
-
-def _digest(text: object, where: str) -> Digest:
-    if not isinstance(text, str) or ":" not in text:
-        raise CheckpointCorruptError(where, f"names digest {text!r}, not '<algorithm>:<hex>'")
-    algorithm, _, value = text.partition(":")
-    try:
-        return Digest(algorithm, value)
-    except (ValueError, TypeError) as exc:
-        raise CheckpointCorruptError(where, f"names digest {text!r}: {exc}") from None
-
-
-def decode_manifest(raw: bytes, where: str) -> dict[str, Any]:
-    """The manifest document, checked for shape (schema, iteration, files and control maps of
-    ``{size, digest}``, relative paths only).
-
-    Raises:
-        CheckpointCorruptError: not JSON, another schema, a missing or ill-typed field, an
-            absolute or ``..`` path.
-    """
-    try:
-        doc = json.loads(raw)
-    except ValueError as exc:
-        raise CheckpointCorruptError(where, f"is not JSON ({exc})") from None
-    if not isinstance(doc, dict) or doc.get("schema") != DIRECT_MANIFEST_SCHEMA:
-        found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
-        raise CheckpointCorruptError(
-            where, f"has schema {found!r}, expected {DIRECT_MANIFEST_SCHEMA!r}"
-        )
-    problems = []
-    if not isinstance(doc.get("iteration"), int):
-        problems.append("iteration is not an integer")
-    if not isinstance(doc.get("control_generation"), str):
-        problems.append("control_generation is not a string")
-    if not isinstance(doc.get("plan"), dict):
-        problems.append("plan is not an object")
-    for table in ("files", "control"):
-        entries = doc.get(table)
-        if not isinstance(entries, dict):
-            problems.append(f"{table} is not an object")
-            continue
-        for name, entry in entries.items():
-            parts = name.split("/")
-            if name.startswith("/") or any(p in ("", ".", "..") for p in parts):
-                problems.append(f"{table} names {name!r}, not a clean relative path")
-            elif not isinstance(entry, dict) or not isinstance(entry.get("size"), int):
-                problems.append(f"{table}[{name!r}] has no integer size")
-            else:
-                _digest(entry.get("digest"), f"{where} {table}[{name!r}]")
-    if problems:
-        raise CheckpointCorruptError(where, "is malformed: " + "; ".join(problems))
-    return doc
-
-
 def read_latest(store: Store) -> int | None:
     """The iteration ``latest_checkpoint.txt`` names (``None`` when absent).
 
@@ -398,24 +345,24 @@ def write_control(ctx: DirectSaveContext) -> None:
     ctx.control_records = records
 
 
-def _manifest_document(ctx: DirectSaveContext) -> dict[str, Any]:
+def planned_manifest(ctx: DirectSaveContext) -> DirectManifest:
+    """The manifest this save commits (after its components and control generation)."""
+    if ctx.generation is None:
+        raise DirectSaveError(ctx.where, "the manifest was built before stage picked a generation")
     prefix = f"{ctx.iter_dir}/"
-    return {
-        "schema": DIRECT_MANIFEST_SCHEMA,
-        "iteration": ctx.iteration,
-        "format": "dcp",
-        "components": {c: c for c in ctx.plan.components},
-        "control_generation": ctx.generation,
-        "control": {n: _entry(r) for n, r in ctx.control_records.items()},
-        "files": {p[len(prefix) :]: _entry(r) for p, r in sorted(ctx.records.items())},
-        "plan": ctx.plan.record(),
-        "writer": ctx.writer,
-        "lease_generation": ctx.lease_generation,
-    }
-
-
-def encode_manifest(doc: Mapping[str, Any]) -> bytes:
-    return (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode()
+    writer = {k: str(v) for k, v in ctx.writer.items()}
+    writer["world_size"] = str(ctx.plan.world_size)
+    return DirectManifest.build(
+        ctx.iteration,
+        control_generation=ctx.generation,
+        control=ctx.control_records,
+        plan=ctx.plan.logical,
+        writer=writer,
+        lease_generation=ctx.lease_generation or 1,
+        components={c: c for c in ctx.plan.components},
+        files={p[len(prefix) :]: r for p, r in ctx.records.items()},
+        layout=dict(zip(ctx.plan.components, ctx.plan.layout, strict=False)),
+    )
 
 
 @effect(role=Role.COORDINATOR)
@@ -429,9 +376,9 @@ def commit_manifest(ctx: DirectSaveContext) -> None:
     if not ctx.records or not ctx.control_records or ctx.generation is None:
         raise DirectSaveError(ctx.where, "commit_manifest ran before the components/control")
     _check_lease(ctx)
-    doc = _manifest_document(ctx)
+    manifest = planned_manifest(ctx)
     try:
-        ctx.store.create_exclusive(ctx.manifest_path, encode_manifest(doc))
+        ctx.store.create_exclusive(ctx.manifest_path, manifest.encode())
     except StoreConflictError:
         raise IterationCommittedError(
             f"{ctx.store.describe()}/{ctx.manifest_path} was created by another writer while "
@@ -439,7 +386,7 @@ def commit_manifest(ctx: DirectSaveContext) -> None:
             "overwritten. Check which job writes this root (statecraft inspect).",
             path=f"{ctx.store.describe()}/{ctx.manifest_path}",
         ) from None
-    ctx.manifest = doc
+    ctx.manifest = manifest
 
 
 def _publish(ctx: DirectSaveContext) -> None:
@@ -464,52 +411,69 @@ def publish_latest(ctx: DirectSaveContext) -> None:
     _publish(ctx)
 
 
-def validate_found(ctx: DirectSaveContext) -> dict[str, Any]:
+def _drift(ctx: DirectSaveContext, found: DirectManifest) -> list[str]:
+    out = []
+    if found.plan != ctx.plan.logical:
+        out.append(f"plan: committed {list(found.plan)}, now {list(ctx.plan.logical)}")
+    if sorted(found.components) != sorted(ctx.plan.components):
+        out.append(
+            f"components: committed {sorted(found.components)}, now {sorted(ctx.plan.components)}"
+        )
+    if sorted(found.control) != sorted(ctx.plan.control):
+        out.append(f"control files: committed {sorted(found.control)}, now "
+                   f"{sorted(ctx.plan.control)}")  # fmt: skip
+    layout = dict(zip(ctx.plan.components, ctx.plan.layout, strict=False))
+    if found.layout and layout and found.layout != layout:
+        changed = sorted(c for c in layout if found.layout.get(c) != layout[c])
+        out.append(f"state layout (keys, shapes, dtypes) of {changed}")
+    return out
+
+
+def validate_found(ctx: DirectSaveContext) -> DirectManifest:
     """The found manifest, after checking its plan is this save's and every object it names
     is in the bucket with its size (control files: and digest). Reads only.
 
     Raises:
-        PlanDriftError: the committed plan differs (named, both plans).
+        PlanDriftError: the committed plan differs (named, both sides).
         CheckpointCorruptError: the manifest is malformed or names a missing or different
             object (named).
     """
     where = f"{ctx.store.describe()}/{ctx.manifest_path}"
-    doc = decode_manifest(ctx.store.read_bytes(ctx.manifest_path), where)
-    if doc["iteration"] != ctx.iteration or doc["plan"] != ctx.plan.record():
+    found = decode_direct_manifest(
+        ctx.store.read_bytes(ctx.manifest_path), source=where, iteration=ctx.iteration
+    )
+    drift = _drift(ctx, found)
+    if drift:
         raise PlanDriftError(
-            f"{where}: {ctx.iter_dir} is committed with plan {doc['plan']}; this save plans "
-            f"{ctx.plan.record()}. A committed iteration is never rewritten. Resume from it "
-            "(or from latest) instead of saving the same iteration with another layout.",
+            f"{where}: {ctx.iter_dir} is committed with another plan ({'; '.join(drift)}). A "
+            "committed iteration is never rewritten, so nothing was written. Resume from it "
+            "(or from latest) instead of saving the same iteration with another layout",
             path=where,
+            differences=drift,
         )
-    base = generation_path(ctx.iteration, doc["control_generation"])
-    named = [(f"{ctx.iter_dir}/{p}", e) for p, e in doc["files"].items()]
-    named += [(f"{base}/{n}", e) for n, e in doc["control"].items()]
-    for component in doc["plan"]["components"]:
-        if f"{component}/.metadata" not in doc["files"]:
+    named = [(f"{ctx.iter_dir}/{p}", e) for p, e in found.files.items()]
+    named += [(found.control_path(n), e) for n, e in found.control.items()]
+    for component in found.components.values():
+        if found.files and f"{component}/.metadata" not in found.files:
             raise CheckpointCorruptError(where, f"names no {component}/.metadata")
-    for name in doc["plan"]["control"]:
-        if name not in doc["control"]:
-            raise CheckpointCorruptError(where, f"names no control file {name}")
     for path, entry in named:
         stat = ctx.store.stat(path)
-        if stat is None or stat.is_dir or stat.size != entry["size"]:
-            found = "absent" if stat is None else f"{stat.size} bytes"
+        if stat is None or stat.is_dir or stat.size != entry.size:
+            shown = "absent" if stat is None else f"{stat.size} bytes"
             raise CheckpointCorruptError(
                 f"{ctx.store.describe()}/{path}",
-                f"is {found}; the committed manifest names {entry['size']} bytes",
+                f"is {shown}; the committed manifest names {entry.size} bytes",
                 "The committed checkpoint is damaged: resume from an older one.",
             )
-    for name, entry in doc["control"].items():
-        digest = _digest(entry["digest"], where)
-        data = ctx.store.read_bytes(f"{base}/{name}")
-        if Digest.of(data, digest.algorithm) != digest:
+    for name, entry in found.control.items():
+        data = ctx.store.read_bytes(found.control_path(name))
+        if Digest.of(data, entry.digest.algorithm) != entry.digest:
             raise CheckpointCorruptError(
-                f"{ctx.store.describe()}/{base}/{name}",
-                f"does not match the digest the manifest records ({digest})",
+                f"{ctx.store.describe()}/{found.control_path(name)}",
+                f"does not match the digest the manifest records ({entry.digest})",
                 "The committed checkpoint is damaged: resume from an older one.",
             )
-    return doc
+    return found
 
 
 @effect(role=Role.COORDINATOR)
@@ -517,7 +481,7 @@ def validate_committed(ctx: DirectSaveContext) -> None:
     """A retry found iter_N's manifest: validate it (plan, referenced objects); nothing is
     written under iter_N."""
     ctx.manifest = validate_found(ctx)
-    ctx.generation = str(ctx.manifest["control_generation"])
+    ctx.generation = ctx.manifest.control_generation
 
 
 @effect(role=Role.COORDINATOR)
