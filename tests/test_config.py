@@ -705,7 +705,6 @@ class TestRequireSupported:
     @pytest.mark.parametrize(
         ("data", "knob", "value"),
         [
-            ({"checkpoint_format": "dcp"}, "checkpoint_format", "dcp"),
             (
                 {"checkpoint_format": "dcp", "checkpoint_store": {"backend": "object_store"}},
                 "checkpoint_store.backend",
@@ -727,7 +726,17 @@ class TestRequireSupported:
     def test_is_not_implemented_error(self) -> None:
         """NotSupportedYetError is also a NotImplementedError."""
         with pytest.raises(NotImplementedError):
-            CheckpointConfig(checkpoint_format="dcp").require_supported()
+            CheckpointConfig.from_dict(
+                {
+                    **QUIET,
+                    "checkpoint_format": "dcp",
+                    "checkpoint_store": {"backend": "object_store"},
+                }
+            ).require_supported()
+
+    def test_dcp_is_built(self) -> None:
+        """checkpoint_format=dcp (local store) is built: nothing refused."""
+        CheckpointConfig.from_dict({**QUIET, "checkpoint_format": "dcp"}).require_supported()
 
     def test_defaults_do_not_warn(self) -> None:
         """The defaults (save_async=true, keep_optim_last=null) are built: no warning."""
@@ -828,7 +837,10 @@ class TestFeatureDeclarations:
             "object-store primary": ("checkpoint_store.backend",),
             "DCP (sharded) checkpoint format": ("checkpoint_format",),
         }
-        assert not any(f.built for f in features.values())
+        assert {name: f.built for name, f in features.items()} == {
+            "object-store primary": False,
+            "DCP (sharded) checkpoint format": True,
+        }
 
     def test_every_declared_knob_is_a_knob(self) -> None:
         """A declaration can only name knobs the config has (a typo would never refuse)."""
@@ -848,7 +860,9 @@ class TestFeatureDeclarations:
 
     def test_a_built_feature_refuses_nothing(self) -> None:
         """Flipping a declaration to built=True lets its knobs through and silences its notes."""
-        dcp = next(f for f in declared_features() if f.name.startswith("DCP"))
+        dcp = attrs.evolve(
+            next(f for f in declared_features() if f.name.startswith("DCP")), built=False
+        )
         cfg = CheckpointConfig.from_dict({**QUIET, "checkpoint_format": "dcp"})
         refusal = dcp.refusal(cfg)
         assert isinstance(refusal, NotSupportedYetError)

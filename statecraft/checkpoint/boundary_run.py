@@ -62,6 +62,7 @@ from statecraft.checkpoint.validation_records import (
 from statecraft.checkpoint.validation_saving import ValidationReport, run_durable_validation
 from statecraft.checkpoint.write_slot import PendingSave
 from statecraft.engine import Machine
+from statecraft.errors import CheckpointError
 from statecraft.parallel.collectives import Collective
 from statecraft.parallel.rank0 import on_rank_zero
 from statecraft.storage.base import Store
@@ -152,8 +153,16 @@ class BoundaryRunner:
         *,
         writes: BackgroundWrites | None = None,
         retention: RetentionPlan | None = None,
+        checkpoint_format: str = "consolidated",
+        backend: str = "local",
     ) -> None:
         self.collective = collective
+        # full saves of checkpoint_format=dcp run on every rank (dcp_saving.py); an
+        # object-store primary (backend=object_store) saves through checkpoint/direct/
+        self.checkpoint_format = checkpoint_format
+        self.backend = backend
+        self.direct_root: Any = None  # the DirectRoot of backend=object_store (opened lazily)
+        self.direct_lease: Any = None  # its ObjectStoreLease (rank 0; taken by the direct code)
         self.filesystem = filesystem
         self.writes = writes or BackgroundWrites(collective, enabled=False)
         self.retention = retention
@@ -218,6 +227,10 @@ class BoundaryRunner:
             metrics = on_rank_zero(self.collective, lambda: self.evaluate(evaluation, step))
             return BoundaryOutcome(metrics=metrics, validated=True)
         rng, data = self._gather(tracked)
+        if kind is BoundaryKind.SAVE and self.checkpoint_format == "dcp":
+            # every rank writes its own shards: no on_rank_zero around the save
+            report = self.save_sharded(tracked, attempt, store, lease, step, rng, data)
+            return BoundaryOutcome(saved=report, wrote=True)
         out: list[BoundaryOutcome] = []
 
         def write_here() -> str | None:
@@ -331,6 +344,76 @@ class BoundaryRunner:
             # the emergency save uploads after DONE.json (emergency_step), not before it
             destination=self.destination if background else None,
         )
+
+    def save_sharded(
+        self,
+        tracked: Any,
+        attempt: RunAttempt,
+        store: Store,
+        lease: WriterLease | None,
+        step: int,
+        rng: Any,
+        data: Any,
+        *,
+        stage: ValidationStage = ValidationStage.NONE,
+    ) -> SaveReport:
+        """One full DCP checkpoint of ``step`` (every rank calls it): with a local store the
+        ``dcp_save`` machine (:func:`~statecraft.checkpoint.dcp_saving.save_dcp_checkpoint`,
+        then upload and retention on rank 0), with ``backend=object_store`` the direct save
+        (``statecraft.checkpoint.direct.saving.save_direct_checkpoint``). Always synchronous:
+        DCP writes are collective, so ``save_async`` does not apply to them."""
+        validation = ValidationState(self.identity, stage)
+        if self.backend == "object_store":
+            return self._save_direct(tracked, attempt, step, rng, data, validation)
+        from statecraft.checkpoint.dcp_saving import save_dcp_checkpoint
+
+        return save_dcp_checkpoint(
+            tracked,
+            store,
+            collective=self.collective,
+            rng=rng,
+            data=data,
+            step=step,
+            lease=lease,
+            location=str(attempt.checkpoints_dir),
+            validation=validation,
+            retention=self.retention,
+            machines=self.machine,
+            destination=self.destination,
+        )
+
+    def _save_direct(
+        self,
+        tracked: Any,
+        attempt: RunAttempt,
+        step: int,
+        rng: Any,
+        data: Any,
+        validation: ValidationState,
+    ) -> SaveReport:
+        """The direct object-store save (h4's ``checkpoint/direct``; imported only when the
+        backend asks for it). ``direct_root`` / ``direct_lease`` are set up by the direct
+        code's facade wiring before the first save."""
+        from statecraft.checkpoint.direct.saving import (  # type: ignore[import-not-found,unused-ignore]
+            save_direct_checkpoint,
+        )
+
+        if self.direct_root is None:
+            raise CheckpointError(
+                "checkpoint_store.backend=object_store: the direct root was not opened before "
+                "the first save (Checkpointer.resume() opens it); call resume() first"
+            )
+        report: SaveReport = save_direct_checkpoint(
+            tracked,
+            self.direct_root,
+            collective=self.collective,
+            rng=rng,
+            data=data,
+            step=step,
+            lease=self.direct_lease,
+            validation=validation,
+        )
+        return report
 
     def publication_steps(self) -> tuple[PublicationStep, ...]:
         """The steps of a durable validation's publication: with an archive destination, the

@@ -158,8 +158,13 @@ class Checkpointer:
         self._boundaries = BoundaryRunner(  # boundary_run.py; background.py
             collective,
             filesystem,
-            writes=BackgroundWrites(collective, enabled=config.save_async),
+            # a DCP save is collective and synchronous: save_async applies to consolidated ones
+            writes=BackgroundWrites(
+                collective, enabled=config.save_async and config.checkpoint_format != "dcp"
+            ),
             retention=self.retention,
+            checkpoint_format=config.checkpoint_format,
+            backend=config.checkpoint_store.backend,
         )
         self._save = self._boundaries.machine("save")
         for line in plan_warnings(config):  # an active partial plan: not exact-resume capable

@@ -29,18 +29,20 @@ state, or none changed.
 from __future__ import annotations
 
 import copy
+import io
 import logging
 from collections.abc import Callable
 from typing import Any
 
 import attrs
+import torch
 
 from statecraft.checkpoint.compatibility import (
     check_fit,
     model_state_problems,
     optimizer_state_problems,
 )
-from statecraft.checkpoint.plan import CHECKPOINT_PLAN, PlanEntry
+from statecraft.checkpoint.plan import CHECKPOINT_PLAN, DCP_PLAN, PlanEntry
 from statecraft.checkpoint.state import (
     DataState,
     TrainerState,
@@ -48,15 +50,20 @@ from statecraft.checkpoint.state import (
     restore_rank_rng,
     restore_rng_state,
 )
-from statecraft.errors import ResumeError, StatecraftError
+from statecraft.errors import CheckpointCorruptError, ResumeError, StatecraftError
 from statecraft.writers.base import Writer
+from statecraft.writers.dcp import load_dcp_state
+from statecraft.writers.dcp_storage import StoreStorageReader
 
 __all__ = [
+    "PRISTINE_GROUPS",
     "Components",
+    "dcp_optimizer_payload",
     "load_all_or_nothing",
     "model_state_problems",
     "optimizer_state_problems",
     "read_components",
+    "read_dcp_components",
     "stateful_problems",
 ]
 
@@ -71,6 +78,7 @@ class Components:
     model: Any
     optimizer: Any
     data: DataState | None
+    dcp: bool = False  # loaded from DCP directories into scratch targets (applied by dcp_state)
 
 
 def _read(chosen: Any, writer: Writer, entry: PlanEntry) -> Any:
@@ -102,6 +110,92 @@ def read_components(chosen: Any, writer: Writer, *, read_data: bool) -> Componen
         if raw_data is None
         else DataState.from_payload(raw_data, source=f"{chosen.location}/{data_entry.name}"),
     )
+
+
+#: the one item of a pristine optimizer's ``optim/`` directory: its param-group options (no
+#: ``params``), ``torch.save``-d into a uint8 tensor (DCP stores tensors; weights_only-loadable)
+PRISTINE_GROUPS = "pristine_param_groups"
+
+
+def dcp_optimizer_payload(save: Any) -> dict[str, Any]:
+    """What ``optim/`` holds for one ``OptimizerSave``: its state dict, or for a pristine
+    optimizer only :data:`PRISTINE_GROUPS` (the param-group options restore applies before it
+    shapes the load target)."""
+    if not save.pristine:
+        return dict(save.state)
+    buffer = io.BytesIO()
+    torch.save([dict(g) for g in save.groups], buffer)
+    return {PRISTINE_GROUPS: torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8)}
+
+
+def _pristine_groups(store: Any, path: str, location: str) -> tuple[dict[str, Any], ...]:
+    """The param-group options a pristine optimizer was saved with (``optim/``).
+
+    Raises:
+        CheckpointCorruptError: ``optim/`` does not hold them.
+    """
+    metadata = StoreStorageReader(store, path).read_metadata()
+    item = metadata.state_dict_metadata.get(PRISTINE_GROUPS)
+    size = getattr(item, "size", None)
+    if size is None:
+        raise CheckpointCorruptError(
+            f"{location}/optim",
+            f"trainer.pt records a pristine optimizer but optim/ holds no {PRISTINE_GROUPS!r} "
+            "tensor (its param-group options)",
+            "Resume from another checkpoint.",
+        )
+    target = {PRISTINE_GROUPS: torch.empty(tuple(size), dtype=torch.uint8)}
+    load_dcp_state(store, path, target)
+    groups = torch.load(io.BytesIO(target[PRISTINE_GROUPS].numpy().tobytes()), weights_only=True)
+    if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+        raise CheckpointCorruptError(
+            f"{location}/optim", f"{PRISTINE_GROUPS!r} is not a list of param-group options"
+        )
+    return tuple(groups)
+
+
+def read_dcp_components(
+    chosen: Any, tracked: Any, trainer: TrainerState, writer: Writer, *, read_data: bool
+) -> Components:
+    """Every rank: load ``chosen``'s DCP components into scratch targets shaped by the live
+    objects (:mod:`statecraft.checkpoint.state.dcp_state`; DCP's load planner reshards when the
+    world size changed). No live model or optimizer tensor changes here, with one exception
+    the reference prescribes: a pristine optimizer is reset to never-stepped with the saved
+    param-group options applied (before its target would be shaped); a rejected load leaves
+    it so.
+
+    Raises:
+        CheckpointCorruptError: ``.metadata`` missing or unreadable, a shard missing, short
+            or with other bytes than its item digests (naming the file).
+        CheckpointError: the checkpoint lacks a key the live objects need, or shapes differ.
+    """
+    from statecraft.checkpoint.state import dcp_state
+
+    store = chosen.store
+    model = optim = None
+    if tracked.model is not None:
+        model = dcp_state.model_load_target(tracked.model)
+        load_dcp_state(store, chosen.path("model"), model)
+    if tracked.optimizer is not None:
+        if trainer.optimizer_pristine:
+            groups = _pristine_groups(store, chosen.path("optim"), chosen.location)
+            optim = dcp_state.optimizer_load_target(
+                tracked.model, tracked.optimizer, pristine=True, groups=groups
+            )
+        else:
+            optim = dcp_state.optimizer_load_target(
+                tracked.model, tracked.optimizer, pristine=False, groups=()
+            )
+        if optim is not None:
+            load_dcp_state(store, chosen.path("optim"), optim)
+    data_entry = DCP_PLAN.for_tracked("data")
+    raw_data = _read(chosen, writer, data_entry) if read_data else None
+    data = (
+        None
+        if raw_data is None
+        else DataState.from_payload(raw_data, source=f"{chosen.location}/{data_entry.name}")
+    )
+    return Components(model, optim, data, dcp=True)
 
 
 def _loader(obj: Any, state: Any) -> Callable[[], None]:
@@ -168,7 +262,8 @@ def load_all_or_nothing(
             step failed (every object already loaded was restored).
         TrainerStateError: the RNG inventory is malformed (every object restored).
     """
-    check_fit(tracked, trainer, parts, location=location)
+    if not parts.dcp:  # a DCP load already matched every key and shape against its target
+        check_fit(tracked, trainer, parts, location=location)
     _check_stateful(tracked, trainer, location)
     undo: list[Callable[[], None]] = []
     steps: list[tuple[str, Callable[[], Any]]] = []
@@ -187,7 +282,20 @@ def load_all_or_nothing(
             ("scheduler", lambda: tracked.scheduler.load_state_dict(trainer.scheduler_state))
         )
         undo.append(lambda: tracked.scheduler.load_state_dict(before_sched))
-    if tracked.optimizer is not None:
+    if tracked.optimizer is not None and parts.dcp and parts.optimizer is not None:
+        from statecraft.checkpoint.state import dcp_state
+
+        before_dcp = copy.deepcopy(tracked.optimizer.state_dict())
+        steps.append(
+            (
+                "optimizer",
+                lambda: dcp_state.apply_optimizer_state(
+                    tracked.model, tracked.optimizer, parts.optimizer
+                ),
+            )
+        )
+        undo.append(lambda: tracked.optimizer.load_state_dict(before_dcp))
+    elif tracked.optimizer is not None and not parts.dcp:
         before_optim = tracked.optimizer.state_dict()  # references; load replaces, never mutates
         steps.append(("optimizer", lambda: tracked.optimizer.load_state_dict(parts.optimizer)))
         undo.append(lambda: tracked.optimizer.load_state_dict(before_optim))
@@ -202,7 +310,11 @@ def load_all_or_nothing(
         )
     )
     undo.append(lambda: restore_rng_state(before_rng))
-    if tracked.model is not None:
+    if tracked.model is not None and parts.dcp:
+        from statecraft.checkpoint.state import dcp_state
+
+        steps.append(("model", lambda: dcp_state.apply_model_state(tracked.model, parts.model)))
+    elif tracked.model is not None:
         steps.append(("model", lambda: tracked.model.load_state_dict(parts.model)))
     for done, (what, apply) in enumerate(steps):
         try:

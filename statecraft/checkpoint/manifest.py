@@ -166,7 +166,10 @@ class Manifest:
 
     @property
     def plan(self) -> SavePlan:
-        return SavePlan(self.iteration, self.format, self.components, tuple(sorted(self.files)))
+        """The plan this manifest commits; ``files`` are its entries (a DCP directory's
+        files ``model/...`` count as the one entry ``model``)."""
+        entries = {name.split("/", 1)[0] for name in self.files}
+        return SavePlan(self.iteration, self.format, self.components, tuple(sorted(entries)))
 
     def encode(self) -> bytes:
         """Canonical JSON bytes (sorted keys, so equal manifests are equal bytes).

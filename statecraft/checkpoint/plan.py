@@ -14,8 +14,19 @@ it: the save effects (by phase), the facade's payload capture, resume's loading,
     training_state   trainer.pt   control  yes       TrainerState (clocks)   memory
     training_state   data.pt      control  no        tracked.data (per rank) memory
 
-Later formats add entries (DCP directories ``model/`` and ``optim/``; ``old.pt`` / ``ref.pt``
-under ``training_state``) by extending the table, not the code that iterates it.
+The DCP format (``checkpoint_format=dcp``, :data:`DCP_PLAN`) stores the bulk components as
+directories of per-rank shards plus ``.metadata``, written by every rank::
+
+    component        entry        phase    required  captures / loads into   load
+    model            model/       bulk     yes       tracked.model (DCP)     ranged reads
+    optimizer        optim/       bulk     yes       tracked.optimizer (DCP) ranged reads
+    training_state   trainer.pt   control  yes       TrainerState (clocks)   memory
+    training_state   data.pt      control  no        tracked.data (per rank) memory
+
+A manifest records every file under ``iter_N/`` (``model/__0_0.distcp``, ``model/.metadata``);
+:func:`entry_of` maps such a path to its entry (``model``). :func:`plan_for` gives the table of
+a manifest's ``format``. Later entries (``old`` / ``ref``) extend the tables, not the code that
+iterates them.
 
 Why only the model is mapped: its state is *copied* into live tensors by ``load_state_dict``;
 an optimizer keeps the loaded tensors as its state, and a mapping would pin the checkpoint file
@@ -36,12 +47,16 @@ from statecraft.errors import CheckpointError
 
 __all__ = [
     "CHECKPOINT_PLAN",
+    "DCP_PLAN",
     "FULL_COMPONENTS",
+    "PLANS",
     "TRAINER_ENTRY",
     "CheckpointPlan",
     "Phase",
     "PlanEntry",
+    "entry_of",
     "full_save_plan",
+    "plan_for",
 ]
 
 FULL_COMPONENTS: tuple[str, ...] = ("model", "optimizer", "training_state")
@@ -69,6 +84,8 @@ class PlanEntry:
             into, or ``None`` for the trainer state (built from the clocks, RNG and scheduler).
         mmap: load it memory-mapped (only state that is copied into live tensors).
         doc: one line for ``inspect`` and the docs.
+        directory: the entry is a directory of files (a DCP component: shards plus
+            ``.metadata``), each recorded by the manifest as ``<entry>/<file>``.
     """
 
     name: str
@@ -78,17 +95,20 @@ class PlanEntry:
     tracked: str | None
     mmap: bool = False
     doc: str = ""
+    directory: bool = False
 
 
 @attrs.frozen
 class CheckpointPlan:
-    """An ordered table of :class:`PlanEntry` (bulk entries first, then control state).
+    """An ordered table of :class:`PlanEntry` (bulk entries first, then control state) of
+    one format (``format_name``: the manifest's ``format``).
 
     Raises:
         CheckpointError: an entry names an unknown component or two entries share a name.
     """
 
     entries: tuple[PlanEntry, ...]
+    format_name: str = "consolidated"
 
     def __attrs_post_init__(self) -> None:
         names = [e.name for e in self.entries]
@@ -140,12 +160,16 @@ class CheckpointPlan:
         return tuple(e for e in self.entries if e.required or present(e))
 
     def save_plan(
-        self, iteration: int, *, with_data: bool, format_name: str = "consolidated"
+        self, iteration: int, *, with_data: bool, format_name: str | None = None
     ) -> SavePlan:
-        """The :class:`SavePlan` of one full save (what the manifest records)."""
+        """The :class:`SavePlan` of one full save (what the manifest records; ``files`` are
+        the entry names, a directory entry standing for every file under it)."""
         chosen = self.selected(present=lambda e: with_data and e.tracked == "data")
         return SavePlan(
-            iteration, format_name, FULL_COMPONENTS, tuple(sorted(e.name for e in chosen))
+            iteration,
+            format_name or self.format_name,
+            FULL_COMPONENTS,
+            tuple(sorted(e.name for e in chosen)),
         )
 
     def payloads(
@@ -229,9 +253,72 @@ CHECKPOINT_PLAN = CheckpointPlan(
 )
 
 
+_TRAINER = PlanEntry(
+    TRAINER_ENTRY,
+    "training_state",
+    Phase.CONTROL,
+    True,
+    None,
+    doc="clocks, RNG streams, scheduler",
+)
+_DATA = PlanEntry(
+    "data.pt", "training_state", Phase.CONTROL, False, "data", doc="data source cursor"
+)
+
+DCP_PLAN = CheckpointPlan(
+    (
+        PlanEntry(
+            "model",
+            "model",
+            Phase.BULK,
+            True,
+            "model",
+            doc="model state: DCP directory (per-rank shards + .metadata)",
+            directory=True,
+        ),
+        PlanEntry(
+            "optim",
+            "optimizer",
+            Phase.BULK,
+            True,
+            "optimizer",
+            doc="optimizer state: DCP directory (per-rank shards + .metadata)",
+            directory=True,
+        ),
+        _TRAINER,
+        _DATA,
+    ),
+    format_name="dcp",
+)
+
+#: format name -> its plan table
+PLANS: dict[str, CheckpointPlan] = {"consolidated": CHECKPOINT_PLAN, "dcp": DCP_PLAN}
+
+
+def plan_for(format_name: str) -> CheckpointPlan:
+    """The plan table of checkpoints of ``format_name`` (a manifest's ``format``).
+
+    Raises:
+        CheckpointError: no such format.
+    """
+    try:
+        return PLANS[format_name]
+    except KeyError:
+        raise CheckpointError(
+            f"checkpoint format {format_name!r} is not known; expected one of {sorted(PLANS)} "
+            "(a newer statecraft wrote it, or the manifest was edited)"
+        ) from None
+
+
+def entry_of(file_name: str) -> str:
+    """The plan entry a manifest file belongs to: ``model/__0_0.distcp`` -> ``model``,
+    ``trainer.pt`` -> ``trainer.pt``."""
+    return file_name.split("/", 1)[0]
+
+
 def full_save_plan(
     iteration: int, *, with_data: bool, format_name: str = "consolidated"
 ) -> SavePlan:
-    """The full plan of :data:`CHECKPOINT_PLAN`: every required entry, ``data.pt`` when a data
+    """The full plan of the format's table: every required entry, ``data.pt`` when a data
     source is tracked."""
-    return CHECKPOINT_PLAN.save_plan(iteration, with_data=with_data, format_name=format_name)
+    return plan_for(format_name).save_plan(iteration, with_data=with_data)

@@ -25,6 +25,7 @@ from statecraft.checkpoint.transactions.resume import ResumeContext, ResumeResul
 from statecraft.checkpoint.validation_resume import after_resume, identity_hint
 from statecraft.errors import CheckpointError, ValidationIdentityError
 from statecraft.parallel.coordinated import rank_zero_effects
+from statecraft.writers import ConsolidatedWriter, DcpWriter
 
 if TYPE_CHECKING:  # the facade imports this module
     from statecraft.checkpoint.checkpointer import Checkpointer
@@ -39,6 +40,14 @@ def run_resume(ckpt: Checkpointer) -> ResumeResult:
         what :meth:`Checkpointer.resume` raises.
     """
     ckpt._require_tracked("resume")
+    if ckpt.config.checkpoint_store.backend == "object_store":
+        # the direct object-store primary resumes through its own code (h4's direct/resume.py)
+        from statecraft.checkpoint.direct.resume import (  # type: ignore[import-not-found,unused-ignore]
+            resume_direct,
+        )
+
+        direct: ResumeResult = resume_direct(ckpt)
+        return direct
     ckpt._lifecycle.before_resume(
         ckpt.attempt.run_dir if ckpt.attempt else ckpt.run.job_dir(Path(ckpt.output_root))
     )
@@ -62,6 +71,8 @@ def run_resume(ckpt: Checkpointer) -> ResumeResult:
         filesystem=ckpt.filesystem,
         artifacts=resume_artifacts(ckpt),
         validation_identity=boundaries.identity,
+        # a DCP run verifies and loads DCP checkpoints (model/ and optim/ directories)
+        writer=DcpWriter() if ckpt.config.checkpoint_format == "dcp" else ConsolidatedWriter(),
     )
     machine = ckpt._resume_machine
     try:

@@ -39,13 +39,22 @@ import attrs
 
 from statecraft.checkpoint.layout import MANIFEST_NAME, iter_dirname, parse_iter_dirname
 from statecraft.checkpoint.manifest import FileEntry, Manifest, decode_manifest
-from statecraft.checkpoint.plan import CHECKPOINT_PLAN, FULL_COMPONENTS, TRAINER_ENTRY
+from statecraft.checkpoint.plan import (
+    FULL_COMPONENTS,
+    PLANS,
+    TRAINER_ENTRY,
+    CheckpointPlan,
+    entry_of,
+    plan_for,
+)
 from statecraft.checkpoint.state import TrainerState
 from statecraft.errors import CheckpointCorruptError, CheckpointError
 from statecraft.storage.base import Store
 from statecraft.storage.digest import file_digest
 from statecraft.writers.base import Writer
 from statecraft.writers.consolidated import ConsolidatedWriter
+from statecraft.writers.dcp import DcpWriter
+from statecraft.writers.dcp_storage import METADATA_NAME
 
 __all__ = [
     "LEVELS",
@@ -57,15 +66,26 @@ __all__ = [
     "plan_problems",
     "read_manifest",
     "verify_checkpoint",
+    "writer_for",
 ]
 
 LEVELS = ("manifest", "size", "digest")
 
 #: the entries of the ``optimizer`` component, which retention removes from a weights-only
-#: checkpoint (``("optim.pt",)``; DCP's ``optim/`` later)
+#: checkpoint (``optim.pt``; DCP's ``optim`` directory), in every format
 OPTIMIZER_ENTRIES: tuple[str, ...] = tuple(
-    e.name for e in CHECKPOINT_PLAN if e.component == "optimizer"
+    sorted({e.name for table in PLANS.values() for e in table if e.component == "optimizer"})
 )
+
+
+def writer_for(format_name: str) -> Writer:
+    """The writer that reads checkpoints of ``format_name`` (a manifest's ``format``).
+
+    Raises:
+        CheckpointError: no such format.
+    """
+    plan_for(format_name)  # names the known formats
+    return DcpWriter() if format_name == "dcp" else ConsolidatedWriter()
 
 
 class ParsedPayloads(dict[str, Any]):
@@ -136,6 +156,7 @@ def plan_problems(manifest: Manifest, writer: Writer) -> list[str]:
     this, so a doctored manifest that still conforms is caught here.
     """
     problems = []
+    table: CheckpointPlan = PLANS.get(writer.format_name) or plan_for("consolidated")
     if manifest.format != writer.format_name:
         problems.append(
             f"it records format {manifest.format!r} but is read by {writer!r}, which reads "
@@ -146,15 +167,27 @@ def plan_problems(manifest: Manifest, writer: Writer) -> list[str]:
             f"it records components {list(manifest.components)}, not the full plan "
             f"{list(FULL_COMPONENTS)}"
         )
-    missing = [n for n in CHECKPOINT_PLAN.required_names if n not in manifest.files]
+    entries = {entry_of(n) for n in manifest.files}
+    missing = [n for n in table.required_names if n not in entries]
     if missing:
         problems.append(f"it lacks {missing}, required by the checkpoint plan")
-    extra = sorted(n for n in manifest.files if n not in CHECKPOINT_PLAN.names)
+    extra = sorted(n for n in entries if n not in table.names)
     if extra:
         problems.append(
             f"it records {extra}, which {'is' if len(extra) == 1 else 'are'} not an entry of "
-            f"the checkpoint plan {list(CHECKPOINT_PLAN.names)}"
+            f"the checkpoint plan {list(table.names)}"
         )
+    for e in table:
+        if e.name not in entries:
+            continue
+        if e.directory and f"{e.name}/{METADATA_NAME}" not in manifest.files:
+            problems.append(
+                f"it records no {e.name}/{METADATA_NAME} (a DCP directory without its metadata "
+                "cannot be read)"
+            )
+        if e.directory == (e.name in manifest.files):
+            shape = "a file" if e.directory else "a directory of files"
+            problems.append(f"it records {e.name!r} as {shape}, which the plan does not")
     return problems
 
 
@@ -247,7 +280,6 @@ def verify_checkpoint(
     """
     if level not in LEVELS:
         raise CheckpointError(f"verify level must be one of {list(LEVELS)}, got {level!r}")
-    writer = writer or ConsolidatedWriter()
     name = iter_dirname(iteration)
     where = f"{store.describe()}/{name}"
     if store.stat(f"{name}/{MANIFEST_NAME}") is None:
@@ -255,6 +287,8 @@ def verify_checkpoint(
             where, "has no manifest (an interrupted save)", "It is never adopted; nothing to do."
         )
     manifest = read_manifest(store, iteration)
+    if writer is None:  # the manifest's own format decides (an unknown one: corrupt)
+        writer = writer_for(manifest.format) if manifest.format in PLANS else ConsolidatedWriter()
     if level == "manifest":
         return VerifiedCheckpoint(
             store, iteration, where, None, manifest, weights_only=weights_only
@@ -270,10 +304,10 @@ def verify_checkpoint(
         )
     skipped = frozenset(OPTIMIZER_ENTRIES if weights_only else ())
     for file_name, entry in sorted(manifest.files.items()):
-        if file_name in skipped:
+        if entry_of(file_name) in skipped:
             continue
         hash_it = level == "digest" and (
-            only is None or file_name in only or file_name == TRAINER_ENTRY
+            only is None or entry_of(file_name) in only or file_name == TRAINER_ENTRY
         )
         check_recorded_file(
             store,
@@ -293,12 +327,14 @@ def verify_checkpoint(
             "Resume from another checkpoint.",
         )
     payloads = ParsedPayloads()
-    for file_name in sorted(manifest.files):
+    table = plan_for(manifest.format)
+    for file_name in sorted({entry_of(n) for n in manifest.files}):
         if file_name == TRAINER_ENTRY or file_name in skipped:
             continue
         if only is not None and file_name not in only:
             continue
-        mmap = CHECKPOINT_PLAN.entry(file_name).mmap or not keep_payloads
+        # a DCP directory parses as its .metadata (its items are checked by digest on load)
+        mmap = table.entry(file_name).mmap or not keep_payloads
         parsed = writer.read(store, f"{name}/{file_name}", mmap=mmap)
         if keep_payloads:
             payloads[file_name] = parsed

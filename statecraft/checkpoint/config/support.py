@@ -119,6 +119,7 @@ DCP = Feature(
             "checkpoint_format", lambda v: v == "dcp", "set checkpoint_format=consolidated"
         ),
     ),
+    built=True,  # machines/dcp_save.toml, statecraft/writers/dcp.py
 )
 
 

@@ -38,7 +38,11 @@ import sys
 from statecraft.checkpoint.artifact_catalog import scan_artifacts
 from statecraft.checkpoint.catalog import CheckpointState, PassedOver, scan
 from statecraft.checkpoint.layout import iter_dirname
-from statecraft.checkpoint.loading import load_all_or_nothing, read_components
+from statecraft.checkpoint.loading import (
+    load_all_or_nothing,
+    read_components,
+    read_dcp_components,
+)
 from statecraft.checkpoint.state import (
     check_scheduler_identity,
     restore_rank_rng,
@@ -278,7 +282,13 @@ def load_checkpoint(ctx: ResumeContext) -> None:
     problem = fit_problem(ctx, chosen)
     if problem:
         raise ResumeError(problem)
-    parts = read_components(chosen, ctx.writer, read_data=ctx.cursor_resume != "off")
+    read_data = ctx.cursor_resume != "off"
+    if chosen.manifest is not None and chosen.manifest.format == "dcp":
+        # every rank loads the items its live objects need into scratch targets (resharding
+        # through DCP's load planner); nothing live changes until load_all_or_nothing applies
+        parts = read_dcp_components(chosen, tracked, trainer, ctx.writer, read_data=read_data)
+    else:
+        parts = read_components(chosen, ctx.writer, read_data=read_data)
     data_outcome = data_status(ctx, chosen, parts.data)
     rng_status = load_all_or_nothing(
         tracked,

@@ -28,7 +28,13 @@ from statecraft.checkpoint.layout import (
 )
 from statecraft.checkpoint.lease import WriterLease
 from statecraft.checkpoint.manifest import MANIFEST_SCHEMA, FileEntry, Manifest, SavePlan
-from statecraft.checkpoint.plan import CHECKPOINT_PLAN, FULL_COMPONENTS, Phase, full_save_plan
+from statecraft.checkpoint.plan import (
+    CHECKPOINT_PLAN,
+    FULL_COMPONENTS,
+    Phase,
+    full_save_plan,
+    plan_for,
+)
 from statecraft.checkpoint.verify import read_manifest, verify_checkpoint
 from statecraft.engine import Bindings
 from statecraft.engine.tagging import Role, collect_bindings, effect, observer
@@ -99,11 +105,12 @@ class SaveContext:
             raise CheckpointError(
                 f"save plan needs payloads for {missing}; got {sorted(self.payloads)}"
             )
-        unknown = sorted(set(self.plan.files) - set(CHECKPOINT_PLAN.names))
+        table = plan_for(self.plan.format)
+        unknown = sorted(set(self.plan.files) - set(table.names))
         if unknown:
             raise CheckpointError(
                 f"save plan names {unknown}, which the checkpoint plan does not describe "
-                f"(entries: {list(CHECKPOINT_PLAN.names)}); add them to "
+                f"(entries: {list(table.names)}); add them to "
                 "statecraft/checkpoint/plan.py"
             )
         if not isinstance(self.writer, Writer):
