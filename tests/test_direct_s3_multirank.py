@@ -31,7 +31,7 @@ def _phase(rank: int, world_size: int, tmp: str, credentials: str, prefix: str, 
         from torch.distributed.fsdp import fully_shard
 
         from statecraft.checkpoint.config.schema import CheckpointStoreConfig
-        from statecraft.checkpoint.direct.resume import resume_direct
+        from statecraft.checkpoint.direct.resume import load_direct_checkpoint
         from statecraft.checkpoint.direct.root import open_direct_root
         from statecraft.checkpoint.direct.saving import save_direct_checkpoint
         from statecraft.checkpoint.layout import RunAttempt
@@ -79,7 +79,9 @@ def _phase(rank: int, world_size: int, tmp: str, credentials: str, prefix: str, 
             )
             out["location"] = report.location
         else:
-            result = resume_direct(tracked, root.store, collective=collective, location=root.uri)
+            result = load_direct_checkpoint(
+                tracked, root.store, collective=collective, location=root.uri
+            )
             out["start"] = result.step
             out["rng"] = result.rng
         train(STEPS)

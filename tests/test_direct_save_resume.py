@@ -11,7 +11,7 @@ import attrs
 import pytest
 import torch
 
-from statecraft.checkpoint.direct.resume import resume_direct
+from statecraft.checkpoint.direct.resume import load_direct_checkpoint
 from statecraft.checkpoint.direct.saving import save_direct_checkpoint
 from statecraft.checkpoint.layout import LATEST_POINTER
 from statecraft.checkpoint.object_lease import acquire_object_lease
@@ -69,7 +69,7 @@ def save(tracked: Tracked, root: Root, **kwargs):
 
 
 def resume(tracked: Tracked, root: Root, iteration=None):
-    return resume_direct(
+    return load_direct_checkpoint(
         tracked, root.store, collective=SingleProcess(), location=root.uri, iteration=iteration
     )
 

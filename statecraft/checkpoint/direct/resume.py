@@ -18,8 +18,10 @@ Order (nothing is loaded into a tracked object before every check passed):
 
 ::
 
-    result = resume_direct(tracked, root.store, collective=c, location=root.uri)
+    result = load_direct_checkpoint(tracked, root.store, collective=c, location=root.uri)
     result.step     # the resumed iteration (0: the root holds no latest -> fresh start)
+
+    ckpt.resume()   # Checkpointer with backend=object_store: run_resume -> resume_direct(ckpt)
 
 Failure modes (nothing is loaded): ``ResumeError`` (an explicit ``s3://`` path holds no
 manifest, a component does not fit), ``CheckpointCorruptError`` (a malformed manifest, a
@@ -57,7 +59,14 @@ from statecraft.storage.base import Store
 from statecraft.storage.digest import Digest
 from statecraft.writers.dcp_storage import StoreStorageReader, unwrap_checkpoint_exception
 
-__all__ = ["DirectCheckpoint", "read_direct_checkpoint", "resume_direct"]
+__all__ = [
+    "DirectCheckpoint",
+    "ObjectRootLease",
+    "load_direct_checkpoint",
+    "open_explicit_root",
+    "read_direct_checkpoint",
+    "resume_direct",
+]
 
 log = logging.getLogger("statecraft")
 
@@ -207,7 +216,7 @@ def _optimizer_payload(tracked: Any, store: Store, path: str) -> Any:
         optimizer.load_state_dict(before)
 
 
-def resume_direct(
+def load_direct_checkpoint(
     tracked: Any,
     store: Store,
     *,
@@ -270,3 +279,130 @@ def resume_direct(
     return ResumeResult(
         chosen, where, reason, (), rng, data_status, (), copy.deepcopy(trainer.extra)
     )
+
+
+# ----------------------------------------------------------------------------- the facade
+class ObjectRootLease:
+    """The facade's writer lease under ``backend=object_store`` (rank 0): the local attempt's
+    :class:`~statecraft.checkpoint.lease.WriterLease` (the run directory, resolved config and
+    RUN_TS stay local) plus the direct root's ``ObjectStoreLease``. :meth:`check` checks both;
+    :meth:`release` releases the object lease first (the next job on the root may start at
+    once), then the local one."""
+
+    def __init__(self, local: Any, remote: Any) -> None:
+        self.local = local
+        self.remote = remote
+
+    @property
+    def where(self) -> str:
+        return f"{self.local.where} and {self.remote.where}"
+
+    def check(self) -> None:
+        self.local.check()
+        self.remote.check()
+
+    def release(self) -> None:
+        try:
+            self.remote.release()
+        finally:
+            self.local.release()
+
+
+def open_explicit_root(root: Any, uri: str, *, config: Any, attempt: Any) -> tuple[Store, str, int]:
+    """The store, root URI and iteration of an explicit ``resume=s3://bucket/prefix/iter_N``
+    (a copied tree included): the configured root's bucket client when the bucket is the
+    same, else that bucket opened with the configured credentials.
+
+    Raises:
+        ConfigError: not an ``s3://.../iter_<9 digits>`` URI (from ``parse_direct_uri``).
+        ResumeError: the URI names no iteration.
+        ObjectRequestError: the other bucket cannot be used with these credentials.
+    """
+    import attrs
+
+    from statecraft.checkpoint.direct.root import open_direct_root, parse_direct_uri
+    from statecraft.storage.objects import ObjectStore
+
+    bucket, prefix, iteration = parse_direct_uri(uri)
+    if iteration is None:
+        raise ResumeError(
+            f"resume={uri!r} names no iteration; give s3://<bucket>/<prefix>/iter_<9 digits> "
+            "(or resume=auto to take the latest of the configured root)",
+            path=uri,
+        )
+    if bucket == getattr(root.store, "name", None):
+        return (
+            ObjectStore(root.store.client, prefix=prefix, name=bucket),
+            f"s3://{bucket}/{prefix}",
+            iteration,
+        )
+    other = open_direct_root(attrs.evolve(config, bucket=bucket, prefix=prefix), attempt)
+    return other.store, other.uri, iteration
+
+
+def resume_direct(ckpt: Any) -> ResumeResult:
+    """``Checkpointer.resume()`` under ``checkpoint_store.backend=object_store`` (every rank;
+    called by ``run_resume``): resolve the local attempt (run directory, resolved config,
+    RUN_TS and the local writer lease stay under the output root), open the direct root
+    (wrong credentials, an unknown bucket or a dead endpoint fail here, nothing written),
+    take its object-store lease on rank 0 (a live owner refuses, named), then load latest of
+    the root (``resume=auto``), nothing (``resume=off``: a fresh start) or the explicit
+    ``resume=s3://.../iter_N``. The boundary runner then saves into the root.
+
+    Raises:
+        WriterLeaseError: another job holds the root's lease (named); nothing was loaded.
+        and what :func:`load_direct_checkpoint` raises.
+    """
+    from statecraft.checkpoint.direct.root import open_direct_root
+    from statecraft.checkpoint.object_lease import acquire_object_lease
+
+    config = ckpt.config
+    store_config = config.checkpoint_store
+    ckpt._ensure_attempt()
+    collective = ckpt.collective
+    root = open_direct_root(store_config, ckpt.attempt, run=ckpt.run)
+
+    held: list[Any] = []  # rank 0's lease stays on rank 0; its outcome (an error) reaches all
+
+    def take() -> None:
+        held.append(
+            acquire_object_lease(
+                root.store, ttl_s=store_config.lease_ttl_s, takeover=store_config.lease_takeover
+            )
+        )
+
+    on_rank_zero(collective, take)
+    remote = held[0] if held else None
+    boundaries = ckpt._boundaries
+    boundaries.direct_root = root
+    boundaries.direct_lease = remote
+    if remote is not None and ckpt.lease is not None:
+        ckpt.lease = ObjectRootLease(ckpt.lease, remote)
+    mode = config.resume
+    if mode == "off":
+        result = ResumeResult(0, None, f"resume=off: starting fresh into {root.uri}")
+        log.info("fresh start: %s", result.reason)
+    elif mode == "auto":
+        result = load_direct_checkpoint(
+            ckpt.tracked,
+            root.store,
+            collective=collective,
+            location=root.uri,
+            cursor_resume=config.data.cursor_resume,
+        )
+    else:
+        store, uri, iteration = open_explicit_root(
+            root, mode, config=store_config, attempt=ckpt.attempt
+        )
+        result = load_direct_checkpoint(
+            ckpt.tracked,
+            store,
+            collective=collective,
+            location=uri,
+            iteration=iteration,
+            cursor_resume=config.data.cursor_resume,
+        )
+    ckpt.last_saved_step = result.step if result.source is not None else None
+    if config.termination.enabled:
+        ckpt.termination.install()
+    return result
