@@ -65,6 +65,10 @@ __all__ = [
 
 def run_demo(args: argparse.Namespace) -> int:
     """The ``statecraft demo`` command: exit 0 when the resumed run is bit-exact, else 1."""
+    if getattr(args, "store", "local") == "s3":  # the direct object-store primary (s3_store.py)
+        from statecraft.cli.demo.s3_store import run_s3_demo
+
+        return run_s3_demo(args)
     bad = [
         f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}"
         for name, low in (("steps", 1), ("save_every", 1), ("kills", 0))
