@@ -419,6 +419,7 @@ class TestCli:
             "files",
             "total_bytes",
             "archive",
+            "dcp",
             "policy",
             "kept_by",
             "retention_action",

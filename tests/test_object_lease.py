@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,6 +130,24 @@ class TestAcquire:
         with pytest.raises(WriterLeaseError):
             first.check()
         second.check()
+
+    def test_dead_owner_on_this_host_is_taken_over(self, store: ObjectStore) -> None:
+        """An unexpired lease whose owner ran on this host and whose PID is gone is taken
+        over at once (a relaunch after SIGKILL); a live PID on this host is refused."""
+        import socket
+        import subprocess
+        import sys
+
+        done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True)  # fmt: skip
+        dead_pid = int(done.stdout)
+        clock = Clock()
+        host = socket.gethostname()
+        acquire_object_lease(store, ttl_s=TTL, takeover=False, clock=clock, host=host, pid=dead_pid)
+        heir = acquire_object_lease(store, ttl_s=TTL, takeover=False, clock=clock)
+        assert heir.generation == 2
+        with pytest.raises(WriterLeaseError, match=f"PID {os.getpid()}"):
+            acquire_object_lease(store, ttl_s=TTL, takeover=False, clock=clock, pid=1)
 
     def test_release_lets_the_next_writer_in(self, store: ObjectStore) -> None:
         clock = Clock()
@@ -279,3 +298,34 @@ class TestRecord:
             assert isinstance(local, Lease)
         finally:
             local.release()
+
+
+class TestLargePut:
+    def test_large_object_goes_by_multipart(self, s3_server: S3Server) -> None:
+        """An ObjectStore write above one part (a big DCP shard) is a multipart upload from
+        memory: the bytes and the stored sha256 read back equal, and If-None-Match holds."""
+        import hashlib
+        import os
+
+        from statecraft.storage.s3 import TransferSettings
+
+        bucket = S3Bucket(
+            load_credentials(s3_server.credentials_file),
+            BUCKET,
+            transfer=TransferSettings(part_size=5 << 20, concurrency=2),
+        )
+        store = ObjectStore(bucket, prefix=f"large-{uuid.uuid4().hex[:8]}", name=BUCKET)
+        data = os.urandom((11 << 20) + 5)
+        record = store.create_exclusive("model/__0_0.distcp", data)
+        assert record.size == len(data)
+        assert store.read_bytes("model/__0_0.distcp") == data
+        there = bucket.stat(store.key("model/__0_0.distcp"))
+        assert there is not None
+        assert there.sha256 == hashlib.sha256(data).hexdigest()
+        assert there.etag.strip('"').endswith("-3")  # three parts
+        with pytest.raises(PreconditionFailed):
+            store.put_if("model/__0_0.distcp", data, if_match=None, if_none_match=True)
+        etag = store.put_if(
+            "model/__0_0.distcp", b"small", if_match=there.etag, if_none_match=False
+        )
+        assert store.stat_etag("model/__0_0.distcp") == etag

@@ -6,10 +6,11 @@ A bucket has no locks and no process liveness, only per-key compare-and-swap
 ``statecraft.object-lease.v1``), and every write to it is conditional:
 
 - **acquire** (:func:`acquire_object_lease`): create with ``If-None-Match``. When a lease is
-  there: an unexpired, unreleased one of another owner refuses with
+  there: an unexpired, unreleased one of another live owner refuses with
   :class:`~statecraft.errors.WriterLeaseError` naming it (host, PID, since, expiry) and the
-  fix; an expired (or released) one is taken over by ``If-Match`` on the etag just read, with
-  ``generation + 1`` (logged at WARNING when it had expired); ``takeover=True``
+  fix; an expired (or released) one, or one whose owner ran on this host and whose PID is
+  gone (:func:`owner_alive`), is taken over by ``If-Match`` on the etag just read, with
+  ``generation + 1`` (logged at WARNING unless it was released); ``takeover=True``
   (``checkpoint_store.lease_takeover``, or ``statecraft lease takeover``) takes an unexpired
   one over the same way, deliberately (only after making sure its owner is dead).
 - **renew** (:meth:`ObjectStoreLease.renew_if_due`): when more than half the ttl has passed
@@ -64,7 +65,9 @@ __all__ = [
     "OBJECT_LEASE_NAME",
     "ObjectStoreLease",
     "acquire_object_lease",
+    "owner_alive",
     "read_object_lease",
+    "take_over_seen_lease",
     "write_pointer_fenced",
 ]
 
@@ -294,6 +297,20 @@ def _landed(store: ObjectStore, path: str, data: bytes) -> str | None:
     return None
 
 
+def owner_alive(record: ObjectLeaseRecord) -> bool:
+    """True unless ``record``'s owner is on this host and its PID no longer runs (an owner on
+    another host cannot be checked: it counts as alive, so acquisition fails closed)."""
+    if record.host != socket.gethostname():
+        return True
+    try:
+        os.kill(record.pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
 def _new_record(
     generation: int, ttl_s: float, now: float, host: str, pid: int
 ) -> ObjectLeaseRecord:
@@ -335,6 +352,7 @@ def acquire_object_lease(
     host: str | None = None,
     pid: int | None = None,
     pointers: tuple[str, ...] = (LATEST_POINTER,),
+    alive: Callable[[ObjectLeaseRecord], bool] | None = None,
 ) -> ObjectStoreLease:
     """Take the writer lease of the direct checkpoints root ``store`` (before its first write).
 
@@ -347,6 +365,10 @@ def acquire_object_lease(
         host, pid: the record's identity (defaults: this process).
         pointers: pointer objects whose current etag the lease remembers now, for
             :func:`write_pointer_fenced` (default: ``latest_checkpoint.txt``).
+        alive: whether the owner of an unexpired lease still runs (default
+            :func:`owner_alive`: an owner on this host whose PID is gone is dead, so a
+            relaunch after a SIGKILL on the same node does not wait for the expiry; an owner
+            on another host counts as alive: it cannot be told, so it fails closed).
 
     Returns:
         the lease (written to the bucket already).
@@ -362,6 +384,7 @@ def acquire_object_lease(
         raise ValueError(f"acquire_object_lease: ttl_s must be a positive number, not {ttl_s!r}")
     host = socket.gethostname() if host is None else host
     pid = os.getpid() if pid is None else pid
+    alive = owner_alive if alive is None else alive
     where = _where(store)
     lease: ObjectStoreLease | None = None
     for _ in range(_RACE_ATTEMPTS):
@@ -385,7 +408,8 @@ def acquire_object_lease(
             break
         current, seen = found
         live = not current.expired(now)
-        if live and not takeover:
+        dead = live and not alive(current)
+        if live and not dead and not takeover:
             raise _refuse_live(store, current)
         record = _new_record(current.generation + 1, ttl_s, now, host, pid)
         try:
@@ -399,7 +423,16 @@ def acquire_object_lease(
             if landed is None:
                 raise
             etag = landed
-        if current.released:
+        if dead and not takeover:
+            log.warning(
+                "%s: took over the lease of %s: its process is gone from this host; now %s "
+                "(generation %d)",
+                where,
+                current.describe(),
+                record.owner,
+                record.generation,
+            )
+        elif current.released:
             log.info(
                 "%s: lease taken by %s (generation %d) after its release by %s",
                 where,
@@ -428,6 +461,52 @@ def acquire_object_lease(
     for pointer in pointers:
         lease.observe(pointer)
     return lease
+
+
+def take_over_seen_lease(
+    store: ObjectStore,
+    seen: tuple[ObjectLeaseRecord, str],
+    *,
+    ttl_s: float,
+    clock: Clock = time.time,
+    host: str | None = None,
+    pid: int | None = None,
+) -> ObjectStoreLease:
+    """Take over exactly the lease version ``seen`` (a record and its etag, as
+    :func:`read_object_lease` returned them), whatever its expiry: ``If-Match`` on that etag,
+    generation + 1, logged at WARNING. What ``statecraft lease takeover`` runs after showing the
+    owner, so a job that acquired the root in between is never taken over by mistake.
+
+    Raises:
+        WriterLeaseError: the lease changed since it was read (named); nothing was changed.
+        ObjectRequestError: the bucket did not answer.
+    """
+    current, etag = seen
+    host = socket.gethostname() if host is None else host
+    pid = os.getpid() if pid is None else pid
+    record = _new_record(current.generation + 1, ttl_s, clock(), host, pid)
+    data = record.encode()
+    try:
+        new_etag = store.put_if(OBJECT_LEASE_NAME, data, if_match=etag, if_none_match=False)
+    except PreconditionFailed:
+        raise WriterLeaseError(
+            f"{_where(store)}: the lease changed since it was read ({current.describe()} is no "
+            "longer the version there); nothing was changed. Look again before taking it over",
+            path=_where(store),
+        ) from None
+    except ObjectRequestError:
+        landed = _landed(store, OBJECT_LEASE_NAME, data)
+        if landed is None:
+            raise
+        new_etag = landed
+    log.warning(
+        "%s: DELIBERATELY TOOK OVER the lease of %s; now %s (generation %d)",
+        _where(store),
+        current.describe(),
+        record.owner,
+        record.generation,
+    )
+    return ObjectStoreLease(store, record, new_etag, clock, previous=current)
 
 
 def write_pointer_fenced(

@@ -8,6 +8,9 @@ Subcommands:
     demo                        train, SIGKILL, preempt, resume, compare bit-for-bit with a
                                 clean run
     inspect PATH [--verify]     attempts and checkpoints under PATH and what resume=auto would pick
+                                (PATH may be s3://bucket/prefix: a direct root, read-only)
+    lease show | takeover URI   the object-store writer lease of a direct root (takeover:
+                                deliberate, only once the owner is known dead)
     bench save | validation | async | emergency | upload | engine   ratios against baselines
     archive publish | fetch | prune-verified              archived artifacts (S3)
     objects download | copy     move object-store prefixes (idempotent, streamed)
@@ -99,6 +102,25 @@ def _archive_parsers(sub: Any) -> None:
     copy.set_defaults(func=_lazy("statecraft.cli.objects", "run_objects_copy"))
 
 
+def _lease_parsers(sub: Any) -> None:
+    lease = sub.add_parser("lease", help="the object-store writer lease of a direct root")
+    lsub = lease.add_subparsers(dest="lease_command", required=True)
+    show = lsub.add_parser("show", help="who holds the lease of s3://bucket/prefix (read-only)")
+    show.add_argument("root", help="s3://<bucket>/<...>/checkpoints")
+    _transfer_flags(show)
+    show.set_defaults(func=_lazy("statecraft.cli.lease", "run_lease_show"))
+    take = lsub.add_parser(
+        "takeover",
+        help="take over and release the lease of a DEAD writer (only once it is known dead)",
+    )
+    take.add_argument("root", help="s3://<bucket>/<...>/checkpoints")
+    take.add_argument(
+        "--expect-owner", help="refuse unless this owner id holds the lease now (lease show)"
+    )
+    _transfer_flags(take)
+    take.set_defaults(func=_lazy("statecraft.cli.lease", "run_lease_takeover"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="statecraft", description=__doc__.split("\n\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
@@ -154,10 +176,15 @@ def build_parser() -> argparse.ArgumentParser:
     inspect = sub.add_parser("inspect", help="list attempts and checkpoints under PATH")
     inspect.add_argument("path")
     inspect.add_argument("--verify", action="store_true", help="verify every file's digest")
+    inspect.add_argument(
+        "--credentials",
+        help="credentials JSON for an s3:// PATH (default: $STATECRAFT_S3_CREDENTIALS)",
+    )
     inspect.add_argument("--json", action="store_true")
     inspect.set_defaults(func=_lazy("statecraft.cli.inspect", "run_inspect"))
 
     _archive_parsers(sub)
+    _lease_parsers(sub)
 
     bench = sub.add_parser("bench", help="benchmarks (ratios against in-process baselines)")
     bsub = bench.add_subparsers(dest="bench_command", required=True)
@@ -247,6 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 getattr(args, "machines_command", None),
                 getattr(args, "archive_command", None),
                 getattr(args, "objects_command", None),
+                getattr(args, "lease_command", None),
                 getattr(args, "bench_command", None),
             )
             if a

@@ -128,9 +128,15 @@ class S3Bucket:
     ) -> str:
         """:meth:`put`, with the sha256 (hex) of ``data`` when the caller already knows it
         (it is stored as given: a wrong digest makes every later download refuse the
-        object). Raises as :meth:`put`."""
-        sha = sha256 or hashlib.sha256(data).hexdigest()
+        object). Data larger than ``transfer.part_size`` without ``if_match`` goes by
+        multipart from memory (parts in parallel, as :meth:`put_file` sends a file); an
+        ``If-Match`` replace is always one PUT. Raises as :meth:`put`."""
         condition = _condition(if_none_match, if_match)
+        if if_match is None and len(data) > self.transfer.part_size:
+            from statecraft.storage.s3_transfer import upload_bytes
+
+            return upload_bytes(self, key, data, if_none_match=if_none_match, sha256=sha256)
+        sha = sha256 or hashlib.sha256(data).hexdigest()
 
         def send() -> str:
             response = self.client.put_object(

@@ -37,7 +37,7 @@ from statecraft.storage.s3_retry import Failure
 if TYPE_CHECKING:
     from statecraft.storage.s3 import RemoteObject, S3Bucket
 
-__all__ = ["download_file", "file_sha256", "upload_file"]
+__all__ = ["download_file", "file_sha256", "upload_bytes", "upload_file"]
 
 #: starts the device writeback of ranges already hashed (a hint; durability is the fsync)
 _WRITEBACK = OsFilesystem()
@@ -97,21 +97,38 @@ def upload_file(
 def _upload_parts(
     bucket: S3Bucket, key: str, upload_id: str, path: Path, size: int
 ) -> list[dict[str, Any]]:
-    part_size = bucket.transfer.part_size_for(size)
-    count = -(-size // part_size)
-    etags: dict[int, str] = {}
-    with open(path, "rb") as f, cf.ThreadPoolExecutor(bucket.transfer.concurrency) as pool:
+    with open(path, "rb") as f:
         fd = f.fileno()
 
-        def one(number: int) -> str:
-            offset = (number - 1) * part_size
-            expected = min(part_size, size - offset)
+        def read(offset: int, expected: int, number: int) -> bytes:
             data = os.pread(fd, expected, offset)
             if len(data) != expected:
                 raise StoreError(
                     f"{path}: the file shrank during the upload to {key!r} (part {number} "
                     f"read {len(data)} of {expected} bytes); nothing was completed"
                 )
+            return data
+
+        return _send_parts(bucket, key, upload_id, size, read)
+
+
+def _send_parts(
+    bucket: S3Bucket,
+    key: str,
+    upload_id: str,
+    size: int,
+    read: Callable[[int, int, int], bytes],
+) -> list[dict[str, Any]]:
+    """Upload ``size`` bytes as parts, ``read(offset, length, part number)`` giving each, at
+    most ``concurrency`` in flight; returns the parts list of the completion."""
+    part_size = bucket.transfer.part_size_for(size)
+    count = -(-size // part_size)
+    etags: dict[int, str] = {}
+    with cf.ThreadPoolExecutor(bucket.transfer.concurrency) as pool:
+
+        def one(number: int) -> str:
+            offset = (number - 1) * part_size
+            data = read(offset, min(part_size, size - offset), number)
 
             def send() -> str:
                 response = bucket.client.upload_part(
@@ -143,6 +160,38 @@ def _upload_parts(
                 future.cancel()
             raise
     return [{"PartNumber": n, "ETag": etags[n]} for n in range(1, count + 1)]
+
+
+def upload_bytes(
+    bucket: S3Bucket, key: str, data: bytes, *, if_none_match: bool, sha256: str | None
+) -> str:
+    """Upload ``data`` held in memory to ``key`` by multipart (``part_size`` parts, at most
+    ``concurrency`` in flight), with the sha256 in its metadata and the same condition and
+    completion rules as :func:`upload_file`; returns the etag. For data larger than one part
+    (the caller sends smaller data by one PUT)."""
+    from statecraft.storage.s3 import SHA256_METADATA
+
+    size = len(data)
+    if if_none_match and bucket.stat(key) is not None:
+        raise PreconditionFailed(f"If-None-Match: * refused: {key!r} exists in {bucket.describe()}")
+    sha = sha256 or hashlib.sha256(data).hexdigest()
+    view = memoryview(data)
+
+    def create() -> str:
+        response = bucket.client.create_multipart_upload(
+            Bucket=bucket.bucket, Key=key, Metadata={SHA256_METADATA: sha}
+        )
+        return str(response["UploadId"])
+
+    upload_id = bucket.call("create-multipart", key, create)
+    try:
+        parts = _send_parts(
+            bucket, key, upload_id, size, lambda offset, n, _: bytes(view[offset : offset + n])
+        )
+        return _complete(bucket, key, upload_id, parts, size, sha, if_none_match)
+    except BaseException:
+        _abort(bucket, key, upload_id)
+        raise
 
 
 def _complete(

@@ -38,6 +38,12 @@ Modules: :mod:`.report` builds the data (:mod:`.artifacts` the artifact part, :m
 the file listings), :mod:`.render` the text, :mod:`.readonly` the filesystem it reads through;
 this module is the command.
 
+PATH may also be ``s3://bucket/prefix`` (a direct object-store checkpoints root) or
+``s3://bucket/prefix/iter_N`` (:mod:`.remote`: each iteration's manifest, DCP components,
+``latest``, the object-store lease), read-only, with the credentials of ``statecraft objects``
+(``--credentials FILE``, else ``$STATECRAFT_S3_CREDENTIALS``). DCP iterations (local or remote)
+list per component the shard count, sizes and world size at save (:mod:`.dcp`).
+
 Exit status: 0 when PATH holds a checkpoints layout (whatever state the checkpoints are in);
 1 when PATH does not exist or holds no checkpoints layout. ``--json`` prints the same data in
 the CLI's versioned envelope (see :func:`statecraft.cli.envelope.emit`).
@@ -57,9 +63,27 @@ __all__ = ["InspectError", "ReadOnlyFilesystem", "inspect_path", "render_text", 
 _ReadOnlyFilesystem = ReadOnlyFilesystem  # the name earlier tests and callers import
 
 
+def _run_remote(args: argparse.Namespace, as_json: bool) -> int:
+    from statecraft.checkpoint.archive.destination import parse_s3_uri
+    from statecraft.cli.archive import fail, open_s3_bucket
+    from statecraft.cli.inspect.remote import inspect_remote, render_remote_text
+    from statecraft.errors import StatecraftError
+
+    try:
+        name, _ = parse_s3_uri(args.path, what="PATH")
+        bucket = open_s3_bucket(args, name)
+        data = inspect_remote(args.path, bucket)
+    except StatecraftError as exc:
+        return fail(COMMAND, args, exc, data={"path": str(args.path)})
+    return emit(COMMAND, as_json=as_json, data=data, text=render_remote_text(data))
+
+
 def run_inspect(args: argparse.Namespace) -> int:
-    """The ``statecraft inspect PATH [--verify] [--json]`` command; see the module doc."""
+    """The ``statecraft inspect PATH [--verify] [--json] [--credentials F]`` command; see the
+    module doc."""
     as_json = bool(getattr(args, "json", False))
+    if str(args.path).startswith("s3://"):
+        return _run_remote(args, as_json)
     try:
         data = inspect_path(args.path, verify=bool(getattr(args, "verify", False)))
     except InspectError as exc:

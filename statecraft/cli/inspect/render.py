@@ -14,6 +14,7 @@ from statecraft.checkpoint.layout import (
     MANIFEST_NAME,
 )
 from statecraft.cli.inspect.archive import archive_note
+from statecraft.cli.inspect.dcp import dcp_lines
 from statecraft.cli.inspect.report import PARTIAL
 from statecraft.cli.inspect.retention import file_note
 
@@ -90,6 +91,7 @@ def _checkpoints_lines(report: dict[str, Any]) -> list[str]:
         for note in it["notes"]:
             lines.append(f"      note: {note}")
         lines.extend(_file_lines(it, MANIFEST_NAME))
+        lines.extend(dcp_lines(it.get("dcp")))
     for name in report["other_entries"]:
         lines.append(f"    {name}  (not a checkpoint)")
     lines.append(

@@ -32,6 +32,7 @@ from statecraft.checkpoint.transactions.resume_rules import (
 from statecraft.checkpoint.verify import read_manifest
 from statecraft.cli.inspect.archive import archive_field
 from statecraft.cli.inspect.artifacts import artifacts_of, artifacts_report, auto_record
+from statecraft.cli.inspect.dcp import dcp_report
 from statecraft.cli.inspect.disk import FS as _FS
 from statecraft.cli.inspect.disk import file_records, files_on_disk, is_dir
 from statecraft.cli.inspect.retention import (
@@ -85,6 +86,7 @@ def _iteration_report(
         "files": file_records(on_disk, recorded),
         "total_bytes": sum(on_disk.values()),
         "archive": archive_field(store, name) if on_disk else None,
+        "dcp": dcp_report(store, name) if on_disk else None,
         **retention_fields(entry, decision),
     }
 
