@@ -222,3 +222,21 @@ def test_a_second_writer_is_refused_and_a_stale_one_cannot_commit() -> None:
     assert root.store.stat("iter_000000004/.posttrain-manifest.json") is None
     save(tracked, root, lease=second)
     assert root.store.read_bytes(LATEST_POINTER) == b"iter_000000004\n"
+
+
+def test_pristine_optimizer_checkpoint_resumes_bit_exact() -> None:
+    """The reference's case: a checkpoint taken before the first step (the optimizer never
+    stepped), resumed, then trained: bit-exact against an uninterrupted run (DCP's probe step
+    is rolled back on save, and restore resets the optimizer to never-stepped)."""
+    root = make_root()
+    reference = make_tracked()
+    save(reference, root)  # step 0: the optimizer has no state yet
+    assert not reference.optimizer.state  # the save left it never-stepped
+    train(reference, 3)
+    resumed = make_tracked(seed=42)
+    train(resumed, 1)  # a stepped live optimizer: resume must reset it to never-stepped
+    resumed.clocks = type(resumed.clocks)()
+    assert resume(resumed, root).step == 0
+    assert not resumed.optimizer.state
+    train(resumed, 3)
+    assert_same(state_of(resumed), state_of(reference))

@@ -10,8 +10,9 @@ Order (nothing is loaded into a tracked object before every check passed):
    (present, its size); the control files of the active generation are read whole and checked
    against their recorded digests (``trainer.pt``, ``data.pt``);
 3. the DCP components are read IN PLACE by ranged GETs through ``StoreStorageReader`` (each
-   item's xxh3 digest verified; nothing is downloaded to a local cache), into copies of the
-   live objects' DCP state dicts (DCP's load planner reshards when the world size differs);
+   item's xxh3 digest verified; nothing is downloaded to a local cache), into scratch targets
+   shaped by the live objects (``dcp_state``; DCP's load planner reshards when the world size
+   differs; a pristine optimizer is reset and given its saved group options first);
 4. everything lands all or nothing (:func:`~statecraft.checkpoint.loading.load_all_or_nothing`:
    fit checks, then model, optimizer, scheduler, RNG, clocks, loop state; a failure restores
    every object loaded before it).
@@ -39,15 +40,10 @@ from typing import Any
 
 import torch
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import (
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    set_optimizer_state_dict,
-)
 
 from statecraft.checkpoint.direct.manifest import DirectManifest, decode_direct_manifest
 from statecraft.checkpoint.layout import MANIFEST_NAME, iter_dirname
-from statecraft.checkpoint.loading import Components, load_all_or_nothing
+from statecraft.checkpoint.loading import Components, _pristine_groups, load_all_or_nothing
 from statecraft.checkpoint.state import DataState, TrainerState
 from statecraft.checkpoint.state.scheduler_identity import check_scheduler_identity
 from statecraft.checkpoint.transactions.direct_save import read_latest
@@ -184,15 +180,6 @@ def read_direct_checkpoint(
     return DirectCheckpoint(store, iteration, location, manifest, trainer, data_state)
 
 
-def _clone(state: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a DCP state dict whose tensors do not share storage with the live objects
-    (``dcp.load`` writes in place; nothing live may change before the all-or-nothing load)."""
-    return {
-        k: (v.detach().clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v))
-        for k, v in state.items()
-    }
-
-
 def _dcp_load(store: Store, path: str, target: dict[str, Any]) -> None:
     try:
         dcp.load(target, storage_reader=StoreStorageReader(store, path))
@@ -200,20 +187,37 @@ def _dcp_load(store: Store, path: str, target: dict[str, Any]) -> None:
         raise unwrap_checkpoint_exception(exc) from None
 
 
-def _optimizer_payload(tracked: Any, store: Store, path: str) -> Any:
-    """The optimizer state of the DCP component ``path`` in ``optimizer.state_dict()`` form,
-    with the live optimizer left as it was (its state is shaped by DCP, filled, converted,
-    then put back)."""
-    optimizer = tracked.optimizer
-    before = copy.deepcopy(optimizer.state_dict())
-    try:
-        target = get_optimizer_state_dict(tracked.model, optimizer)
-        target = {"state": copy.deepcopy(target["state"]), "param_groups": target["param_groups"]}
-        _dcp_load(store, path, target)
-        set_optimizer_state_dict(tracked.model, optimizer, target)
-        return copy.deepcopy(optimizer.state_dict())
-    finally:
-        optimizer.load_state_dict(before)
+def _dcp_components(
+    tracked: Any, checkpoint: DirectCheckpoint, data: DataState | None
+) -> Components:
+    """Every rank: the DCP components read in place into scratch targets shaped by the live
+    objects (:mod:`statecraft.checkpoint.state.dcp_state`, the rules of the local DCP resume;
+    DCP's load planner reshards at another world size). No live tensor changes here, except
+    the one the reference prescribes: a pristine optimizer is reset to never-stepped with the
+    saved param-group options applied before any target is shaped."""
+    from statecraft.checkpoint.state import dcp_state
+
+    where, store, trainer = checkpoint.location, checkpoint.store, checkpoint.trainer
+    model = optim = None
+    model_path = checkpoint.component("model")
+    if tracked.model is not None:
+        if model_path is None:
+            raise ResumeError(f"{where}: the checkpoint saved no model for the tracked model")
+        model = dcp_state.model_load_target(tracked.model)
+        _dcp_load(store, model_path, model)
+    optim_path = checkpoint.component("optim")
+    if tracked.optimizer is not None:
+        if optim_path is None:
+            raise ResumeError(f"{where}: the checkpoint saved no optimizer state")
+        groups: tuple[dict[str, Any], ...] = ()
+        if trainer.optimizer_pristine:
+            groups = _pristine_groups(store, optim_path, where)
+        optim = dcp_state.optimizer_load_target(
+            tracked.model, tracked.optimizer, pristine=trainer.optimizer_pristine, groups=groups
+        )
+        if optim is not None:
+            _dcp_load(store, optim_path, optim)
+    return Components(model, optim, data, dcp=True)
 
 
 def load_direct_checkpoint(
@@ -249,21 +253,8 @@ def load_direct_checkpoint(
     check_scheduler_identity(
         trainer.scheduler_identity, tracked.scheduler_identity, source=f"{where}/trainer.pt"
     )
-    model_path = checkpoint.component("model")
-    if tracked.model is not None and model_path is None:
-        raise ResumeError(f"{where}: the checkpoint saved no model for the tracked model")
-    model_state = None
-    if tracked.model is not None and model_path is not None:
-        model_state = _clone(get_model_state_dict(tracked.model))
-        _dcp_load(store, model_path, model_state)
-    optim_state = None
-    optim_path = checkpoint.component("optim")
-    if tracked.optimizer is not None:
-        if optim_path is None:
-            raise ResumeError(f"{where}: the checkpoint saved no optimizer state")
-        optim_state = _optimizer_payload(tracked, store, optim_path)
     data = checkpoint.data if cursor_resume != "off" else None
-    parts = Components(model_state, optim_state, data)
+    parts = _dcp_components(tracked, checkpoint, data)
     rng = load_all_or_nothing(
         tracked,
         trainer,

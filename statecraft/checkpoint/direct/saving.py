@@ -2,8 +2,9 @@
 iteration written straight into ``s3://<bucket>/<prefix>`` by the ``direct_save`` machine
 (``machines/direct_save.toml``), on every rank.
 
-Every rank extracts its model and optimizer state with
-``torch.distributed.checkpoint.state_dict`` and writes its own shards through DCP
+Every rank extracts its model and optimizer state (:mod:`statecraft.checkpoint.state.dcp_state`:
+``get_model_state_dict`` / ``get_optimizer_state_dict``, the probe of a never-stepped optimizer
+rolled back) and writes its own shards through DCP
 (``dcp.save`` over :class:`DirectStorageWriter`, our ``StoreStorageWriter``: one PUT per shard,
 per-item xxh3 digests); DCP's coordinator writes each component's ``.metadata`` after every
 rank's shards; every rank's file records are gathered for the manifest. Rank 0 then writes the
@@ -28,7 +29,6 @@ iteration holding objects but no manifest is never adopted and is written over b
 
 from __future__ import annotations
 
-import copy
 import io
 import logging
 import time
@@ -38,12 +38,9 @@ from typing import Any, Protocol
 import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import SavePlan
-from torch.distributed.checkpoint.state_dict import (
-    get_model_state_dict,
-    get_optimizer_state_dict,
-)
 
 from statecraft.checkpoint.layout import iter_dirname
+from statecraft.checkpoint.loading import dcp_optimizer_payload
 from statecraft.checkpoint.machines import shipped_machine
 from statecraft.checkpoint.saving import SaveReport, capture_trainer
 from statecraft.checkpoint.state import DataState
@@ -98,19 +95,18 @@ def _torch_bytes(payload: Any) -> bytes:
 
 
 def component_states(tracked: Any) -> dict[str, dict[str, Any]]:
-    """The DCP state of each component: ``model`` (``get_model_state_dict``) and, when an
-    optimizer is tracked, ``optim`` (``get_optimizer_state_dict``). A never-stepped
-    optimizer's state is materialized by DCP's probe; it is put back to never-stepped after
-    the extraction (the saved state then holds the probe's values)."""
-    states: dict[str, dict[str, Any]] = {"model": get_model_state_dict(tracked.model)}
-    optimizer = tracked.optimizer
-    if optimizer is not None:
-        pristine = not optimizer.state
-        before = copy.deepcopy(optimizer.state_dict()) if pristine else None
-        states["optim"] = get_optimizer_state_dict(tracked.model, optimizer)
-        if before is not None:
-            states["optim"] = copy.deepcopy(states["optim"])
-            optimizer.load_state_dict(before)
+    """The DCP state of each component (:mod:`statecraft.checkpoint.state.dcp_state`, the same
+    rules as the local DCP save): ``model`` (this rank's shards under FSDP2, the replicated
+    tensors otherwise) and, when an optimizer is tracked, ``optim`` (its state with DCP's probe
+    rolled back; a never-stepped optimizer saves only its param-group options,
+    :func:`~statecraft.checkpoint.loading.dcp_optimizer_payload`)."""
+    from statecraft.checkpoint.state import dcp_state
+
+    states: dict[str, dict[str, Any]] = {"model": dcp_state.model_state_for_save(tracked.model)}
+    if tracked.optimizer is not None:
+        states["optim"] = dcp_optimizer_payload(
+            dcp_state.optimizer_state_for_save(tracked.model, tracked.optimizer)
+        )
     return states
 
 
@@ -186,8 +182,8 @@ def save_direct_checkpoint(
         see the module docstring.
     """
     started = time.perf_counter()
+    states = component_states(tracked)  # first: trainer.pt then records the pristine marker
     trainer = capture_trainer(tracked, rng=rng, data=data, validation=validation)
-    states = component_states(tracked)
     control = {"trainer.pt": _torch_bytes(trainer.to_payload())}
     if data is not None:
         control["data.pt"] = _torch_bytes(data.to_payload())
