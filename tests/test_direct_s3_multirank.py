@@ -1,7 +1,8 @@
 """Two gloo ranks on CPU (FSDP2: every rank owns real shards) save straight into the real S3
 server and resume from it in a new process group: every rank writes its own shards, the
 manifest names both ranks', and the resumed training is bit-exact against the uninterrupted
-one (model and next RNG draw of every rank)."""
+one (model and next RNG draw of every rank). The same checkpoint then resumes resharded in one
+process (a plain module): exactly the gathered full state that was saved."""
 
 from __future__ import annotations
 
@@ -78,6 +79,8 @@ def _phase(rank: int, world_size: int, tmp: str, credentials: str, prefix: str, 
                 tracked, root, collective=collective, rng=rng, data=None, step=STEPS, lease=lease
             )
             out["location"] = report.location
+            saved = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
+            out["saved_model"] = {k: v.detach().clone() for k, v in saved.items()}
         else:
             result = load_direct_checkpoint(
                 tracked, root.store, collective=collective, location=root.uri
@@ -124,3 +127,30 @@ def test_two_ranks_save_to_s3_and_resume_bit_exact(s3_server: S3Server, tmp_path
         for key, value in first["model"].items():
             assert torch.equal(resumed["model"][key], value), (rank, key)
     assert not list(tmp_path.glob("**/iter_*"))  # nothing was written or cached locally
+
+    # resharded: the 2-rank checkpoint resumes in one process (a plain module, no FSDP); the
+    # model is exactly the gathered full state saved; RNG is skipped (another world size)
+    from test_direct_save_resume import Root, make_tracked  # one process, no process group
+
+    from statecraft.checkpoint.direct.resume import load_direct_checkpoint
+    from statecraft.parallel.collectives import SingleProcess
+    from statecraft.storage.objects import ObjectStore
+    from statecraft.storage.s3 import S3Bucket
+    from statecraft.storage.s3_credentials import load_credentials
+
+    bucket = S3Bucket(load_credentials(s3_server.credentials_file), BUCKET)
+    root = Root(ObjectStore(bucket, prefix=prefix, name=BUCKET), f"s3://{BUCKET}/{prefix}")
+    single = make_tracked()
+    single.model = torch.nn.Sequential(
+        torch.nn.Linear(8, 16), torch.nn.Dropout(0.3), torch.nn.Linear(16, 4)
+    )
+    single.optimizer = torch.optim.AdamW(single.model.parameters(), lr=1e-2)
+    single.scheduler = None
+    result = load_direct_checkpoint(
+        single, root.store, collective=SingleProcess(), location=root.uri
+    )
+    assert result.step == STEPS
+    assert result.rng == "topology_changed"
+    saved = torch.load(tmp_path / "first-rank0.pt", weights_only=True)["saved_model"]
+    for key, value in single.model.state_dict().items():
+        assert torch.equal(value, saved[key]), key
