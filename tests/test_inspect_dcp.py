@@ -156,7 +156,7 @@ def _seed_root(bucket: S3Bucket, prefix: str, tmp_path: Path) -> dict[str, Any]:
             control_generation=gen,
             control={"trainer.pt": FileRecord("trainer.pt", len(trainer), Digest.of(trainer))},
             plan=("model", "optimizer", "training_state"),
-            writer={"host": "node-x"},
+            writer={"host": "node-x", "world_size": "2"},
             lease_generation=lease.generation,
         )
         store.put_if(manifest_path(iteration), manifest.encode(), if_match=None, if_none_match=True)
@@ -208,6 +208,8 @@ class TestInspectS3:
         assert committed["dcp"]["model"]["shards"] == 1
         assert committed["dcp"]["model"]["world_size_at_save"] == 1
         assert committed["dcp"]["optim"]["metadata"]["loaded"] is True
+        assert committed["world_size_at_save"] == 2  # the manifest's record wins
+        assert by_name["iter_000000006"]["world_size_at_save"] == 1  # from the shards
         assert data["latest"]["status"] == "ok"
         assert data["latest"]["names"] == "iter_000000004"
         assert data["newest_committed"] == "iter_000000004"
@@ -244,6 +246,31 @@ class TestInspectS3:
         code, envelope = _cli(capsys, "inspect", uri, "--credentials", str(bad), "--json")
         assert code == 1
         assert envelope["errors"][0]["code"] == "object_request"
+
+    def test_truncated_metadata_is_corrupt(self, tmp_path: Path) -> None:
+        sim = SimBucket()
+        store = ObjectStore(sim, prefix="r", name="sim-bucket")
+        model = _dcp_dir(tmp_path / "model", 1)
+        for path in model.iterdir():
+            data = path.read_bytes()
+            if path.name == ".metadata":
+                data = data[: len(data) // 2]
+            store.write_atomic(f"iter_000000002/model/{path.name}", data)
+        trainer = b"t"
+        store.write_atomic(f"{generation_dir(2, 'g1')}/trainer.pt", trainer)
+        manifest = DirectManifest.build(
+            2,
+            control_generation="g1",
+            control={"trainer.pt": FileRecord("trainer.pt", 1, Digest.of(trainer))},
+            plan=("model",),
+            writer={},
+            lease_generation=1,
+            components={"model": "model"},
+        )
+        store.create_exclusive(manifest_path(2), manifest.encode())
+        (it,) = inspect_remote("s3://sim-bucket/r", sim)["iterations"]
+        assert it["state"] == "corrupt"
+        assert "DCP component model: .metadata does not load" in it["reason"]
 
     def test_inspect_via_sim(self, tmp_path: Path) -> None:
         sim = SimBucket()

@@ -28,7 +28,8 @@ from statecraft.checkpoint.object_lease import (
     write_pointer_fenced,
 )
 from statecraft.checkpoint.object_lease_record import parse_iso_utc
-from statecraft.errors import PreconditionFailed, WriterLeaseError
+from statecraft.engine.crash import FaultKind, IoGate
+from statecraft.errors import ObjectRequestError, PreconditionFailed, WriterLeaseError
 from statecraft.storage.local import LocalStore
 from statecraft.storage.objects import ObjectStore, SimBucket
 from statecraft.storage.s3 import RetryPolicy, S3Bucket
@@ -329,3 +330,35 @@ class TestLargePut:
             "model/__0_0.distcp", b"small", if_match=there.etag, if_none_match=False
         )
         assert store.stat_etag("model/__0_0.distcp") == etag
+
+
+class TestIndeterminateRequests:
+    """A request whose response was lost (applied, the client saw an error) is resolved by
+    reading back; one that failed unapplied raises and changes nothing (SimBucket faults)."""
+
+    def _store(self, faults: dict[int, FaultKind]) -> ObjectStore:
+        return ObjectStore(SimBucket(gate=IoGate(faults=faults)), prefix="r", name="sim-bucket")
+
+    def test_lost_responses_are_adopted(self) -> None:
+        # PUT #0: the lease create, #1: the renewal, #2: the latest write
+        store = self._store({n: FaultKind.LOST_RESPONSE for n in (0, 1, 2)})
+        clock = Clock()
+        lease = _acquire(store, clock, pid=1)
+        lease.check()
+        clock.advance(TTL)
+        assert lease.renew_if_due() is True
+        lease.check()
+        write_pointer_fenced(store, lease, LATEST_POINTER, format_latest(2))
+        assert lease.pointers[LATEST_POINTER] == store.stat_etag(LATEST_POINTER)
+        write_pointer_fenced(store, lease, LATEST_POINTER, format_latest(4))
+        assert store.read_bytes(LATEST_POINTER) == format_latest(4)
+
+    def test_failed_pointer_write_changes_nothing_and_can_be_retried(self) -> None:
+        store = self._store({1: FaultKind.IO_ERROR})
+        lease = _acquire(store, Clock(), pid=1)
+        with pytest.raises(ObjectRequestError):
+            write_pointer_fenced(store, lease, LATEST_POINTER, format_latest(2))
+        assert store.stat_etag(LATEST_POINTER) is None
+        assert lease.pointers[LATEST_POINTER] is None
+        write_pointer_fenced(store, lease, LATEST_POINTER, format_latest(2))
+        assert store.read_bytes(LATEST_POINTER) == format_latest(2)

@@ -6,7 +6,8 @@ It lists the root's ``iter_*`` prefixes and reads each ``.posttrain-manifest.jso
 are there with their recorded sizes and DCP components that hold a ``.metadata``; ``corrupt``
 when it does not; ``partial`` without one (an interrupted save: never adopted). Per
 iteration it reports the DCP components (:mod:`.dcp`: shard counts, sizes, world size at save),
-the control generations, and for the root the ``latest_checkpoint.txt`` pointer and the
+the control generations, the world size at save (the manifest writer's ``world_size`` when
+recorded, else the shard files'), and for the root the ``latest_checkpoint.txt`` pointer and the
 object-store lease (owner, host, PID, generation, expiry, whether it has expired).
 
 Every request goes through :class:`ReadOnlyBucket`, which refuses PUT and DELETE: inspect
@@ -32,7 +33,7 @@ from statecraft.checkpoint.layout import (
     parse_latest,
 )
 from statecraft.checkpoint.object_lease import OBJECT_LEASE_NAME, read_object_lease
-from statecraft.cli.inspect.dcp import dcp_lines, dcp_report
+from statecraft.cli.inspect.dcp import dcp_component_report, dcp_lines, dcp_report
 from statecraft.errors import CheckpointCorruptError, InspectError, StoreError, WriterLeaseError
 from statecraft.storage.objects import ObjectInfo, ObjectStore
 
@@ -143,6 +144,29 @@ def _check_committed(store: ObjectStore, manifest: DirectManifest, names: set[st
     return None
 
 
+def _dcp_problem(
+    store: ObjectStore, manifest: DirectManifest, dcp: dict[str, Any] | None
+) -> str | None:
+    """Why the DCP components the manifest names would not load (``None``: no problem seen).
+    A ``.metadata`` naming a global the restricted reader does not know is not counted."""
+    for component in sorted(manifest.components):
+        directory = manifest.components[component]
+        report = (dcp or {}).get(directory) or dcp_component_report(
+            store, manifest.component_path(component)
+        )
+        if report is None:
+            return f"DCP component {component}: no .metadata or shards"
+        meta = report["metadata"]
+        if meta["problem"] and "is not allowed" not in meta["problem"]:
+            return f"DCP component {component}: .metadata {meta['problem']}"
+        if meta["missing_files"]:
+            return (
+                f"DCP component {component}: shards named by .metadata are missing: "
+                f"{', '.join(meta['missing_files'])}"
+            )
+    return None
+
+
 def _iteration(store: ObjectStore, iteration: int, keys: list[str]) -> dict[str, Any]:
     name = iter_dirname(iteration)
     relative = {k[len(name) + 1 :] for k in keys}
@@ -162,6 +186,17 @@ def _iteration(store: ObjectStore, iteration: int, keys: list[str]) -> dict[str,
             state = "corrupt" if reason else "committed"
     else:
         state, reason = "partial", f"no {MANIFEST_NAME}: an interrupted save, never adopted"
+    dcp = dcp_report(store, name)
+    if manifest is not None and reason is None:
+        reason = _dcp_problem(store, manifest, dcp)
+        state = "corrupt" if reason else "committed"
+    world: int | None = None
+    recorded = manifest.writer.get("world_size", "") if manifest is not None else ""
+    if recorded.isdigit():
+        world = int(recorded)  # what the writer recorded in the manifest
+    elif dcp:
+        counts = [r["world_size_at_save"] for r in dcp.values() if r["world_size_at_save"]]
+        world = max(counts) if counts else None
     generations = sorted(
         {r.split("/")[2] for r in relative if r.startswith(f"{CONTROL_DIR}/") and r.count("/") >= 3}
     )
@@ -184,7 +219,8 @@ def _iteration(store: ObjectStore, iteration: int, keys: list[str]) -> dict[str,
             "lease_generation": manifest.lease_generation,
         },
         "control_generations": generations,
-        "dcp": dcp_report(store, name),
+        "dcp": dcp,
+        "world_size_at_save": world,
     }
 
 
@@ -266,7 +302,9 @@ def render_remote_text(data: dict[str, Any]) -> str:
     if data["latest"] is not None:
         lines.append(f"  {LATEST_POINTER}: {data['latest']['status']}: {data['latest']['detail']}")
     for it in data["iterations"]:
-        lines.append(f"  {it['name']}: {it['state']} ({it['objects']} objects)")
+        world = it["world_size_at_save"]
+        at = f", saved at world size {world}" if world else ""
+        lines.append(f"  {it['name']}: {it['state']} ({it['objects']} objects{at})")
         if it["reason"]:
             lines.append(f"      {it['reason']}")
         manifest = it["manifest"]
