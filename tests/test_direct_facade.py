@@ -82,3 +82,22 @@ def test_facade_saves_into_the_bucket_and_resumes_bit_exact(
     )
     explicit.close()
     assert start.step == 2
+
+
+def test_step_end_renews_the_object_lease_past_half_its_ttl(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    """The root's lease is renewed at a step_end once more than half its ttl has passed (the
+    lease's clock is moved forward instead of waiting), and released at close."""
+    prefix = f"renew-{uuid.uuid4().hex[:8]}/checkpoints"
+    ckpt, _, _ = _job(s3_server, tmp_path / "out", prefix, 1)
+    lease = ckpt._boundaries.direct_lease
+    before = lease.record.renewed
+    real = lease.clock
+    lease.clock = lambda: real() + 0.6 * lease.record.ttl_s
+    ckpt.record(sc.Outcome.APPLIED)
+    ckpt.step_end()  # step 2: also a save; the renewal came first, the save's check passes
+    assert lease.record.renewed != before
+    assert lease.generation == 1
+    ckpt.close()
+    _job(s3_server, tmp_path / "next", prefix, 2)[0].close()  # released: the next job starts
