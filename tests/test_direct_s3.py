@@ -220,3 +220,26 @@ def test_bad_input_clear_errors_nothing_committed_lost(s3_server: S3Server, tmp_
 
     assert_same(state_of(fresh), untouched)
     assert resume(fresh, root).step == 2  # the committed checkpoint is intact
+
+
+def test_inspect_reads_a_direct_root_written_by_the_save(
+    s3_server: S3Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``statecraft inspect s3://...`` (h3's, read-only) reads what the direct save wrote: the
+    iteration committed, latest, both DCP components, world size 1."""
+    import json
+
+    from statecraft.cli import main
+
+    root = open_root(s3_server, tmp_path)
+    tracked = make_tracked()
+    train(tracked, 2)
+    save(tracked, root, lease=_lease(root))
+    capsys.readouterr()
+    code = main(["inspect", root.uri, "--credentials", str(s3_server.credentials_file), "--json"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    text = json.dumps(json.loads(out))
+    assert "iter_000000002" in text
+    assert "committed" in text
+    assert "corrupt" not in text
