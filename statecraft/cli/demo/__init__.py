@@ -65,10 +65,6 @@ __all__ = [
 
 def run_demo(args: argparse.Namespace) -> int:
     """The ``statecraft demo`` command: exit 0 when the resumed run is bit-exact, else 1."""
-    if getattr(args, "store", "local") == "s3":  # the direct object-store primary (s3_store.py)
-        from statecraft.cli.demo.s3_store import run_s3_demo
-
-        return run_s3_demo(args)
     bad = [
         f"--{name.replace('_', '-')} must be >= {low}, got {getattr(args, name)}"
         for name, low in (("steps", 1), ("save_every", 1), ("kills", 0))
@@ -90,6 +86,10 @@ def run_demo(args: argparse.Namespace) -> int:
             exit_code=2,
             errors=[("invalid_argument", line) for line in bad],
         )
+    if getattr(args, "store", "local") == "s3":  # the direct object-store primary (s3_store.py)
+        from statecraft.cli.demo.s3_store import run_s3_demo
+
+        return run_s3_demo(args)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     out = args.out or tempfile.mkdtemp(prefix="statecraft-demo-")
     validate_every = getattr(args, "validate_every", None) or 2 * args.save_every
