@@ -101,3 +101,36 @@ def test_step_end_renews_the_object_lease_past_half_its_ttl(
     assert lease.generation == 1
     ckpt.close()
     _job(s3_server, tmp_path / "next", prefix, 2)[0].close()  # released: the next job starts
+
+
+@pytest.mark.parametrize(
+    ("knobs", "knob"),
+    [
+        ({"validation": {"every": 2, "save_checkpoint": True}}, "validation.save_checkpoint"),
+        ({"checkpoint_components": ["model"]}, "checkpoint_components"),
+    ],
+)
+def test_local_only_writes_are_refused_before_anything_is_created(
+    tmp_path: Path, knobs: dict, knob: str
+) -> None:
+    """Durable validation checkpoints and partial artifacts exist for a local primary only:
+    under backend=object_store resume() refuses them, naming the knob, and creates nothing."""
+    from statecraft.errors import NotSupportedYetError
+
+    config = sc.CheckpointConfig.from_dict(
+        {
+            "quiet": True,
+            "checkpoint_format": "dcp",
+            "checkpoint_store": {"backend": "object_store", "bucket": BUCKET,
+                                 "credentials": "absent.json"},
+            **knobs,
+        }
+    )  # fmt: skip
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(NotSupportedYetError, match=knob.replace(".", r"\.")):  # noqa: PT012
+        ckpt = sc.Checkpointer(
+            config, run=sc.RunIdentity("p", "g", "n"), output_root=tmp_path / "o"
+        )
+        ckpt.track(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+        ckpt.resume()
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").rglob("*"))

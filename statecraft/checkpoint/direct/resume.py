@@ -61,6 +61,7 @@ __all__ = [
     "load_direct_checkpoint",
     "open_explicit_root",
     "read_direct_checkpoint",
+    "refuse_local_only_features",
     "resume_direct",
 ]
 
@@ -331,6 +332,34 @@ def open_explicit_root(root: Any, uri: str, *, config: Any, attempt: Any) -> tup
     return other.store, other.uri, iteration
 
 
+def refuse_local_only_features(config: Any) -> None:
+    """Refuse, before anything is created, the knobs whose writes exist only for a local
+    primary: a durable validation checkpoint (``validation.save_checkpoint=true``) and partial
+    artifacts (a partial ``checkpoint_components`` plan). Under the direct primary they would
+    write a local checkpoint beside the bucket's.
+
+    Raises:
+        NotSupportedYetError: naming the knob and the fix.
+    """
+    from statecraft.errors import NotSupportedYetError
+
+    if config.validation.save_checkpoint:
+        raise NotSupportedYetError(
+            "validation.save_checkpoint",
+            True,
+            "with checkpoint_store.backend=object_store set validation.save_checkpoint=false "
+            "(durable validation checkpoints are written to a local primary only; ephemeral "
+            "validation with validation.every still runs)",
+        )
+    if not config.is_full_plan:
+        raise NotSupportedYetError(
+            "checkpoint_components",
+            list(config.checkpoint_components),
+            "with checkpoint_store.backend=object_store keep the full plan (partial artifacts "
+            "are written to a local primary only)",
+        )
+
+
 def resume_direct(ckpt: Any) -> ResumeResult:
     """``Checkpointer.resume()`` under ``checkpoint_store.backend=object_store`` (every rank;
     called by ``run_resume``): resolve the local attempt (run directory, resolved config,
@@ -349,6 +378,7 @@ def resume_direct(ckpt: Any) -> ResumeResult:
 
     config = ckpt.config
     store_config = config.checkpoint_store
+    refuse_local_only_features(config)
     ckpt._ensure_attempt()
     collective = ckpt.collective
     root = open_direct_root(store_config, ckpt.attempt, run=ckpt.run)
