@@ -24,6 +24,7 @@ __all__ = [
     "ConfigIssue",
     "CredentialsError",
     "DemoError",
+    "DirectSaveError",
     "DiskFullError",
     "FetchDestinationExistsError",
     "GuaranteeViolation",
@@ -520,3 +521,15 @@ class FetchDestinationExistsError(ArchiveError, FileExistsError):
     :class:`ArchiveError`."""
 
     code = "fetch_destination_exists"
+
+
+class DirectSaveError(CheckpointError):
+    """A direct object-store primary save (``checkpoint_store.backend=object_store``) was
+    refused or stopped: latest names a newer iteration, or the DCP save did not record what the
+    commit needs. Nothing committed was changed. Fields: ``path``, ``problem``."""
+
+    code = "direct_save"
+
+    def __init__(self, path: str, problem: str, what_to_do: str = "") -> None:
+        tail = f" {what_to_do}" if what_to_do else ""
+        super().__init__(f"{path}: {problem}.{tail}", path=path, problem=problem)

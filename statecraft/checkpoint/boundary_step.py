@@ -68,6 +68,9 @@ def execute(ckpt: Checkpointer, boundary: Boundary, step: int) -> StepEnd:
         ValidationFailedError: the evaluation failed; a checkpoint or artifact committed
             before it stays committed and counts as this step's save.
     """
+    direct_lease = getattr(ckpt._boundaries, "direct_lease", None)
+    if direct_lease is not None:  # backend=object_store, rank 0: renew past half the ttl
+        direct_lease.renew_if_due()
     if boundary.kind is BoundaryKind.NOTHING:
         return StepEnd()
     ckpt._require_tracked("save")

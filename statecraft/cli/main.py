@@ -164,6 +164,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip the preemption through the sentinel file (SIGKILLs only)",
     )
+    demo.add_argument(
+        "--store",
+        choices=("local", "s3"),
+        default="local",
+        help="s3: the direct object-store primary against a local SeaweedFS it starts and stops",
+    )
     demo.add_argument("--json", action="store_true")
     demo.set_defaults(func=_lazy("statecraft.cli.demo", "run_demo"))
 

@@ -110,6 +110,7 @@ OBJECT_STORE_PRIMARY = Feature(
             "set checkpoint_store.backend=local",
         ),
     ),
+    built=True,  # machines/direct_save.toml, statecraft/checkpoint/direct/
 )
 
 DCP = Feature(

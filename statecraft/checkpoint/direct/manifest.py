@@ -108,6 +108,10 @@ class DirectManifest:
         plan: the logical component plan (``("model", "optimizer", "training_state")``).
         writer: who committed it (informational strings).
         lease_generation: the object-store lease generation it was committed under.
+        files: every DCP file under ``iter_N`` (``model/__0_0.distcp``, ``model/.metadata``,
+            every rank's) -> size and digest, gathered from every rank (empty: not recorded).
+        layout: DCP component -> a digest of its state's keys, shapes and dtypes (a
+            same-iteration retry from another model is plan drift; empty: not recorded).
     """
 
     schema: str
@@ -119,6 +123,8 @@ class DirectManifest:
     plan: tuple[str, ...]
     writer: dict[str, str]
     lease_generation: int
+    files: dict[str, FileEntry] = attrs.field(factory=dict)
+    layout: dict[str, str] = attrs.field(factory=dict)
 
     @classmethod
     def build(
@@ -131,6 +137,8 @@ class DirectManifest:
         writer: Mapping[str, str],
         lease_generation: int,
         components: Mapping[str, str] | None = None,
+        files: Mapping[str, FileRecord | FileEntry] | None = None,
+        layout: Mapping[str, str] | None = None,
     ) -> DirectManifest:
         """A manifest from what a save wrote. ``control`` maps each control file's name
         (under the generation directory) to its :class:`FileRecord` or entry.
@@ -157,6 +165,11 @@ class DirectManifest:
             plan=tuple(plan),
             writer=dict(writer),
             lease_generation=lease_generation,
+            files={
+                path: FileEntry(rec.size, rec.digest) if isinstance(rec, FileRecord) else rec
+                for path, rec in sorted((files or {}).items())
+            },
+            layout=dict(layout or {}),
         )
 
     @property
@@ -199,6 +212,8 @@ class DirectManifest:
             out.append(
                 f"control files: committed {sorted(other.control)}, now {sorted(self.control)}"
             )
+        if self.layout and other.layout and self.layout != other.layout:
+            out.append(f"state layout: committed {other.layout}, now {self.layout}")
         return out
 
     def encode(self) -> bytes:

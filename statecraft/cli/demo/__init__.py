@@ -86,6 +86,10 @@ def run_demo(args: argparse.Namespace) -> int:
             exit_code=2,
             errors=[("invalid_argument", line) for line in bad],
         )
+    if getattr(args, "store", "local") == "s3":  # the direct object-store primary (s3_store.py)
+        from statecraft.cli.demo.s3_store import run_s3_demo
+
+        return run_s3_demo(args)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     out = args.out or tempfile.mkdtemp(prefix="statecraft-demo-")
     validate_every = getattr(args, "validate_every", None) or 2 * args.save_every
