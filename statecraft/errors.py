@@ -520,3 +520,11 @@ class FetchDestinationExistsError(ArchiveError, FileExistsError):
     :class:`ArchiveError`."""
 
     code = "fetch_destination_exists"
+
+
+class WorldSizeChangedError(ResumeError):
+    """A consolidated checkpoint was resumed at another world size: consolidated checkpoints
+    resume only at the same world size (``checkpoint_format=dcp`` reshards). Nothing was
+    loaded. Fields: ``path`` (the checkpoint), ``saved_world_size``, ``world_size``."""
+
+    code = "world_size_changed"
