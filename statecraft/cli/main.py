@@ -142,6 +142,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="skip the preemption through the sentinel file (SIGKILLs only)",
     )
+    demo.add_argument(
+        "--format",
+        choices=("consolidated", "dcp"),
+        default="consolidated",
+        help="checkpoint_format of both runs (dcp: 2 gloo ranks under torch.distributed.run)",
+    )
     demo.add_argument("--json", action="store_true")
     demo.set_defaults(func=_lazy("statecraft.cli.demo", "run_demo"))
 
