@@ -6,14 +6,14 @@ with the reason, or refused by an explicit resume."""
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 import statecraft as sc
-from statecraft.errors import CheckpointCorruptError
+from statecraft.errors import CheckpointCorruptError, NotSupportedYetError
 from tests.checkpoint_runs import Objects, open_checkpointer, train
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
@@ -132,14 +132,11 @@ def _damage_cases() -> dict[str, object]:
 
 
 @pytest.mark.parametrize("case", sorted(_damage_cases()))
-def test_damaged_newest_is_passed_over(
-    committed: Path, tmp_path: Path, case: str, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_damaged_newest_is_passed_over(committed: Path, tmp_path: Path, case: str) -> None:
     damage, culprit = _damage_cases()[case]  # type: ignore[misc]
     out = _copy(committed, tmp_path)
     damage(_iter_dir(out, 4))
-    with caplog.at_level(logging.INFO, logger="statecraft"):
-        result = _resume_auto(out)
+    result = _resume_auto(out)
     assert result.step == 2
     assert [p.name for p in result.passed_over] == ["iter_000000004"]
     assert culprit in result.passed_over[0].reason
@@ -147,3 +144,95 @@ def test_damaged_newest_is_passed_over(
     ckpt, _ = open_checkpointer(out, *DCP, f"resume={_iter_dir(out, 4)}")
     with pytest.raises(CheckpointCorruptError, match=culprit.replace(".", r"\.")):
         ckpt.resume()
+
+
+def test_retention_prunes_dcp_optimizer_directories(tmp_path: Path) -> None:
+    """keep_optim_last=1 with DCP: older iterations lose their optim/ directory (weights-only,
+    marker first), the newest keeps it, and resume=auto adopts the newest."""
+    ckpt, _ = _run(tmp_path, 6, "keep_optim_last=1")
+    ckpt.finalize()
+    for iteration in (2, 4):
+        it = _iter_dir(tmp_path, iteration)
+        assert not (it / "optim").exists(), iteration
+        assert (it / ".retention-weights-only.json").exists()
+        assert (it / "model/.metadata").exists()
+    assert (_iter_dir(tmp_path, 6) / "optim/.metadata").exists()
+    ckpt.close()
+    assert _resume_auto(tmp_path).step == 6
+
+
+def test_emergency_stop_writes_a_dcp_checkpoint(tmp_path: Path) -> None:
+    """A stop request (sentinel) in a DCP run writes the emergency save as a DCP checkpoint,
+    which resume=auto then adopts."""
+    sentinels = tmp_path / "sentinels"
+    sentinels.mkdir()
+    out = tmp_path / "out"
+    ckpt, objects = open_checkpointer(out, *DCP, f"termination.sentinel_dir={sentinels}")
+    ckpt.resume()
+    train(ckpt, objects, 3)
+    (sentinels / "SIGUSR1_RECEIVED").touch()
+    objects.step()
+    ckpt.record(sc.Outcome.APPLIED)
+    assert ckpt.step_end()
+    assert ckpt.stopped
+    it = _iter_dir(out, 4)
+    manifest = json.loads((it / ".posttrain-manifest.json").read_text())
+    assert manifest["format"] == "dcp"
+    ckpt.close()
+    assert _resume_auto(out).step == 4
+
+
+def test_durable_validation_with_dcp_is_refused(tmp_path: Path) -> None:
+    """validation.save_checkpoint=true with DCP is refused up front, naming the knob."""
+    with pytest.raises(NotSupportedYetError, match=r"validation\.save_checkpoint"):
+        open_checkpointer(tmp_path, *DCP, "validation.save_checkpoint=true")
+
+
+def test_a_checkpoint_of_another_model_is_refused_and_nothing_changes(
+    committed: Path, tmp_path: Path
+) -> None:
+    """Resuming a DCP checkpoint into a model of other shapes fails closed: ResumeError naming
+    the component, and the live model and optimizer are exactly as they were."""
+    out = _copy(committed, tmp_path)
+    ckpt, _ = open_checkpointer(out, *DCP)
+    torch.manual_seed(3)
+    wider = torch.nn.Linear(4, 5)
+    optimizer = torch.optim.AdamW(wider.parameters(), lr=0.01)
+    ckpt.tracked.model, ckpt.tracked.optimizer = wider, optimizer
+    ckpt.tracked.scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2)
+    before = {k: v.clone() for k, v in wider.state_dict().items()}
+    with pytest.raises(sc.errors.ResumeError, match=r"model: does not fit the tracked objects"):
+        ckpt.resume()
+    for key, value in wider.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    assert optimizer.state_dict()["state"] == {}
+
+
+def test_upload_archives_the_dcp_tree(tmp_path: Path, s3_server: Any) -> None:
+    """upload.enabled with DCP: after each durable save rank 0 uploads the whole iteration
+    (every shard, both .metadata, control files, manifest) byte for byte."""
+    import uuid
+
+    from s3_server import BUCKET
+
+    prefix = f"dcp-upload/{uuid.uuid4().hex[:10]}/checkpoints"
+    knobs = [
+        "upload.enabled=true",
+        f"upload.bucket={BUCKET}",
+        f"upload.credentials={s3_server.credentials_file}",
+        f"upload.prefix={prefix}",
+    ]
+    ckpt, _ = _run(tmp_path, 2, *knobs)
+    ckpt.finalize()
+    ckpt.close()
+    assert ckpt.saves[-1].upload_error is None
+    client = s3_server.client()
+    it = _iter_dir(tmp_path, 2)
+    base = f"{prefix}/iter_000000002/"
+    listed = client.list_objects_v2(Bucket=BUCKET, Prefix=base).get("Contents", [])
+    remote = {o["Key"][len(base) :] for o in listed}
+    local = {str(p.relative_to(it)) for p in it.rglob("*") if p.is_file()} - {".uploaded"}
+    assert local <= remote
+    for name in local:
+        body = client.get_object(Bucket=BUCKET, Key=base + name)["Body"].read()
+        assert body == (it / name).read_bytes(), name

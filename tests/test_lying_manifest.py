@@ -88,8 +88,10 @@ LIES = [
                  id="no-model"),
     pytest.param(_drop("optim.pt"), "it lacks ['optim.pt'], required by the checkpoint plan",
                  id="no-optim"),
-    # the schema admits only 'consolidated' today; plan_problems guards it too (unit test below)
-    pytest.param(_format_dcp, "$.format: 'dcp' is not one of ['consolidated']", id="format-dcp"),
+    # a consolidated checkpoint relabeled 'dcp': resume (consolidated) names the format, a
+    # reader of any format (inspect) the DCP plan's missing entries; both refuse it as a lie
+    pytest.param(_format_dcp, "the manifest does not describe a full exact-resume checkpoint",
+                 id="format-dcp"),
     pytest.param(_extra_file, "it records ['extra.pt'], which is not an entry of the checkpoint "
                  "plan ['model.pt', 'optim.pt', 'trainer.pt', 'data.pt']", id="extra-file"),
 ]  # fmt: skip

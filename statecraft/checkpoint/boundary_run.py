@@ -356,12 +356,15 @@ class BoundaryRunner:
         data: Any,
         *,
         stage: ValidationStage = ValidationStage.NONE,
+        background: bool = True,
     ) -> SaveReport:
         """One full DCP checkpoint of ``step`` (every rank calls it): with a local store the
         ``dcp_save`` machine (:func:`~statecraft.checkpoint.dcp_saving.save_dcp_checkpoint`,
         then upload and retention on rank 0), with ``backend=object_store`` the direct save
         (``statecraft.checkpoint.direct.saving.save_direct_checkpoint``). Always synchronous:
-        DCP writes are collective, so ``save_async`` does not apply to them."""
+        DCP writes are collective, so ``save_async`` does not apply to them.
+        ``background=False`` (the emergency save) runs no retention and no upload (the
+        emergency uploads after ``DONE.json``)."""
         validation = ValidationState(self.identity, stage)
         if self.backend == "object_store":
             return self._save_direct(tracked, attempt, step, rng, data, validation)
@@ -377,9 +380,9 @@ class BoundaryRunner:
             lease=lease,
             location=str(attempt.checkpoints_dir),
             validation=validation,
-            retention=self.retention,
+            retention=self.retention if background else None,
             machines=self.machine,
-            destination=self.destination,
+            destination=self.destination if background else None,
         )
 
     def _save_direct(

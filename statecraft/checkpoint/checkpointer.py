@@ -68,7 +68,7 @@ from statecraft.checkpoint.transactions.resume import ResumeResult, Tracked
 from statecraft.checkpoint.validation_resume import validation_identity
 from statecraft.checkpoint.write_slot import PendingSave
 from statecraft.engine import RunResult
-from statecraft.errors import TrackingError
+from statecraft.errors import NotSupportedYetError, TrackingError
 from statecraft.logs import configure_default_output
 from statecraft.parallel.collectives import Collective, default_collective
 from statecraft.storage.base import Store
@@ -151,6 +151,15 @@ class Checkpointer:
         self._closed = False  # close() ran
         self._lifecycle = Lifecycle()  # resume once, before saving (lifecycle.py)
         self._resume_machine = load_machine("resume")
+        if config.checkpoint_format == "dcp" and config.validation.save_checkpoint:
+            # a durable validation writes through the consolidated save machine
+            raise NotSupportedYetError(
+                "validation.save_checkpoint",
+                True,
+                "with checkpoint_format=dcp set validation.save_checkpoint=false (validation "
+                "then evaluates without a durable checkpoint of its own), or use "
+                "checkpoint_format=consolidated",
+            )
         self.retention = RetentionPlan.from_config(config) if retention is None else retention
         if config.upload.enabled and not self.retention.require_uploaded:
             # with an archive, retention prunes only what is archived (never the only copy)

@@ -122,7 +122,25 @@ def stop_boundary(ckpt: Checkpointer, decision: StopDecision) -> StepEnd:
             assert isinstance(report, SaveReport)  # no slot was given
             written.append(report)
 
-        on_rank_zero(collective, here)
+        if kind is not EmergencyKind.ARTIFACT and runner.checkpoint_format == "dcp":
+            # a DCP save is written by every rank (synchronous, no retention)
+            written.append(
+                runner.save_sharded(
+                    tracked,
+                    attempt,
+                    store,
+                    ckpt.lease,
+                    step,
+                    rng,
+                    data,
+                    stage=ValidationStage.EVALUATION_PENDING
+                    if kind is EmergencyKind.EVALUATION_PENDING
+                    else ValidationStage.NONE,
+                    background=False,
+                )
+            )
+        else:
+            on_rank_zero(collective, here)
         ckpt.last_saved_step = ckpt._lifecycle.saved = step
         return emergency_path(kind, step)
 

@@ -51,7 +51,12 @@ from statecraft.checkpoint.state import (
     restore_rank_rng,
     restore_rng_state,
 )
-from statecraft.errors import CheckpointCorruptError, ResumeError, StatecraftError
+from statecraft.errors import (
+    CheckpointCorruptError,
+    CheckpointError,
+    ResumeError,
+    StatecraftError,
+)
 from statecraft.writers.base import Writer
 from statecraft.writers.dcp import load_dcp_state
 from statecraft.writers.dcp_storage import StoreStorageReader
@@ -168,15 +173,29 @@ def read_dcp_components(
     Raises:
         CheckpointCorruptError: ``.metadata`` missing or unreadable, a shard missing, short
             or with other bytes than its item digests (naming the file).
-        CheckpointError: the checkpoint lacks a key the live objects need, or shapes differ.
+        ResumeError: the checkpoint lacks a key the live objects need, or shapes differ.
     """
     from statecraft.checkpoint.state import dcp_state
 
     store = chosen.store
+
+    def load(name: str, target: dict[str, Any]) -> None:
+        try:
+            load_dcp_state(store, chosen.path(name), target)
+        except CheckpointCorruptError:
+            raise
+        except CheckpointError as exc:  # keys or shapes the live objects need are not there
+            raise ResumeError(
+                f"{chosen.location}/{name}: does not fit the tracked objects ({exc}). "
+                f"{_NOTHING_CHANGED}. Track the same model and optimizer as the saving run, "
+                "or start a new attempt (resume=off)",
+                path=chosen.location,
+            ) from None
+
     model = optim = None
     if tracked.model is not None:
         model = dcp_state.model_load_target(tracked.model)
-        load_dcp_state(store, chosen.path("model"), model)
+        load("model", model)
     if tracked.optimizer is not None:
         if trainer.optimizer_pristine:
             groups = _pristine_groups(store, chosen.path("optim"), chosen.location)
@@ -188,7 +207,7 @@ def read_dcp_components(
                 tracked.model, tracked.optimizer, pristine=False, groups=()
             )
         if optim is not None:
-            load_dcp_state(store, chosen.path("optim"), optim)
+            load("optim", optim)
     data_entry = DCP_PLAN.for_tracked("data")
     raw_data = _read(chosen, writer, data_entry) if read_data else None
     data = (

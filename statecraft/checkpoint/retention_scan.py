@@ -20,7 +20,7 @@ import attrs
 
 from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname, parse_latest
 from statecraft.checkpoint.manifest import Manifest, decode_manifest
-from statecraft.checkpoint.plan import CHECKPOINT_PLAN, TRAINER_ENTRY
+from statecraft.checkpoint.plan import PLANS, TRAINER_ENTRY, entry_of
 from statecraft.checkpoint.retention_policies import RetentionCandidate
 from statecraft.checkpoint.retention_records import (
     INVALIDATED_MARKER,
@@ -31,7 +31,8 @@ from statecraft.checkpoint.retention_records import (
 )
 from statecraft.checkpoint.state import TrainerState
 from statecraft.checkpoint.validation_records import ValidationStage, ValidationState, read_stage
-from statecraft.checkpoint.verify import list_iterations, plan_problems, read_manifest
+from statecraft.checkpoint.verify import OPTIMIZER_ENTRIES as VERIFY_OPTIMIZER_ENTRIES
+from statecraft.checkpoint.verify import list_iterations, plan_problems, read_manifest, writer_for
 from statecraft.errors import CheckpointCorruptError
 from statecraft.storage.base import Store
 from statecraft.writers.consolidated import ConsolidatedWriter
@@ -44,10 +45,9 @@ __all__ = [
     "scan_for_retention",
 ]
 
-#: the entries of the optimizer component (what a weights-only pass removes)
-OPTIMIZER_ENTRIES: tuple[str, ...] = tuple(
-    e.name for e in CHECKPOINT_PLAN if e.component == "optimizer"
-)
+#: the entries of the optimizer component in every format (what a weights-only pass removes:
+#: ``optim.pt``, or DCP's ``optim/`` directory)
+OPTIMIZER_ENTRIES: tuple[str, ...] = VERIFY_OPTIMIZER_ENTRIES
 
 
 #: (size, digest algorithm, digest value) of a committed trainer.pt, as its manifest records
@@ -172,11 +172,13 @@ def _committed(
         manifest = _read_manifest(store, iteration)
     except Exception as exc:  # unreadable: never counted, never touched
         return other(f"manifest: {exc}")
-    problems = plan_problems(manifest, ConsolidatedWriter())
+    # a DCP checkpoint is judged by its own plan (model/ and optim/ directories)
+    writer = writer_for(manifest.format) if manifest.format in PLANS else ConsolidatedWriter()
+    problems = plan_problems(manifest, writer)
     if problems:
         return other("; ".join(problems))
     for file_name, entry in manifest.files.items():
-        if marked and file_name in OPTIMIZER_ENTRIES:
+        if marked and entry_of(file_name) in OPTIMIZER_ENTRIES:
             continue
         stat = store.stat(f"{name}/{file_name}")
         if stat is None or stat.kind != "file" or stat.size != entry.size:

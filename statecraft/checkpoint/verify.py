@@ -23,6 +23,14 @@ holds and the conversion the saving code needs, so ``resume=auto`` passes over i
 :class:`VerifiedCheckpoint` (``payloads``) and resume loads them instead of reading the files
 again; they are not pickled, so another rank that receives the verdict reads its own.
 
+A **DCP** checkpoint (manifest ``format`` ``"dcp"``; :data:`~statecraft.checkpoint.plan.DCP_PLAN`)
+records every file under ``iter_N`` (``model/__0_0.distcp``, ``model/.metadata``, ...): each is
+checked like a consolidated file (present, regular, its size, its digest at level ``digest``);
+the plan check requires ``model/.metadata`` and ``optim/.metadata`` to be recorded; the parse
+step unpickles each ``.metadata`` as DCP ``Metadata`` (the tensors are read later, by range,
+each item checked against its own digest, when resume loads them into targets). When no
+``writer`` is given the manifest's format chooses it (:func:`writer_for`).
+
 A **weights-only** checkpoint (``weights_only=True``: retention removed its optimizer component
 after writing ``.retention-weights-only.json``) is verified the same way except for the entries
 of :data:`OPTIMIZER_ENTRIES`: the manifest still records them (it is never rewritten), but they

@@ -115,10 +115,10 @@ def load_dcp_state(store: Store, path: str, target_state_dict: dict[str, Any]) -
             dcp.load(target_state_dict, storage_reader=reader, no_dist=_no_dist())
     except BaseException as exc:
         inner = unwrap_checkpoint_exception(exc)
-        if isinstance(inner, KeyboardInterrupt | SystemExit):
+        if not isinstance(inner, Exception):  # a crash or an interrupt: as it is
+            if inner is exc:
+                raise
             raise inner from None
-        if inner is exc and not isinstance(exc, Exception):
-            raise
         if isinstance(inner, CheckpointError):
             raise inner from None
         raise CheckpointError(

@@ -219,10 +219,10 @@ class StoreStorageWriter(StorageWriter):
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
         """Create the directory (every rank; a concurrent creator is fine) and refuse one
         that holds a committed ``.metadata``."""
-        try:
-            self.store.make_dirs(self.path)
+        try:  # durable with this rank's shards (write_data settles before it returns)
+            self.store.make_dirs(self.path, defer_sync=True)
         except FileExistsError:  # another rank created a component meanwhile
-            self.store.make_dirs(self.path)
+            self.store.make_dirs(self.path, defer_sync=True)
         if self.store.stat(f"{self.path}/{METADATA_NAME}") is not None:
             raise CheckpointError(
                 f"{self.store.describe()}/{self.path}/{METADATA_NAME} exists: this DCP "
@@ -474,9 +474,14 @@ class StoreStorageReader(StorageReader):
 
 
 def unwrap_checkpoint_exception(exc: BaseException) -> BaseException:
-    """The statecraft error inside DCP's ``CheckpointException`` (the lowest rank's first),
-    else ``exc`` itself: what ``save_dcp_state`` / ``load_dcp_state`` re-raise."""
+    """What DCP's ``CheckpointException`` wraps: a non-``Exception`` (a simulated crash, an
+    interrupt) first, then a statecraft error, then any other error (the lowest rank's first);
+    else ``exc`` itself. What ``save_dcp_state`` / ``load_dcp_state`` re-raise."""
     if isinstance(exc, CheckpointException):
+        for rank in sorted(exc.failures):  # a crash or an interrupt first: never swallowed
+            inner = exc.failures[rank][0]
+            if not isinstance(inner, Exception):
+                return inner
         for rank in sorted(exc.failures):
             inner = exc.failures[rank][0]
             if isinstance(inner, StatecraftError):
