@@ -533,3 +533,11 @@ class DirectSaveError(CheckpointError):
     def __init__(self, path: str, problem: str, what_to_do: str = "") -> None:
         tail = f" {what_to_do}" if what_to_do else ""
         super().__init__(f"{path}: {problem}.{tail}", path=path, problem=problem)
+
+
+class WorldSizeChangedError(ResumeError):
+    """A consolidated checkpoint was resumed at another world size: consolidated checkpoints
+    resume only at the same world size (``checkpoint_format=dcp`` reshards). Nothing was
+    loaded. Fields: ``path`` (the checkpoint), ``saved_world_size``, ``world_size``."""
+
+    code = "world_size_changed"

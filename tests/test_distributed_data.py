@@ -1,6 +1,7 @@
 """Per-rank data state under a real two-rank gloo process group on CPU: every rank's data
 source state is saved in ``data.pt`` and each rank restores its own; a world-size change
-follows ``data.cursor_resume``."""
+follows ``data.cursor_resume`` for a DCP checkpoint; a consolidated one at another world size
+is refused."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ import torch
 import torch.distributed as dist
 
 import statecraft as sc
-from statecraft.errors import ResumeError, UnsafeStateError
+from statecraft.errors import ResumeError, UnsafeStateError, WorldSizeChangedError
 
 pytestmark = pytest.mark.slow
 
 CONFIG = ["save_every=2", "save_async=false", "keep_optim_last=0"]
+DCP = ["checkpoint_format=dcp"]
 RUN = sc.RunIdentity("p", "g", "dist-data")
 
 
@@ -41,14 +43,16 @@ def _objects(rank: int) -> tuple[torch.nn.Module, torch.optim.Optimizer, RankCur
     return model, torch.optim.SGD(model.parameters(), lr=0.1), RankCursor(rank)
 
 
-def _phase(rank: int, world_size: int, tmp: str, phase: str, steps: int) -> None:
+def _phase(
+    rank: int, world_size: int, tmp: str, phase: str, steps: int, extra: tuple[str, ...] = ()
+) -> None:
     dist.init_process_group(
         "gloo", init_method=f"file://{tmp}/store-{phase}", rank=rank, world_size=world_size
     )
     try:
         model, optimizer, cursor = _objects(rank)
         ckpt = sc.Checkpointer(
-            sc.CheckpointConfig.load(None, CONFIG), run=RUN, output_root=f"{tmp}/out"
+            sc.CheckpointConfig.load(None, [*CONFIG, *extra]), run=RUN, output_root=f"{tmp}/out"
         )
         ckpt.track(model=model, optimizer=optimizer, data=cursor)
         start = ckpt.resume()
@@ -74,6 +78,10 @@ def _phase(rank: int, world_size: int, tmp: str, phase: str, steps: int) -> None
 
 def _first(rank: int, world_size: int, tmp: str) -> None:
     _phase(rank, world_size, tmp, "first", 4)
+
+
+def _first_dcp(rank: int, world_size: int, tmp: str) -> None:
+    _phase(rank, world_size, tmp, "first", 4, tuple(DCP))
 
 
 def _resumed(rank: int, world_size: int, tmp: str) -> None:
@@ -131,6 +139,14 @@ def two_rank_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp
 
 
+@pytest.fixture(scope="module")
+def two_rank_dcp_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """As :func:`two_rank_run` with ``checkpoint_format=dcp`` (the format that reshards)."""
+    tmp = tmp_path_factory.mktemp("two-rank-dcp")
+    torch.multiprocessing.spawn(_first_dcp, args=(2, str(tmp)), nprocs=2, join=True)
+    return tmp
+
+
 class TestPerRankDataState:
     def test_data_pt_holds_every_ranks_state(self, two_rank_run: Path) -> None:
         """data.pt is the per-rank payload: schema, world size, one entry per rank in order."""
@@ -160,19 +176,19 @@ class TestWorldSizeChange:
     def _resume_alone(self, out: Path, *overrides: str) -> tuple[sc.Checkpointer, RankCursor]:
         model, optimizer, cursor = _objects(0)
         ckpt = sc.Checkpointer(
-            sc.CheckpointConfig.load(None, [*CONFIG, *overrides]), run=RUN, output_root=out
+            sc.CheckpointConfig.load(None, [*CONFIG, *DCP, *overrides]), run=RUN, output_root=out
         )
         ckpt.track(model=model, optimizer=optimizer, data=cursor)
         return ckpt, cursor
 
     def test_auto_warns_and_the_data_source_keeps_its_fresh_state(
-        self, two_rank_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+        self, two_rank_dcp_run: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
     ) -> None:
-        """cursor_resume=auto at world size 1 resumes the model but restarts the data source,
-        with a warning naming both world sizes, and reports topology_changed."""
+        """cursor_resume=auto at world size 1 resumes a DCP checkpoint's model but restarts the
+        data source, with a warning naming both world sizes, and reports topology_changed."""
         import shutil
 
-        shutil.copytree(two_rank_run / "out", tmp_path / "out")
+        shutil.copytree(two_rank_dcp_run / "out", tmp_path / "out")
         ckpt, cursor = self._resume_alone(tmp_path / "out")
         with caplog.at_level(logging.WARNING, logger="statecraft"):
             result = ckpt.resume()
@@ -185,12 +201,14 @@ class TestWorldSizeChange:
         ), [r.getMessage() for r in caplog.records]
         ckpt.close()
 
-    def test_strict_refuses_before_anything_loads(self, two_rank_run: Path, tmp_path: Path) -> None:
-        """cursor_resume=strict at another world size refuses, naming both sizes and the fix;
-        no tracked object changed and nothing committed changed."""
+    def test_strict_refuses_before_anything_loads(
+        self, two_rank_dcp_run: Path, tmp_path: Path
+    ) -> None:
+        """cursor_resume=strict at another world size refuses a DCP checkpoint, naming both
+        sizes and the fix; no tracked object changed and nothing committed changed."""
         import shutil
 
-        shutil.copytree(two_rank_run / "out", tmp_path / "out")
+        shutil.copytree(two_rank_dcp_run / "out", tmp_path / "out")
         before = snapshot(tmp_path / "out")
         ckpt, cursor = self._resume_alone(tmp_path / "out", "data.cursor_resume=strict")
         weight = ckpt.tracked.model.weight.detach().clone()
@@ -203,6 +221,35 @@ class TestWorldSizeChange:
         assert "same number of ranks" in message
         assert cursor.state_dict() == {"rank": 0, "position": 0}
         assert torch.equal(ckpt.tracked.model.weight, weight)
+        ckpt.close()
+        after = snapshot(tmp_path / "out")
+        assert {k: v for k, v in after.items() if k in before} == before
+
+    def test_consolidated_at_another_world_size_is_refused(
+        self, two_rank_run: Path, tmp_path: Path
+    ) -> None:
+        """A consolidated checkpoint saved by 2 ranks resumed by 1: WorldSizeChangedError naming
+        both sizes and checkpoint_format=dcp; no tracked object changed, nothing committed
+        changed."""
+        import shutil
+
+        shutil.copytree(two_rank_run / "out", tmp_path / "out")
+        before = snapshot(tmp_path / "out")
+        model, optimizer, cursor = _objects(0)
+        ckpt = sc.Checkpointer(
+            sc.CheckpointConfig.load(None, CONFIG), run=RUN, output_root=tmp_path / "out"
+        )
+        ckpt.track(model=model, optimizer=optimizer, data=cursor)
+        weight = model.weight.detach().clone()
+        with pytest.raises(WorldSizeChangedError) as info:
+            ckpt.resume()
+        assert (
+            "saved at world size 2, resuming at 1; consolidated checkpoints resume only at "
+            "the same world size; use checkpoint_format=dcp to reshard" in str(info.value)
+        )
+        assert (info.value.saved_world_size, info.value.world_size) == (2, 1)
+        assert torch.equal(model.weight, weight)
+        assert cursor.state_dict() == {"rank": 0, "position": 0}
         ckpt.close()
         after = snapshot(tmp_path / "out")
         assert {k: v for k, v in after.items() if k in before} == before

@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-from statecraft.checkpoint.state import dcp_state
+from statecraft.checkpoint.state import dcp_state, optimizer_is_pristine
 from statecraft.checkpoint.state.dcp_state import OptimizerSave
 from statecraft.errors import ResumeError
 from tests.checkpoint_runs import Objects, open_checkpointer, train
@@ -89,6 +89,7 @@ class TestOptimizerStateForSave:
         optimizer.step()
         assert not optimizer.state
         assert not dcp_state.optimizer_never_stepped(optimizer)
+        assert not optimizer_is_pristine(optimizer)  # trainer.pt's marker: the same rule
 
     def test_group_counter_probe_is_rolled_back_and_never_accumulates(self) -> None:
         """Saving a never-stepped group-counter optimizer three times: each save is pristine

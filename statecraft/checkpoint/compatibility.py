@@ -13,6 +13,11 @@ state that means nothing to it. :func:`check_fit` compares, without copying a te
   and of parameters in each, state recorded for a parameter no group lists, and the shape of
   each parameter-shaped state tensor against its live parameter.
 
+:func:`check_world_size` refuses a consolidated checkpoint saved at another world size (its
+``trainer.pt`` RNG inventory, or its per-rank ``data.pt``, records the saving world size):
+consolidated checkpoints resume only at the same world size; ``checkpoint_format=dcp``
+reshards.
+
 Any difference refuses the resume with a :class:`~statecraft.errors.ResumeError` that names
 the checkpoint, the first differences and the fix (``resume=off`` for a new attempt, another
 run name, or a model-only warm start with :func:`statecraft.load_weights`).
@@ -26,13 +31,15 @@ from typing import Any
 import torch
 
 from statecraft.checkpoint.state import optimizer_class_name
-from statecraft.errors import ResumeError
+from statecraft.errors import ResumeError, WorldSizeChangedError
 
 __all__ = [
     "MAX_SHOWN",
     "check_fit",
+    "check_world_size",
     "model_state_problems",
     "optimizer_state_problems",
+    "saved_world_size",
 ]
 
 MAX_SHOWN = 5  # differences spelled out in the message (all of them are in ``problems``)
@@ -230,4 +237,36 @@ def check_fit(tracked: Any, trainer: Any, parts: Any, *, location: str) -> None:
         "continue this run exactly, track the same model and optimizer as the saving run",
         path=location,
         problems=problems,
+    )
+
+
+def saved_world_size(trainer: Any, parts: Any) -> int | None:
+    """The world size that saved a checkpoint: its RNG inventory's, else its per-rank data
+    state's (``None`` when neither is recorded: a legacy checkpoint)."""
+    rng = getattr(trainer, "rng", None)
+    if rng is not None:
+        return int(rng.world_size)
+    data = getattr(parts, "data", None)
+    if data is not None:
+        return int(data.world_size)
+    return None
+
+
+def check_world_size(trainer: Any, parts: Any, *, world_size: int, location: str) -> None:
+    """Refuse a consolidated checkpoint saved at another world size, before anything loads.
+
+    Raises:
+        WorldSizeChangedError: saved at world size N, resuming at M (both named, with the
+            fix); a checkpoint that records no world size (legacy) passes.
+    """
+    saved = saved_world_size(trainer, parts)
+    if saved is None or saved == world_size:
+        return
+    raise WorldSizeChangedError(
+        f"{location}: saved at world size {saved}, resuming at {world_size}; consolidated "
+        "checkpoints resume only at the same world size; use checkpoint_format=dcp to reshard "
+        f"(or resume this checkpoint with {saved} ranks). {NOTHING_CHANGED}",
+        path=location,
+        saved_world_size=saved,
+        world_size=world_size,
     )

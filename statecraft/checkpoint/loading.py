@@ -39,6 +39,7 @@ import torch
 
 from statecraft.checkpoint.compatibility import (
     check_fit,
+    check_world_size,
     model_state_problems,
     optimizer_state_problems,
 )
@@ -282,6 +283,7 @@ def load_all_or_nothing(
         TrainerStateError: the RNG inventory is malformed (every object restored).
     """
     if not parts.dcp:  # a DCP load already matched every key and shape against its target
+        check_world_size(trainer, parts, world_size=world_size, location=location)
         check_fit(tracked, trainer, parts, location=location)
     _check_stateful(tracked, trainer, location)
     undo: list[Callable[[], None]] = []

@@ -3,7 +3,7 @@
 ::
 
     python -m statecraft.cli.demo_train --out DIR --steps N --save-every K [--validate-every V]
-        [--seed S] [--step-sleep SECONDS]
+        [--seed S] [--step-sleep SECONDS] [--format consolidated|dcp]
 
 A small real training run (an MLP with dropout on synthetic regression data, AdamW, a warmup +
 cosine ``LambdaLR``, a shuffled data source) checkpointed through the public API with
@@ -18,10 +18,12 @@ and first finishes its validation when it was pending. The sentinel file
 ``$SLURM_LOG_DIR/SIGUSR1_RECEIVED``, SIGUSR1 or SIGTERM stops the run at the next step boundary
 (an emergency checkpoint, ``DONE.json``, exit 0; the same command resumes). ``--step-sleep``
 sleeps after each ``step`` line, before the boundary, so that a parent can act on it first.
-Under ``torchrun`` (``WORLD_SIZE`` > 1) every rank joins a gloo group.
+Under ``torchrun`` (``WORLD_SIZE`` > 1) every rank joins a gloo group; ``--format dcp``
+saves ``checkpoint_format=dcp`` checkpoints (every rank writes its own shards).
 
-Progress protocol: one line per event on stdout, one write each (ranks share a pipe), flushed
-at once, so a parent can kill the process at a chosen point and know where it was::
+Progress protocol: one line per event on stdout (rank 0's: the other ranks are silent), one
+write each, flushed at once, so a parent can kill the process at a chosen point and know where
+it was::
 
     resumed <step> <source or ->     once, after the resume decision
     step <n>                         after optimizer step n is applied and recorded
@@ -49,6 +51,7 @@ works from an installed wheel.
 from __future__ import annotations
 
 import argparse
+import io
 import math
 import os
 import random
@@ -223,6 +226,7 @@ def train(
     seed: int = 0,
     stream: TextIO | None = None,
     step_sleep: float = 0.0,
+    checkpoint_format: str = "consolidated",
 ) -> int:
     """Train (or resume) the demo run under ``out`` to ``steps`` steps; return the final step.
 
@@ -239,6 +243,9 @@ def train(
             f"{save_every} and {validate_every}"
         )
     stream = stream or sys.stdout
+    dist_up = torch.distributed.is_available() and torch.distributed.is_initialized()
+    if dist_up and torch.distributed.get_rank() != 0:
+        stream = io.StringIO()  # one progress line per event: rank 0 speaks for the job
     torch.set_num_threads(1)  # determinism and no oversubscription on small machines
     random.seed(seed)
     np.random.seed(seed)
@@ -256,6 +263,7 @@ def train(
         overrides=[
             f"save_every={save_every}",
             "resume=auto",
+            f"checkpoint_format={checkpoint_format}",
             *(
                 [f"validation.every={validate_every}", "validation.save_checkpoint=true"]
                 if validate_every
@@ -351,6 +359,23 @@ def _save_end(stream: TextIO, report: sc.SaveReport) -> None:
     )
 
 
+def _die_with_launcher() -> None:
+    """Linux: SIGKILL this rank when its launcher dies (``PR_SET_PDEATHSIG``). torchrun starts
+    each rank in its own session, so a SIGKILL of the launcher's process group (the demo's
+    kill) would otherwise leave the ranks training on; elsewhere a no-op."""
+    import ctypes
+    import ctypes.util
+    import signal
+
+    name = ctypes.util.find_library("c")
+    if not sys.platform.startswith("linux") or name is None:
+        return
+    parent = os.getppid()
+    ctypes.CDLL(name, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # the launcher died before the call: follow it now
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -373,9 +398,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--step-sleep", type=float, default=0.0, help="seconds to sleep after each step line"
     )
+    parser.add_argument(
+        "--format",
+        choices=("consolidated", "dcp"),
+        default="consolidated",
+        help="checkpoint_format (dcp: per-rank DCP shards; run it under torchrun)",
+    )
     args = parser.parse_args(argv)
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if distributed:  # torchrun (or RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT by hand)
+        _die_with_launcher()
         import torch.distributed as dist
 
         dist.init_process_group("gloo")
@@ -387,6 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             validate_every=args.validate_every,
             seed=args.seed,
             step_sleep=args.step_sleep,
+            checkpoint_format=args.format,
         )
         if distributed:
             dist.barrier()  # no rank tears the group down while another still needs it

@@ -170,6 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="local",
         help="s3: the direct object-store primary against a local SeaweedFS it starts and stops",
     )
+    demo.add_argument(
+        "--format",
+        choices=("consolidated", "dcp"),
+        default="consolidated",
+        help="checkpoint_format of both runs (dcp: 2 gloo ranks under torch.distributed.run)",
+    )
     demo.add_argument("--json", action="store_true")
     demo.set_defaults(func=_lazy("statecraft.cli.demo", "run_demo"))
 

@@ -45,6 +45,11 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from statecraft.checkpoint.state.optimizer_facts import (
+    STEP_TRACE_ATTRIBUTES,
+    STEP_TRACE_GROUP_KEYS,
+    optimizer_is_pristine,
+)
 from statecraft.checkpoint.state.problems import describe
 from statecraft.errors import ResumeError, TrainerStateError
 
@@ -65,12 +70,6 @@ __all__ = [
     "snapshot_optimizer",
 ]
 
-#: param-group keys only a ``step()`` creates (a shared group step counter, as fused Adam
-#: implementations keep): present on any group means the optimizer stepped
-STEP_TRACE_GROUP_KEYS = frozenset({"step"})
-#: optimizer attributes a ``step()`` builds lazily (fused Adam's fp32 master weights): a
-#: non-empty one means the optimizer stepped
-STEP_TRACE_ATTRIBUTES = ("param_groups_master",)
 _PARAMS = "params"
 
 
@@ -129,9 +128,10 @@ def group_options(optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], ...
 
 
 def optimizer_never_stepped(optimizer: torch.optim.Optimizer) -> bool:
-    """True when no trace of a ``step()`` exists: every per-parameter state entry is empty, no
-    group holds a key of :data:`STEP_TRACE_GROUP_KEYS` and no attribute of
-    :data:`STEP_TRACE_ATTRIBUTES` is set and non-empty.
+    """True when no trace of a ``step()`` exists
+    (:func:`~statecraft.checkpoint.state.optimizer_facts.optimizer_is_pristine`: every
+    per-parameter state entry is empty, no group holds a key of ``STEP_TRACE_GROUP_KEYS`` and
+    no attribute of ``STEP_TRACE_ATTRIBUTES`` is set and non-empty).
 
     Raises:
         TrainerStateError: ``optimizer`` is not a torch optimizer.
@@ -142,11 +142,7 @@ def optimizer_never_stepped(optimizer: torch.optim.Optimizer) -> bool:
         True
     """
     optimizer = _require_optimizer(optimizer, "optimizer_never_stepped")
-    if any(entry for entry in optimizer.state.values()):
-        return False
-    if any(STEP_TRACE_GROUP_KEYS & group.keys() for group in optimizer.param_groups):
-        return False
-    return not any(getattr(optimizer, name, None) for name in STEP_TRACE_ATTRIBUTES)
+    return optimizer_is_pristine(optimizer)
 
 
 def snapshot_optimizer(optimizer: torch.optim.Optimizer) -> OptimizerSnapshot:

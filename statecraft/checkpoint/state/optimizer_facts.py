@@ -10,16 +10,27 @@ import torch
 from statecraft.checkpoint.state.problems import describe
 from statecraft.errors import TrainerStateError
 
-__all__ = ["optimizer_class_name", "optimizer_is_pristine"]
+__all__ = [
+    "STEP_TRACE_ATTRIBUTES",
+    "STEP_TRACE_GROUP_KEYS",
+    "optimizer_class_name",
+    "optimizer_is_pristine",
+]
+
+#: param-group keys only a ``step()`` creates (a shared group step counter, as fused Adam
+#: implementations keep): present on any group means the optimizer stepped
+STEP_TRACE_GROUP_KEYS = frozenset({"step"})
+#: optimizer attributes a ``step()`` builds lazily (fused Adam's fp32 master weights): a
+#: non-empty one means the optimizer stepped
+STEP_TRACE_ATTRIBUTES = ("param_groups_master",)
 
 
 def optimizer_is_pristine(optimizer: torch.optim.Optimizer) -> bool:
-    """True when ``optimizer`` holds no per-parameter state, i.e. it never stepped.
-
-    Limitation: only ``optimizer.state`` is read. An optimizer that keeps a step trace on its
-    param groups (a shared group counter, lazily built master weights, as some fused Adam
-    implementations do) can have stepped with an empty per-parameter state and is then wrongly
-    reported pristine; such optimizers need their own probe.
+    """True when no trace of a ``step()`` exists: every per-parameter state entry is empty, no
+    param group holds a key of :data:`STEP_TRACE_GROUP_KEYS` (a shared group counter) and no
+    attribute of :data:`STEP_TRACE_ATTRIBUTES` (lazily built master weights) is set and
+    non-empty. (A fused Adam whose only parameters are frozen steps with an empty per-parameter
+    state; its group counter is what tells.)
 
     Raises:
         TrainerStateError: ``optimizer`` has no ``state`` mapping.
@@ -35,7 +46,12 @@ def optimizer_is_pristine(optimizer: torch.optim.Optimizer) -> bool:
             f"optimizer_is_pristine() expects a torch optimizer with a 'state' mapping; got "
             f"{describe(optimizer)}; pass the torch.optim.Optimizer itself"
         )
-    return all(not entry for entry in state.values())
+    if any(entry for entry in state.values()):
+        return False
+    groups = getattr(optimizer, "param_groups", [])
+    if any(STEP_TRACE_GROUP_KEYS & group.keys() for group in groups):
+        return False
+    return not any(getattr(optimizer, name, None) for name in STEP_TRACE_ATTRIBUTES)
 
 
 def optimizer_class_name(optimizer: object) -> str:

@@ -170,6 +170,7 @@ def _rank(rank: int, world_size: int, scratch: str, size_mib: int, repeat: int) 
                     shutil.rmtree(f"{scratch}/{name}", ignore_errors=True)
         report = {
             "rank": rank,
+            "kept": first,  # one statecraft save, kept for the S3 part
             "shard_bytes": own,
             "rss_increase_bytes": rss_increase,
             "times": times,
@@ -180,20 +181,25 @@ def _rank(rank: int, world_size: int, scratch: str, size_mib: int, repeat: int) 
         dist.destroy_process_group()
 
 
-def _s3_part(size_mib: int, ranks: int, repeat: int) -> dict[str, Any]:
-    """The S3 comparison of h3's ``bench_direct_s3``, or why it was skipped."""
+def _s3_part(root: str, shard_dir: Path, *, ranks: int, repeat: int) -> dict[str, Any]:
+    """The S3 comparison of ``statecraft.cli.bench.dcp_s3.bench_direct_s3`` over the files of
+    one statecraft DCP save (``shard_dir``), against a local SeaweedFS
+    (``dcp_s3.local_s3_bucket``), or why it was skipped."""
     try:
         module = importlib.import_module("statecraft.cli.bench.dcp_s3")
     except ImportError as exc:
         return {"skipped": f"statecraft.cli.bench.dcp_s3 is not installed ({exc})"}
     bench = getattr(module, "bench_direct_s3", None)
-    if bench is None:
-        return {"skipped": "statecraft.cli.bench.dcp_s3 has no bench_direct_s3()"}
+    service = getattr(module, "local_s3_bucket", None)
+    if bench is None or service is None:
+        return {"skipped": "statecraft.cli.bench.dcp_s3 lacks bench_direct_s3 / local_s3_bucket"}
+    files = sorted(p for p in shard_dir.iterdir() if p.is_file())
     try:
-        result = bench(size_mib=size_mib, ranks=ranks, repeat=repeat)
-    except Exception as exc:  # a missing S3 service must not lose the local figures
-        return {"skipped": f"bench_direct_s3 failed: {type(exc).__name__}: {exc}"}
-    return dict(result) if isinstance(result, dict) else {"result": result}
+        with service(root) as (bucket, how):
+            result = bench(files, bucket, repeat=repeat + repeat % 2, workers=ranks)
+    except Exception as exc:  # no S3 service here must not lose the local figures
+        return {"skipped": f"the S3 part failed: {type(exc).__name__}: {exc}"}
+    return {"service": how, **dict(result)}
 
 
 def measure_dcp(
@@ -218,6 +224,11 @@ def measure_dcp(
             _rank, args=(ranks, scratch, size_mib, repeat), nprocs=ranks, join=True
         )
         per_rank = [json.loads(Path(f"{scratch}/rank{r}.json").read_text()) for r in range(ranks)]
+        s3_report = (
+            _s3_part(root, Path(scratch) / per_rank[0]["kept"], ranks=ranks, repeat=repeat)
+            if s3
+            else {"skipped": "--no-s3"}
+        )
     times = {k: statistics.median(per_rank[0]["times"][k]) for k in per_rank[0]["times"]}
     rss = [
         {
@@ -243,7 +254,7 @@ def measure_dcp(
         "rss": rss,
         "rss_target": DCP_RSS_TARGET,
         "rss_meets_target": worst_rss is not None and worst_rss <= DCP_RSS_TARGET,
-        "s3": _s3_part(size_mib, ranks, repeat) if s3 else {"skipped": "--no-s3"},
+        "s3": s3_report,
     }
 
 
@@ -265,7 +276,15 @@ def format_dcp(data: dict[str, Any]) -> str:
             f"{r['rss_increase_bytes'] / MIB:.1f} MiB ({ratio}; target <= {data['rss_target']}x)"
         )
     s3 = data["s3"]
-    lines.append(f"  s3: skipped: {s3['skipped']}" if "skipped" in s3 else f"  s3: {s3}")
+    if "skipped" in s3:
+        lines.append(f"  s3: skipped: {s3['skipped']}")
+    else:
+        sec = s3.get("seconds", {})
+        lines.append(
+            f"  s3 ({s3.get('service')}): direct save {sec.get('statecraft', 0):.3f} s, boto3 "
+            f"upload_file {sec.get('boto3', 0):.3f} s, ratio {s3.get('ratio', 0):.3f}x "
+            f"(target >= {s3.get('target')}x)"
+        )
     return "\n".join(lines)
 
 

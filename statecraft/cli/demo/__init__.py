@@ -92,7 +92,10 @@ def run_demo(args: argparse.Namespace) -> int:
         return run_s3_demo(args)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**31)
     out = args.out or tempfile.mkdtemp(prefix="statecraft-demo-")
-    validate_every = getattr(args, "validate_every", None) or 2 * args.save_every
+    dcp = getattr(args, "format", "consolidated") == "dcp"
+    # validation checkpoints are written consolidated (the validation transaction has no DCP
+    # form yet): a DCP demo validates only when asked to
+    validate_every = getattr(args, "validate_every", None) or (0 if dcp else 2 * args.save_every)
     report = run_kill_demo(
         out,
         steps=args.steps,
@@ -101,6 +104,7 @@ def run_demo(args: argparse.Namespace) -> int:
         seed=seed,
         validate_every=validate_every,
         preempt=not getattr(args, "no_preempt", False),
+        checkpoint_format=getattr(args, "format", "consolidated"),
     )
     errors = [("demo_failed", e) for e in report.errors]
     if not report.errors and not report.bit_exact:

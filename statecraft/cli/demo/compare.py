@@ -72,14 +72,37 @@ def _differences(a: Any, b: Any, path: str) -> list[str]:
     return [] if a == b else [f"{where}: {a!r:.80} != {b!r:.80}"]
 
 
+def _load(directory: Path, name: str) -> Any:
+    """A ``*.pt`` file's payload, or a DCP component directory's full state (every rank's
+    shards, read and digest-checked by
+    :class:`~statecraft.writers.dcp_storage.StoreStorageReader`)."""
+    if name.endswith(".pt"):
+        return torch.load(directory / name, weights_only=True, map_location="cpu")
+    from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
+
+    from statecraft.storage.local import LocalStore
+    from statecraft.writers.dcp_storage import StoreStorageReader
+
+    state: dict[str, Any] = {}
+    _load_state_dict(
+        state,
+        storage_reader=StoreStorageReader(LocalStore(str(directory.resolve())), name),
+        planner=_EmptyStateDictLoadPlanner(),
+        no_dist=True,
+    )
+    return state
+
+
 def compare_checkpoints(a_dir: str | os.PathLike[str], b_dir: str | os.PathLike[str]) -> list[str]:
     """Every difference between the payloads of two checkpoint directories; empty = identical.
 
     Each ``*.pt`` file (``model.pt``, ``optim.pt``, ``trainer.pt``, ``data.pt``) is loaded with
-    ``weights_only=True`` and walked: tensors must agree in dtype, shape and every bit (so NaN
-    equals the same NaN and ``-0.0`` differs from ``0.0``); every other value in type and value
-    (``1`` differs from ``1.0``). The manifest is not compared: it records digests of bytes,
-    and identical state is what exact resume promises.
+    ``weights_only=True``, and each DCP component directory (``model/``, ``optim/``: one with a
+    ``.metadata``) into its full state, and walked: tensors must agree in dtype, shape and
+    every bit (so NaN equals the same NaN and ``-0.0`` differs from ``0.0``); every other value
+    in type and value (``1`` differs from ``1.0``). The manifest is not compared: it records
+    digests of bytes, and identical state is what exact resume promises.
 
     Args:
         a_dir: an ``iter_*`` directory (the reference).
@@ -104,11 +127,17 @@ def compare_checkpoints(a_dir: str | os.PathLike[str], b_dir: str | os.PathLike[
     ]
     if not names[0] | names[1]:
         out.append(f"no *.pt files in {dirs[0]} or {dirs[1]}")
-    for name in sorted(names[0] & names[1]):
+    components = [{p.parent.name for p in d.glob("*/.metadata")} for d in dirs]
+    out += [
+        f"{n}/: only in {dirs[i]}"
+        for i, j in ((0, 1), (1, 0))
+        for n in sorted(components[i] - components[j])
+    ]
+    for name in sorted(names[0] & names[1]) + sorted(components[0] & components[1]):
         payloads = []
         for d in dirs:
             try:
-                payloads.append(torch.load(d / name, weights_only=True, map_location="cpu"))
+                payloads.append(_load(d, name))
             except Exception as exc:  # an unloadable file is a difference, not a crash
                 out.append(f"{name}: {d / name} does not load ({type(exc).__name__}: {exc})")
         if len(payloads) == 2:

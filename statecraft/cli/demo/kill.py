@@ -33,7 +33,10 @@ from statecraft.cli.demo.records import (
     Launch,
 )
 
-__all__ = ["run_kill_demo"]
+__all__ = ["DCP_RANKS", "run_kill_demo"]
+
+#: gloo ranks of each launch of ``statecraft demo --format dcp``
+DCP_RANKS = 2
 
 
 def _choose_trigger(
@@ -91,6 +94,7 @@ def run_kill_demo(
     preempt: bool = True,
     on_kill: Callable[[Launch, Path | None], None] | None = None,
     timeout_s: float = LAUNCH_TIMEOUT_S,
+    checkpoint_format: str = "consolidated",
 ) -> DemoReport:
     """Run the reference and the killed run under ``out`` and compare their checkpoints.
 
@@ -110,6 +114,10 @@ def run_kill_demo(
     about one run's worth of process start-ups less. ``on_kill(launch, checkpoints_dir)`` is
     called after each interrupted launch (a kill or the preemption), before the relaunch
     (tests verify the disk state there).
+
+    With ``checkpoint_format="dcp"`` every launch is a :data:`DCP_RANKS`-rank gloo job
+    (``torch.distributed.run --standalone``) saving DCP checkpoints; a kill takes the whole
+    job (its process group: the launcher and every rank).
 
     Returns:
         the :class:`DemoReport`; ``bit_exact`` is the verdict.
@@ -138,11 +146,16 @@ def run_kill_demo(
     for directory in sentinels.values():
         directory.mkdir(parents=True, exist_ok=True)
 
+    dcp = checkpoint_format == "dcp"
+    torchrun = ["torch.distributed.run", "--standalone", "--nproc-per-node", str(DCP_RANKS), "-m"]
+    launcher = [sys.executable, "-m", *(torchrun if dcp else [])]
+    fmt = ["--format", "dcp"] if dcp else []
+
     def command(sub: str) -> list[str]:
         return [
-            sys.executable,
-            "-m",
+            *launcher,
             "statecraft.cli.demo_train",
+            *fmt,
             "--out",
             str(root / sub),
             "--steps",

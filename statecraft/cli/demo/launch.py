@@ -45,6 +45,15 @@ def parse_progress(line: str) -> tuple[str, int, str] | None:
     return kind, number, rest
 
 
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL the process group this launch started (``start_new_session``: its id is the
+    process's pid): the process and, under a launcher, every rank it spawned."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:  # already gone
+        pass
+
+
 def _reader(stream: Any, lines: queue.Queue[str | None]) -> None:
     for line in stream:
         lines.put(line.rstrip("\n"))
@@ -73,8 +82,13 @@ def run_launch(
     deadline = started + timeout_s
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "SLURM_LOG_DIR": str(sentinel_dir)}
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            launch.command, stdout=subprocess.PIPE, stderr=log, text=True, env=env
+        proc = subprocess.Popen(  # its own process group: a kill takes every rank of a job
+            launch.command,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=env,
+            start_new_session=True,
         )
         lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
@@ -82,7 +96,7 @@ def run_launch(
             _follow(launch, proc, lines, choose, deadline, timeout_s, cancel, sentinel_dir)
         finally:
             if proc.poll() is None:  # an error or a timeout: never leave our process behind
-                os.kill(proc.pid, signal.SIGKILL)
+                _kill_group(proc)
             launch.returncode = proc.wait()
             if launch.killed and launch.returncode != -signal.SIGKILL:
                 launch.killed = False  # it exited on its own before the signal landed
@@ -164,6 +178,6 @@ def _follow(
             continue  # the process stops by itself at its next step boundary
         if launch.kill_delay_ms:
             time.sleep(launch.kill_delay_ms / 1000)
-        os.kill(proc.pid, signal.SIGKILL)  # the process this launch started, by its pid
+        _kill_group(proc)  # the process this launch started (and its ranks), by its pid
         launch.killed = True
         # keep reading: lines the process wrote before it died show where the kill landed
