@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -205,3 +206,33 @@ def test_a_checkpoint_of_another_model_is_refused_and_nothing_changes(
     for key, value in wider.state_dict().items():
         assert torch.equal(value, before[key]), key
     assert optimizer.state_dict()["state"] == {}
+
+
+def test_upload_archives_the_dcp_tree(tmp_path: Path, s3_server: Any) -> None:
+    """upload.enabled with DCP: after each durable save rank 0 uploads the whole iteration
+    (every shard, both .metadata, control files, manifest) byte for byte."""
+    import uuid
+
+    from s3_server import BUCKET
+
+    prefix = f"dcp-upload/{uuid.uuid4().hex[:10]}/checkpoints"
+    knobs = [
+        "upload.enabled=true",
+        f"upload.bucket={BUCKET}",
+        f"upload.credentials={s3_server.credentials_file}",
+        f"upload.prefix={prefix}",
+    ]
+    ckpt, _ = _run(tmp_path, 2, *knobs)
+    ckpt.finalize()
+    ckpt.close()
+    assert ckpt.saves[-1].upload_error is None
+    client = s3_server.client()
+    it = _iter_dir(tmp_path, 2)
+    base = f"{prefix}/iter_000000002/"
+    listed = client.list_objects_v2(Bucket=BUCKET, Prefix=base).get("Contents", [])
+    remote = {o["Key"][len(base) :] for o in listed}
+    local = {str(p.relative_to(it)) for p in it.rglob("*") if p.is_file()} - {".uploaded"}
+    assert local <= remote
+    for name in local:
+        body = client.get_object(Bucket=BUCKET, Key=base + name)["Body"].read()
+        assert body == (it / name).read_bytes(), name

@@ -92,3 +92,20 @@ def test_two_ranks_save_their_shards_and_resume_exactly(tmp_path: Path) -> None:
             assert torch.equal(value, resumed[rank]["model"][key]), (rank, key)
         for a, b in zip(straight[rank]["exp_avg"], resumed[rank]["exp_avg"], strict=True):
             assert torch.equal(a, b)
+    # the two-rank checkpoint of step 6 resumes in one process (DCP reads both ranks' shards)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    ckpt = sc.Checkpointer(
+        sc.CheckpointConfig.load(None, CONFIG),
+        run=sc.RunIdentity("p", "g", "dcp-split"),
+        output_root=tmp_path / "out",
+    )
+    ckpt.track(model=model, optimizer=optimizer)
+    start = ckpt.resume()
+    assert start.step == 6
+    assert start.rng == "topology_changed"
+    for key, value in resumed[0]["model"].items():
+        assert torch.equal(value, model.state_dict()[key]), key
+    for a, p in zip(resumed[0]["exp_avg"], model.parameters(), strict=True):
+        assert torch.equal(a, optimizer.state[p]["exp_avg"])
