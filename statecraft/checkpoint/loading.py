@@ -324,7 +324,15 @@ def load_all_or_nothing(
         (
             "RNG streams",
             lambda: rng_status.append(
-                str(restore_rng(trainer.rng, rank=rank, world_size=world_size, log=log))
+                str(
+                    restore_rng(
+                        trainer.rng,
+                        rank=rank,
+                        world_size=world_size,
+                        log=log,
+                        resharded=parts.dcp,
+                    )
+                )
             ),
         )
     )

@@ -11,7 +11,7 @@ Subcommands:
                                 (PATH may be s3://bucket/prefix: a direct root, read-only)
     lease show | takeover URI   the object-store writer lease of a direct root (takeover:
                                 deliberate, only once the owner is known dead)
-    bench save | validation | async | emergency | upload | engine   ratios against baselines
+    bench save | validation | async | emergency | upload | dcp | engine   ratios against baselines
     archive publish | fetch | prune-verified              archived artifacts (S3)
     objects download | copy     move object-store prefixes (idempotent, streamed)
 
@@ -246,6 +246,16 @@ def build_parser() -> argparse.ArgumentParser:
     bupload.add_argument("--dir", help="directory to write in (default: a temporary one)")
     bupload.add_argument("--json", action="store_true")
     bupload.set_defaults(func=_lazy("statecraft.cli.bench.upload", "run_bench_upload"))
+    bdcp = bsub.add_parser(
+        "dcp", help="DCP save / load vs plain dcp.save / dcp.load on gloo ranks; peak RSS"
+    )
+    bdcp.add_argument("--size-mib", type=int, default=64, help="model size (default 64)")
+    bdcp.add_argument("--ranks", type=int, default=2, help="gloo ranks (default 2)")
+    bdcp.add_argument("--repeat", type=int, default=3, help="rounds (default 3, median)")
+    bdcp.add_argument("--dir", help="directory to write in (default: a temporary one)")
+    bdcp.add_argument("--no-s3", action="store_true", help="skip the direct S3 comparison")
+    bdcp.add_argument("--json", action="store_true")
+    bdcp.set_defaults(func=_lazy("statecraft.cli.bench.dcp", "run_bench_dcp"))
     bengine = bsub.add_parser("engine", help="engine overhead per transition")
     bengine.add_argument("--transitions", type=int, default=20000)
     bengine.add_argument("--json", action="store_true")

@@ -162,7 +162,12 @@ def gather_rng_inventory(
 
 
 def restore_rank_rng(
-    inventory: RngInventory | None, *, rank: int, world_size: int, log: logging.Logger
+    inventory: RngInventory | None,
+    *,
+    rank: int,
+    world_size: int,
+    log: logging.Logger,
+    resharded: bool = False,
 ) -> RngRestoreResult:
     """Restore this rank's RNG streams from a checkpoint's inventory, or log why not.
 
@@ -171,6 +176,9 @@ def restore_rank_rng(
         rank: this process's rank.
         world_size: the current number of ranks.
         log: receives one line saying what happened (a warning when nothing was restored).
+        resharded: the checkpoint is a DCP one, whose model and optimizer state were resharded
+            to this world size: a changed world size is then an expected topology change and
+            its skip line is logged at INFO (naming both sizes), not as a warning.
 
     Returns:
         ``"restored"`` (same world size: this rank's streams are exactly the saved ones),
@@ -191,7 +199,8 @@ def restore_rank_rng(
         )
         return "missing"
     if inventory.world_size != world_size:
-        log.warning(
+        log.log(
+            logging.INFO if resharded else logging.WARNING,
             "rank %d: topology changed: RNG inventory saved with world_size=%d, now "
             "world_size=%d; RNG streams are not restored (rank-local streams restore exactly only "
             "at the same world size) and keep their current seeding",

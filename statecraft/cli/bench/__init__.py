@@ -17,6 +17,9 @@ meaningful on a noisy machine even when the absolute throughputs are not. One mo
   directory fsync; medians, ratios, the fixed per-save cost);
 - :mod:`~statecraft.cli.bench.validation`: ``bench validation`` (a durable validation and a
   model-only artifact at one step boundary, against a full save of the same step);
+- :mod:`~statecraft.cli.bench.dcp`: ``bench dcp`` (statecraft DCP save / load vs plain
+  ``dcp.save`` / ``dcp.load`` on gloo ranks, per-rank peak RSS vs own shard bytes; the S3 part
+  from ``cli/bench/dcp_s3.py`` when installed);
 - :mod:`~statecraft.cli.bench.async_save`: ``bench async`` (an async save's training-thread
   blocking time against the ``copy_`` floor, ``clone()`` and ``dcp.async_save``; time to
   durable against a synchronous save; the step slowdown while a write is in flight);
