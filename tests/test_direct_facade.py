@@ -16,9 +16,12 @@ import statecraft as sc
 from statecraft.errors import WriterLeaseError
 
 
-def _config(server: S3Server, prefix: str, resume: str = "auto") -> sc.CheckpointConfig:
+def _config(
+    server: S3Server, prefix: str, resume: str = "auto", **extra: object
+) -> sc.CheckpointConfig:
     return sc.CheckpointConfig.from_dict(
         {
+            **extra,
             "save_every": 2,
             "resume": resume,
             "quiet": True,
@@ -33,12 +36,16 @@ def _config(server: S3Server, prefix: str, resume: str = "auto") -> sc.Checkpoin
     )
 
 
-def _job(server: S3Server, out: Path, prefix: str, until: int, resume: str = "auto"):
+def _job(
+    server: S3Server, out: Path, prefix: str, until: int, resume: str = "auto", **extra: object
+):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     ckpt = sc.Checkpointer(
-        _config(server, prefix, resume), run=sc.RunIdentity("p", "g", "direct"), output_root=out
+        _config(server, prefix, resume, **extra),
+        run=sc.RunIdentity("p", "g", "direct"),
+        output_root=out,
     )
     ckpt.track(model=model, optimizer=optimizer)
     start = ckpt.resume()
@@ -134,3 +141,31 @@ def test_local_only_writes_are_refused_before_anything_is_created(
         ckpt.track(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
         ckpt.resume()
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").rglob("*"))
+
+
+def test_a_sentinel_stop_saves_the_emergency_checkpoint_into_the_bucket(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    """A preemption sentinel at step 3 (off the save_every=2 cadence): the emergency save is a
+    direct save into the bucket (latest names iter 3, nothing local), and the next job resumes
+    from it."""
+    from statecraft.errors import RunStoppedError
+
+    prefix = f"stop-{uuid.uuid4().hex[:8]}/checkpoints"
+    sentinels = tmp_path / "slurm"
+    sentinels.mkdir()
+    termination = {"sentinel_dir": str(sentinels)}
+    ckpt, _, _ = _job(s3_server, tmp_path / "out", prefix, 2, termination=termination)
+    (sentinels / "SIGUSR1_RECEIVED").write_text("")
+    ckpt.record(sc.Outcome.APPLIED)
+    ckpt.step_end()  # step 3: the stop, then the emergency save
+    with pytest.raises(RunStoppedError):
+        ckpt.save()
+    ckpt.finalize()
+    ckpt.close()
+    store = ckpt._boundaries.direct_root.store
+    assert store.read_bytes("latest_checkpoint.txt") == b"iter_000000003\n"
+    assert not list((tmp_path / "out").rglob("iter_*"))
+    resumed, start, _ = _job(s3_server, tmp_path / "out", prefix, 3, termination=termination)
+    resumed.close()
+    assert start.step == 3

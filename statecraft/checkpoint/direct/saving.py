@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import io
 import logging
+import os
+import socket
 import time
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -201,6 +203,7 @@ def save_direct_checkpoint(
         write_shards=_shard_writer(states, collective),
         lease=lease,
         lease_generation=getattr(lease, "generation", None),
+        writer=_writer_info(lease),
     )
     if write_pointer is not None:
         ctx.write_pointer = write_pointer
@@ -235,6 +238,19 @@ def save_direct_checkpoint(
         " (found committed: latest completed)" if report.retried_commit else "", location,
     )  # fmt: skip
     return report
+
+
+def _writer_info(lease: Any) -> dict[str, Any]:
+    from statecraft import __version__
+
+    info: dict[str, Any] = {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "statecraft": __version__,
+    }
+    if lease is not None:
+        info["owner"] = getattr(lease, "owner", "")
+    return info
 
 
 def _fenced_pointer(store: Store, lease: Any, path: str, data: bytes) -> None:
