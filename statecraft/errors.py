@@ -52,6 +52,7 @@ __all__ = [
     "ValidationFailedError",
     "ValidationIdentityError",
     "WeightsOnlyResumeError",
+    "WorldSizeChangedError",
     "WriterLeaseError",
 ]
 
