@@ -78,7 +78,10 @@ class TestManifestSchema:
     @pytest.mark.parametrize(
         ("mutate", "words"),
         [
-            (lambda d: d.update(format="dcp"), "$.format: 'dcp' is not one of ['consolidated']"),
+            (
+                lambda d: d.update(format="zip"),
+                "$.format: 'zip' is not one of ['consolidated', 'dcp']",
+            ),
             (lambda d: d.update(components=["model", "model"]), "$.components: ['model', 'model']"),
             (lambda d: d.update(iteration=10**10), "$.iteration: 10000000000 is greater than"),
             (lambda d: d.update(components=["weights"]), "$.components[0]: 'weights' is not one"),

@@ -3,7 +3,7 @@
 ::
 
     python -m statecraft.cli.demo_train --out DIR --steps N --save-every K [--validate-every V]
-        [--seed S] [--step-sleep SECONDS] [--format consolidated|dcp]
+        [--seed S] [--step-sleep SECONDS] [--format consolidated|dcp] [--progress every-rank|rank0]
 
 A small real training run (an MLP with dropout on synthetic regression data, AdamW, a warmup +
 cosine ``LambdaLR``, a shuffled data source) checkpointed through the public API with
@@ -21,9 +21,9 @@ sleeps after each ``step`` line, before the boundary, so that a parent can act o
 Under ``torchrun`` (``WORLD_SIZE`` > 1) every rank joins a gloo group; ``--format dcp``
 saves ``checkpoint_format=dcp`` checkpoints (every rank writes its own shards).
 
-Progress protocol: one line per event on stdout (rank 0's: the other ranks are silent), one
-write each, flushed at once, so a parent can kill the process at a chosen point and know where
-it was::
+Progress protocol: one line per event on stdout (every rank's, or with ``--progress rank0``
+rank 0's only: the other ranks are silent), one write each (ranks share a pipe), flushed at
+once, so a parent can kill the process at a chosen point and know where it was::
 
     resumed <step> <source or ->     once, after the resume decision
     step <n>                         after optimizer step n is applied and recorded
@@ -227,6 +227,7 @@ def train(
     stream: TextIO | None = None,
     step_sleep: float = 0.0,
     checkpoint_format: str = "consolidated",
+    rank0_progress: bool = False,
 ) -> int:
     """Train (or resume) the demo run under ``out`` to ``steps`` steps; return the final step.
 
@@ -244,7 +245,7 @@ def train(
         )
     stream = stream or sys.stdout
     dist_up = torch.distributed.is_available() and torch.distributed.is_initialized()
-    if dist_up and torch.distributed.get_rank() != 0:
+    if rank0_progress and dist_up and torch.distributed.get_rank() != 0:
         stream = io.StringIO()  # one progress line per event: rank 0 speaks for the job
     torch.set_num_threads(1)  # determinism and no oversubscription on small machines
     random.seed(seed)
@@ -404,6 +405,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="consolidated",
         help="checkpoint_format (dcp: per-rank DCP shards; run it under torchrun)",
     )
+    parser.add_argument(
+        "--progress",
+        choices=("every-rank", "rank0"),
+        default="every-rank",
+        help="which ranks print progress lines (rank0: one line per event for the whole job)",
+    )
     args = parser.parse_args(argv)
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if distributed:  # torchrun (or RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT by hand)
@@ -420,6 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             seed=args.seed,
             step_sleep=args.step_sleep,
             checkpoint_format=args.format,
+            rank0_progress=args.progress == "rank0",
         )
         if distributed:
             dist.barrier()  # no rank tears the group down while another still needs it

@@ -149,7 +149,7 @@ def run_kill_demo(
     dcp = checkpoint_format == "dcp"
     torchrun = ["torch.distributed.run", "--standalone", "--nproc-per-node", str(DCP_RANKS), "-m"]
     launcher = [sys.executable, "-m", *(torchrun if dcp else [])]
-    fmt = ["--format", "dcp"] if dcp else []
+    fmt = ["--format", "dcp", "--progress", "rank0"] if dcp else []
 
     def command(sub: str) -> list[str]:
         return [
