@@ -24,7 +24,6 @@ from statecraft.checkpoint.layout import (
     MANIFEST_NAME,
     format_latest,
     iter_dirname,
-    parse_latest,
 )
 from statecraft.checkpoint.lease import WriterLease
 from statecraft.checkpoint.manifest import MANIFEST_SCHEMA, FileEntry, Manifest, SavePlan
@@ -35,17 +34,21 @@ from statecraft.checkpoint.plan import (
     full_save_plan,
     plan_for,
 )
-from statecraft.checkpoint.verify import read_manifest, verify_checkpoint
+from statecraft.checkpoint.transactions.commit_rules import (
+    fence_save,
+    latest_iteration,
+    refuse_plan_drift,
+    refuse_untouchable,
+    verify_found_commit,
+)
+from statecraft.checkpoint.verify import read_manifest
 from statecraft.engine import Bindings
 from statecraft.engine.tagging import Role, collect_bindings, effect, observer
 from statecraft.errors import (
     CheckpointCorruptError,
     CheckpointError,
     DiskFullError,
-    IterationCommittedError,
-    PlanDriftError,
     StoreConflictError,
-    WriterLeaseError,
 )
 from statecraft.storage.base import FileRecord, Store
 from statecraft.writers.base import Writer, tensor_bytes
@@ -134,37 +137,14 @@ class SaveContext:
 
 
 def fence(ctx: SaveContext, path: str) -> None:
-    """Refuse a publication or removal of ``path`` that would touch another writer's work:
-    the lease must still be ours, and nothing but the manifest itself is written into (or
-    removed from) an iteration that holds a manifest.
+    """Refuse a publication or removal of ``path`` that would touch another writer's work
+    (:func:`~statecraft.checkpoint.transactions.commit_rules.fence_save`).
 
     Raises:
         WriterLeaseError: the lease was taken over (or is gone).
         IterationCommittedError: the iteration holds a manifest (someone committed it).
     """
-    try:
-        if ctx.lease is not None:
-            ctx.lease.check()
-        manifest = ctx.path(MANIFEST_NAME)
-        inside = path == ctx.iter_dir or path.startswith(ctx.iter_dir + "/")
-        if inside and path != manifest and ctx.store.stat(manifest) is not None:
-            where = f"{ctx.store.describe()}/{ctx.iter_dir}"
-            raise IterationCommittedError(
-                f"{where} holds a manifest (another writer committed it) while this save was "
-                f"about to write {path}: a committed iteration is never rewritten. Nothing was "
-                "changed; make sure only one process writes this attempt",
-                path=where,
-            )
-    except (WriterLeaseError, IterationCommittedError):
-        ctx.commit_conflict = True
-        raise
-
-
-def _latest_iteration(store: Store) -> int | None:
-    try:
-        return parse_latest(store.read_bytes(LATEST_POINTER))
-    except (FileNotFoundError, ValueError):
-        return None
+    fence_save(ctx, path)
 
 
 # ----------------------------------------------------------------------------- observe
@@ -180,7 +160,7 @@ def observe_save(ctx: SaveContext) -> str:
         return CheckpointState.CORRUPT.value
     if entry.state is not CheckpointState.COMMITTED:
         return entry.state.value  # absent / partial / corrupt
-    if _latest_iteration(ctx.store) == ctx.plan.iteration:
+    if latest_iteration(ctx.store) == ctx.plan.iteration:
         return "committed"
     return "manifest_committed"
 
@@ -306,14 +286,7 @@ def reconcile_committed(ctx: SaveContext) -> None:
             than its manifest records (nothing is touched).
     """
     manifest = read_manifest(ctx.store, ctx.plan.iteration)
-    differences = ctx.plan.differences(manifest.plan)
-    if differences:
-        raise PlanDriftError(
-            f"{ctx.store.describe()}/{ctx.iter_dir} is committed with another plan ("
-            + "; ".join(differences)
-            + "). A committed iteration is never rewritten: restore the original component "
-            "plan and tracked objects, or resume=off to start a new attempt"
-        )
+    refuse_plan_drift(ctx.store, ctx.iter_dir, ctx.plan, manifest.plan)
     for name, entry in manifest.files.items():
         stat = ctx.store.stat(ctx.path(name))
         if stat is None or stat.size != entry.size:
@@ -325,20 +298,7 @@ def reconcile_committed(ctx: SaveContext) -> None:
             )
     # Sizes can match while bytes do not (a damaged commit): the pointer never moves onto
     # an iteration this process did not write unless it verifies (at level digest for a save).
-    try:
-        verify_checkpoint(
-            ctx.store,
-            ctx.plan.iteration,
-            level=ctx.found_level,
-            writer=ctx.writer,
-            keep_payloads=False,
-        )
-    except CheckpointCorruptError as exc:
-        raise CheckpointCorruptError(
-            exc.path,
-            f"{exc.problem} (found committed by this retried save, which leaves latest as it was)",
-            "The committed checkpoint was damaged; move it aside and resume from an older one.",
-        ) from None
+    verify_found_commit(ctx.store, ctx.plan.iteration, level=ctx.found_level, writer=ctx.writer)
     sweep = getattr(ctx.store, "sweep_temporaries", None)
     if sweep is not None:
         sweep(ctx.iter_dir)
@@ -355,17 +315,7 @@ def reconcile_committed(ctx: SaveContext) -> None:
 def refuse_corrupt(ctx: SaveContext) -> None:
     """The iteration holds a manifest that does not parse, or retention marked it: refuse to
     touch it."""
-    entry = classify(ctx.store, ctx.plan.iteration, level="manifest")
-    if entry.mark is not None:
-        raise CheckpointCorruptError(
-            f"{ctx.store.describe()}/{ctx.iter_dir}",
-            f"is {entry.mark.reason()}; a save never rewrites an iteration retention has "
-            "pruned or is deleting, and latest never names one. Nothing was touched",
-            "Resume from the newest committed checkpoint (resume=auto) instead of saving this "
-            "step again.",
-        )
-    read_manifest(ctx.store, ctx.plan.iteration)  # raises with the precise problem
-    raise CheckpointCorruptError(ctx.iter_dir, "manifest changed while saving", "Retry the save.")
+    refuse_untouchable(ctx.store, ctx.plan.iteration, ctx.iter_dir)
 
 
 @effect(role=Role.COORDINATOR)
