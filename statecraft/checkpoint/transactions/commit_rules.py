@@ -12,20 +12,22 @@ from typing import Any, Protocol
 from statecraft.checkpoint.catalog import classify
 from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, parse_latest
 from statecraft.checkpoint.lease import Lease
-from statecraft.checkpoint.manifest import SavePlan
+from statecraft.checkpoint.manifest import MANIFEST_SCHEMA, FileEntry, Manifest, SavePlan
 from statecraft.checkpoint.verify import read_manifest, verify_checkpoint
 from statecraft.errors import (
     CheckpointCorruptError,
     IterationCommittedError,
     PlanDriftError,
+    StoreConflictError,
     WriterLeaseError,
 )
-from statecraft.storage.base import Store
+from statecraft.storage.base import FileRecord, Store
 
 __all__ = [
     "FencedSave",
     "fence_save",
     "latest_iteration",
+    "publish_manifest",
     "refuse_plan_drift",
     "refuse_untouchable",
     "verify_found_commit",
@@ -73,6 +75,38 @@ def fence_save(ctx: FencedSave, path: str) -> None:
                 path=where,
             )
     except (WriterLeaseError, IterationCommittedError):
+        ctx.commit_conflict = True
+        raise
+
+
+def publish_manifest(
+    ctx: FencedSave,
+    fenced: Store,
+    plan: SavePlan,
+    records: dict[str, FileRecord],
+    writer: dict[str, str],
+) -> None:
+    """Publish the manifest of ``plan`` naming every file in ``records`` by exclusive create
+    through ``fenced`` (the lease is re-read first): the iteration is now an immutable commit.
+    The create first settles the writer's deferred files and directories, so a failure there
+    fails the commit and the discard removes the iteration.
+
+    Raises:
+        StoreConflictError: another commit holds the name (it is untouched;
+            ``ctx.commit_conflict`` is set).
+        WriterLeaseError / IterationCommittedError: the fence refused (nothing published).
+    """
+    manifest = Manifest(
+        schema=MANIFEST_SCHEMA,
+        iteration=plan.iteration,
+        format=plan.format,
+        components=plan.components,
+        files={n: FileEntry(r.size, r.digest) for n, r in sorted(records.items())},
+        writer=writer,
+    )
+    try:
+        fenced.create_exclusive(ctx.path(MANIFEST_NAME), manifest.encode())
+    except StoreConflictError:
         ctx.commit_conflict = True
         raise
 

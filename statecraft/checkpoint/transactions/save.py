@@ -21,12 +21,11 @@ from statecraft.checkpoint.catalog import CheckpointState, classify
 from statecraft.checkpoint.fence import FencedStore, discard_own_leftovers
 from statecraft.checkpoint.layout import (
     LATEST_POINTER,
-    MANIFEST_NAME,
     format_latest,
     iter_dirname,
 )
 from statecraft.checkpoint.lease import WriterLease
-from statecraft.checkpoint.manifest import MANIFEST_SCHEMA, FileEntry, Manifest, SavePlan
+from statecraft.checkpoint.manifest import SavePlan
 from statecraft.checkpoint.plan import (
     CHECKPOINT_PLAN,
     FULL_COMPONENTS,
@@ -37,6 +36,7 @@ from statecraft.checkpoint.plan import (
 from statecraft.checkpoint.transactions.commit_rules import (
     fence_save,
     latest_iteration,
+    publish_manifest,
     refuse_plan_drift,
     refuse_untouchable,
     verify_found_commit,
@@ -48,7 +48,6 @@ from statecraft.errors import (
     CheckpointCorruptError,
     CheckpointError,
     DiskFullError,
-    StoreConflictError,
 )
 from statecraft.storage.base import FileRecord, Store
 from statecraft.writers.base import Writer, tensor_bytes
@@ -248,21 +247,9 @@ def commit_manifest(ctx: SaveContext) -> None:
         raise CheckpointCorruptError(
             ctx.iter_dir, f"files {missing} were not written", "Retry the save."
         )
-    manifest = Manifest(
-        schema=MANIFEST_SCHEMA,
-        iteration=ctx.plan.iteration,
-        format=ctx.plan.format,
-        components=ctx.plan.components,
-        files={n: FileEntry(r.size, r.digest) for n, r in sorted(ctx.records.items())},
-        writer={**ctx.writer.finish(), **ctx.writer_info},
+    publish_manifest(
+        ctx, ctx.fenced, ctx.plan, ctx.records, {**ctx.writer.finish(), **ctx.writer_info}
     )
-    try:
-        # The exclusive create first settles the deferred component files and directories
-        # (a failure there fails this effect, so discard_partial removes the iteration).
-        ctx.fenced.create_exclusive(ctx.path(MANIFEST_NAME), manifest.encode())
-    except StoreConflictError:
-        ctx.commit_conflict = True
-        raise
 
 
 @effect(role=Role.COORDINATOR)
