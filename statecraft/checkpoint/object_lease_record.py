@@ -106,6 +106,23 @@ class ObjectLeaseRecord:
             f"{self.generation}, since {self.acquired}, {state})"
         )
 
+    def report(self, etag: str, now: float) -> dict[str, Any]:
+        """What ``inspect`` and ``statecraft lease`` print of this record at unix time
+        ``now``: its status (``live`` / ``expired`` / ``released``), owner facts and ``etag``."""
+        status = "released" if self.released else ("expired" if self.expired(now) else "live")
+        return {
+            "status": status,
+            "owner": self.owner,
+            "host": self.host,
+            "pid": self.pid,
+            "generation": self.generation,
+            "acquired": self.acquired,
+            "renewed": self.renewed,
+            "expires": self.expires,
+            "ttl_s": self.ttl_s,
+            "etag": etag,
+        }
+
     def fields(self) -> dict[str, Any]:
         """The facts a :class:`~statecraft.errors.WriterLeaseError` carries."""
         return {

@@ -44,22 +44,6 @@ def _root(args: argparse.Namespace) -> Any:
     return DirectRoot.of(open_s3_bucket(args, bucket_name), prefix)
 
 
-def _record(record: Any, etag: str, now: float) -> dict[str, Any]:
-    status = "released" if record.released else ("expired" if record.expired(now) else "live")
-    return {
-        "status": status,
-        "owner": record.owner,
-        "host": record.host,
-        "pid": record.pid,
-        "generation": record.generation,
-        "acquired": record.acquired,
-        "renewed": record.renewed,
-        "expires": record.expires,
-        "ttl_s": record.ttl_s,
-        "etag": etag,
-    }
-
-
 def run_lease_show(args: argparse.Namespace) -> int:
     """``statecraft lease show ROOT``."""
     import time
@@ -76,7 +60,7 @@ def run_lease_show(args: argparse.Namespace) -> int:
         data: dict[str, Any] = {"root": root.uri, "lease": None}
         return emit(command, as_json=args.json, data=data, text=f"{root.uri}: no lease")
     record, etag = found
-    data = {"root": root.uri, "lease": _record(record, etag, time.time())}
+    data = {"root": root.uri, "lease": record.report(etag, time.time())}
     text = f"{root.uri}: lease {data['lease']['status']}: {record.describe()}"
     return emit(command, as_json=args.json, data=data, text=text)
 
@@ -119,7 +103,7 @@ def run_lease_takeover(args: argparse.Namespace) -> int:
     )
     data = {
         "root": root.uri,
-        "previous": _record(previous, "", 0.0) | {"status": "taken over"},
+        "previous": previous.report("", 0.0) | {"status": "taken over"},
         "taken": True,
         "generation": lease.generation,
     }

@@ -112,20 +112,7 @@ def _lease(store: ObjectStore, now: float) -> dict[str, Any] | None:
     if found is None:
         return None
     record, etag = found
-    status = "released" if record.released else ("expired" if record.expired(now) else "live")
-    return {
-        "status": status,
-        "owner": record.owner,
-        "host": record.host,
-        "pid": record.pid,
-        "generation": record.generation,
-        "acquired": record.acquired,
-        "renewed": record.renewed,
-        "expires": record.expires,
-        "ttl_s": record.ttl_s,
-        "etag": etag,
-        "detail": record.describe(),
-    }
+    return record.report(etag, now) | {"detail": record.describe()}
 
 
 def _check_committed(store: ObjectStore, manifest: DirectManifest, names: set[str]) -> str | None:
