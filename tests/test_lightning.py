@@ -4,6 +4,7 @@ not route through CheckpointIO."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -58,6 +59,10 @@ def _equal(a: Any, b: Any) -> bool:
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
     return bool(a == b)
+
+
+def _save_into(obj: Any, writer: Any) -> None:
+    torch.save(obj, writer)
 
 
 class _Gate:
@@ -143,7 +148,7 @@ class TestSaveLoad:
                 unit,
                 framework="lightning",
                 step=obj["global_step"],
-                payloads={CHECKPOINT_FILE: lambda f, obj=obj: torch.save(obj, f)},
+                payloads={CHECKPOINT_FILE: functools.partial(_save_into, obj)},
             )
         damaged = tmp_path / "last.ckpt" / "g00000002" / CHECKPOINT_FILE
         raw = bytearray(damaged.read_bytes())
