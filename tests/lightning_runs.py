@@ -155,6 +155,7 @@ def main(argv: list[str]) -> int:
     import pytorch_lightning as pl
 
     pl.seed_everything(0, verbose=False)
+    os.makedirs(args.root, exist_ok=True)
     running = os.path.join(args.root, "running") if args.slurm_sleep else None
     module = build_module(
         block_epoch=args.block_epoch, marker=args.marker, sleep=args.slurm_sleep, running=running
