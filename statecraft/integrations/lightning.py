@@ -136,6 +136,9 @@ class StatecraftCheckpointIO(CheckpointIO):
         the join that collected it)."""
         self.last_blocking_seconds: float | None = None
         """Training-thread seconds of the newest :meth:`save_checkpoint` call."""
+        self.last_write_seconds: float | None = None
+        """Seconds from the newest collected save's start to its commit (async: set when the
+        write is joined, i.e. by the next save, remove, load or teardown)."""
 
     def __repr__(self) -> str:
         return (
@@ -160,6 +163,7 @@ class StatecraftCheckpointIO(CheckpointIO):
             raise
         if pending is not None and isinstance(pending.report, UnitReport):
             self.last_report = pending.report
+            self.last_write_seconds = pending.finished_seconds
         removals, self._deferred_removals = self._deferred_removals, []
         for path in removals:
             self._remove_now(path)
@@ -211,7 +215,7 @@ class StatecraftCheckpointIO(CheckpointIO):
                 )
                 return
         self.last_report = self._write(address, checkpoint, step, meta)
-        self.last_blocking_seconds = time.perf_counter() - started
+        self.last_blocking_seconds = self.last_write_seconds = time.perf_counter() - started
 
     def _stage(self, checkpoint: dict[str, Any], address: SlotAddress) -> Any | None:
         """A CPU copy of ``checkpoint`` isolated from the live state, or ``None`` (the save
