@@ -324,3 +324,89 @@ class TestResolve:
             cls.load_from_checkpoint(str(path))
         loaded = cls.load_from_checkpoint(committed_checkpoint_file(path))
         assert _equal(loaded.state_dict(), module.state_dict())
+
+
+class _Reenter:
+    """Copied by the async snapshot: saves another checkpoint through the same IO from
+    inside the save, as Lightning's SIGUSR1 handler does when the signal lands mid-save.
+    The IO and path are class attributes (set per test), so the live checkpoint does not
+    reach the IO's staging buffers."""
+
+    io: StatecraftCheckpointIO
+    path: Path
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> int:
+        self.io.save_checkpoint(_checkpoint(7, 7.0), self.path)
+        return 0
+
+
+class TestReentry:
+    def test_save_reentered_from_a_signal_handler_is_written_synchronously(
+        self, tmp_path: Path
+    ) -> None:
+        """A save entered while another save is on the stack (a signal handler) commits
+        before it returns, and the interrupted async save still commits its own state."""
+        io = StatecraftCheckpointIO(async_save=True)
+        hpc = tmp_path / "hpc_ckpt_1.ckpt"
+        outer = _checkpoint(10, 1.0)
+        reenter = type("Reenter", (_Reenter,), {"io": io, "path": hpc})()
+        io.save_checkpoint({**outer, "reenter": reenter}, tmp_path / "last.ckpt")
+        assert verify_unit(LocalStore(str(tmp_path)), "hpc_ckpt_1.ckpt/g00000001").committed
+        io.teardown()
+        loaded = io.load_checkpoint(tmp_path / "last.ckpt", weights_only=True)
+        assert _equal(loaded["state_dict"], outer["state_dict"])
+        assert io.load_checkpoint(hpc, weights_only=True)["global_step"] == 7
+
+
+@pytest.fixture
+def _lightning_globals() -> Any:
+    """In-process fits with ``deterministic=True`` flip torch's global switch: put it back."""
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    cublas = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    yield
+    torch.use_deterministic_algorithms(deterministic)
+    if cublas is None:
+        os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+
+
+@pytest.mark.usefixtures("_lightning_globals")
+class TestTrainer:
+    def _fit(self, root: Path, epochs: int, *, async_save: bool, **kw: Any) -> tuple[Any, Any]:
+        import pytorch_lightning as pl
+        from lightning_runs import build_module, build_trainer
+
+        pl.seed_everything(0, verbose=False)
+        module = build_module(**kw.pop("module", {}))
+        trainer = build_trainer(str(root), epochs, io="statecraft", async_save=async_save)
+        trainer.fit(module, **kw)
+        return module, trainer
+
+    def test_async_fit_then_resume_matches_an_uninterrupted_sync_fit(self, tmp_path: Path) -> None:
+        """Two epochs with async saves, then fit(ckpt_path="last") to three, ends with the
+        model and optimizer of an uninterrupted synchronous three-epoch fit, bit for bit."""
+        from lightning_runs import final_state
+
+        ref_module, ref_trainer = self._fit(tmp_path / "ref", 3, async_save=False)
+        self._fit(tmp_path / "run", 2, async_save=True)
+        module, trainer = self._fit(tmp_path / "run", 3, async_save=True, ckpt_path="last")
+        got, want = final_state(module, trainer), final_state(ref_module, ref_trainer)
+        assert got["global_step"] == want["global_step"]
+        assert _equal(got["model"], want["model"])
+        assert _equal(got["optimizer"], want["optimizer"])
+
+    def test_a_failed_final_async_write_is_raised_by_fit(self, tmp_path: Path) -> None:
+        """The last checkpoint's background write fails after fit's loop ended: teardown
+        joins it and trainer.fit raises its error."""
+        import pytorch_lightning as pl
+
+        class FailLast(pl.Callback):
+            def on_save_checkpoint(self, trainer: Any, module: Any, checkpoint: Any) -> None:
+                if checkpoint["epoch"] == 1:
+                    checkpoint["gate"] = _Gate(fail=True)
+
+        from lightning_runs import build_module, build_trainer
+
+        trainer = build_trainer(str(tmp_path), 2, io="statecraft", async_save=True)
+        trainer.callbacks.append(FailLast())
+        with pytest.raises(OSError, match="injected"):
+            trainer.fit(build_module())

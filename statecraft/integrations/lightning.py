@@ -131,6 +131,7 @@ class StatecraftCheckpointIO(CheckpointIO):
         self._slot = WriteSlot(_ROLE)
         self._staging = StagingBuffers()
         self._deferred_removals: list[str] = []
+        self._saving = False  # a save in progress on the training thread (re-entry guard)
         self.last_report: UnitReport | None = None
         """The report of the newest save that committed (sync: after each save; async: after
         the join that collected it)."""
@@ -201,8 +202,28 @@ class StatecraftCheckpointIO(CheckpointIO):
                 path=address.path,
                 reason="not a slot directory",
             )
-        self._join()
         step, meta = _step_meta(checkpoint, address)
+        if self._saving:
+            # re-entered from a signal handler (Lightning's SLURM SIGUSR1 handler saves
+            # hpc_ckpt_N.ckpt) while this thread was inside a save: the slot and the staging
+            # buffers belong to the interrupted save, so write this one synchronously
+            self.last_report = self._write(address, checkpoint, step, meta)
+            return
+        self._saving = True
+        try:
+            self._save(checkpoint, address, step, meta, started)
+        finally:
+            self._saving = False
+
+    def _save(
+        self,
+        checkpoint: dict[str, Any],
+        address: SlotAddress,
+        step: int | None,
+        meta: dict,
+        started: float,
+    ) -> None:
+        self._join()
         if self.async_save:
             snapshot = self._stage(checkpoint, address)
             if snapshot is not None:
