@@ -39,6 +39,7 @@ def test_json_figures_and_ratios(tmp_path: Path, capsys: pytest.CaptureFixture[s
     for row in data["configs"].values():
         assert len(row["save"]["samples_s"]) == 2
         assert len(row["write"]["samples_s"]) == 2
+        assert len(row["join"]["samples_s"]) == (0 if row is data["configs"]["torch"] else 2)
         assert all(v > 0 for v in row["save"]["samples_s"] + row["write"]["samples_s"])
         assert row["fit_s"] > 0
     c, r = data["configs"], data["ratios"]

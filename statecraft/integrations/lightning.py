@@ -137,6 +137,9 @@ class StatecraftCheckpointIO(CheckpointIO):
         the join that collected it)."""
         self.last_blocking_seconds: float | None = None
         """Training-thread seconds of the newest :meth:`save_checkpoint` call."""
+        self.last_join_seconds: float | None = None
+        """Of :attr:`last_blocking_seconds`, the seconds spent waiting for the previous
+        background write (async; 0 when it had finished)."""
         self.last_write_seconds: float | None = None
         """Seconds from the newest collected save's start to its commit (async: set when the
         write is joined, i.e. by the next save, remove, load or teardown)."""
@@ -223,7 +226,9 @@ class StatecraftCheckpointIO(CheckpointIO):
         meta: dict,
         started: float,
     ) -> None:
+        joined = time.perf_counter()
         self._join()
+        self.last_join_seconds = time.perf_counter() - joined
         if self.async_save:
             snapshot = self._stage(checkpoint, address)
             if snapshot is not None:

@@ -70,6 +70,7 @@ def _timed_io(inner: Any) -> Any:
         def __init__(self) -> None:
             self.inner = inner
             self.blocking: list[float] = []
+            self.joins: list[float] = []
             self.writes: list[float] = []
             self.bytes = 0
             self.seen: Any = None
@@ -78,6 +79,9 @@ def _timed_io(inner: Any) -> Any:
             started = time.perf_counter()
             self.inner.save_checkpoint(checkpoint, path, storage_options)
             self.blocking.append(time.perf_counter() - started)
+            join = getattr(self.inner, "last_join_seconds", None)
+            if join is not None:
+                self.joins.append(join)
             self._collect()
 
         def _collect(self) -> None:
@@ -143,7 +147,13 @@ def _fit(root: str, config: str, *, size_mib: int, saves: int, every: int) -> di
     fit_s = time.perf_counter() - started
     last = os.path.join(root, "ckpts", "last.ckpt")
     nbytes = os.path.getsize(last) if os.path.isfile(last) else io.bytes
-    return {"blocking": io.blocking, "writes": io.writes, "fit_s": fit_s, "bytes": nbytes}
+    return {
+        "blocking": io.blocking,
+        "joins": io.joins,
+        "writes": io.writes,
+        "fit_s": fit_s,
+        "bytes": nbytes,
+    }
 
 
 def _summary(samples: list[float]) -> dict[str, Any]:
@@ -158,7 +168,7 @@ def _summary(samples: list[float]) -> dict[str, Any]:
 
 
 def measure_lightning(
-    *, size_mib: int = 16, saves: int = 6, every: int = 5, repeat: int = 1, directory: str | None
+    *, size_mib: int = 16, saves: int = 6, every: int = 20, repeat: int = 1, directory: str | None
 ) -> dict[str, Any]:
     """Run the three configurations and return per-save seconds, fit wall times and ratios.
 
@@ -173,6 +183,7 @@ def measure_lightning(
 
     blocking: dict[str, list[float]] = {c: [] for c in CONFIGS}
     writes: dict[str, list[float]] = {c: [] for c in CONFIGS}
+    joins: dict[str, list[float]] = {c: [] for c in CONFIGS}
     fits: dict[str, list[float]] = {c: [] for c in CONFIGS}
     nbytes = 0
     with bench_root(directory) as root, warnings.catch_warnings():
@@ -183,6 +194,7 @@ def measure_lightning(
                 with scratch(root, config) as where:
                     run = _fit(where, config, size_mib=size_mib, saves=saves, every=every)
                 blocking[config] += run["blocking"]
+                joins[config] += run["joins"]
                 writes[config] += run["writes"] if config != "torch" else run["blocking"]
                 fits[config].append(run["fit_s"])
                 nbytes = max(nbytes, run["bytes"])
@@ -190,6 +202,7 @@ def measure_lightning(
         c: {
             "save": _summary(blocking[c]),
             "write": _summary(writes[c]),
+            "join": _summary(joins[c]),
             "fit_s": statistics.median(fits[c]),
         }
         for c in CONFIGS
@@ -234,11 +247,13 @@ def format_lightning(data: dict[str, Any]) -> str:
         f"Lightning checkpoint IO: model {data['size_mib']} MiB, checkpoint "
         f"{data['checkpoint_bytes'] / MIB:.1f} MiB, {data['saves']} saves of last.ckpt every "
         f"{data['every']} steps, {data['repeat']} round(s)",
-        f"{'plugin':<18} {'save (train thread)':>20} {'write to commit':>16} {'fit wall':>10}",
+        f"{'plugin':<18} {'save (train thread)':>20} {'of which join':>14} "
+        f"{'write to commit':>16} {'fit wall':>10}",
     ]
     for name, row in data["configs"].items():
         lines.append(
             f"{name:<18} {_fmt(row['save']['median_s']):>20} "
+            f"{_fmt(row['join']['median_s']):>14} "
             f"{_fmt(row['write']['median_s']):>16} {row['fit_s']:>8.2f} s"
         )
     lines.append("ratios against TorchCheckpointIO (median save):")
