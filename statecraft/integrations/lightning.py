@@ -141,8 +141,9 @@ class StatecraftCheckpointIO(CheckpointIO):
         """Of :attr:`last_blocking_seconds`, the seconds spent waiting for the previous
         background write (async; 0 when it had finished)."""
         self.last_write_seconds: float | None = None
-        """Seconds from the newest collected save's start to its commit (async: set when the
-        write is joined, i.e. by the next save, remove, load or teardown)."""
+        """Seconds the newest collected write took to commit (sync: the whole save; async:
+        from the hand-off to the background slot, set when the write is joined by the next
+        save, remove, load or teardown)."""
 
     def __repr__(self) -> str:
         return (
