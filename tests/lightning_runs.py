@@ -101,7 +101,15 @@ def build_module(**kwargs: Any) -> Any:
     return TinyModule(**kwargs)
 
 
-def build_trainer(root: str, epochs: int, *, io: str, async_save: bool = False, **kw: Any) -> Any:
+def build_trainer(
+    root: str,
+    epochs: int,
+    *,
+    io: str,
+    async_save: bool = False,
+    save_last: bool | str = True,
+    **kw: Any,
+) -> Any:
     """The run's ``Trainer``: CPU, deterministic, quiet, checkpoints under ``root/ckpts``."""
     import pytorch_lightning as pl
     from pytorch_lightning.callbacks import ModelCheckpoint
@@ -112,7 +120,7 @@ def build_trainer(root: str, epochs: int, *, io: str, async_save: bool = False, 
 
         plugins.append(StatecraftCheckpointIO(async_save=async_save))
     callback = ModelCheckpoint(
-        dirpath=os.path.join(root, "ckpts"), every_n_epochs=1, save_top_k=1, save_last=True
+        dirpath=os.path.join(root, "ckpts"), every_n_epochs=1, save_top_k=1, save_last=save_last
     )
     return pl.Trainer(
         default_root_dir=root,

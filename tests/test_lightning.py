@@ -371,13 +371,17 @@ def _lightning_globals() -> Any:
 
 @pytest.mark.usefixtures("_lightning_globals")
 class TestTrainer:
-    def _fit(self, root: Path, epochs: int, *, async_save: bool, **kw: Any) -> tuple[Any, Any]:
+    def _fit(
+        self, root: Path, epochs: int, *, async_save: bool, save_last: Any = True, **kw: Any
+    ) -> tuple[Any, Any]:
         import pytorch_lightning as pl
         from lightning_runs import build_module, build_trainer
 
         pl.seed_everything(0, verbose=False)
-        module = build_module(**kw.pop("module", {}))
-        trainer = build_trainer(str(root), epochs, io="statecraft", async_save=async_save)
+        module = build_module()
+        trainer = build_trainer(
+            str(root), epochs, io="statecraft", async_save=async_save, save_last=save_last
+        )
         trainer.fit(module, **kw)
         return module, trainer
 
@@ -393,6 +397,18 @@ class TestTrainer:
         assert got["global_step"] == want["global_step"]
         assert _equal(got["model"], want["model"])
         assert _equal(got["optimizer"], want["optimizer"])
+
+    def test_save_last_link_resumes_through_the_link(self, tmp_path: Path) -> None:
+        """With save_last="link" last.ckpt is a symlink to the newest top-k slot; pruning the
+        older top-k slot leaves the link's target, and fit(ckpt_path="last") resumes
+        through it."""
+        self._fit(tmp_path, 2, async_save=False, save_last="link")
+        ckpts = tmp_path / "ckpts"
+        assert os.path.islink(ckpts / "last.ckpt")
+        assert sorted(p.name for p in ckpts.iterdir()) == ["epoch=1-step=8.ckpt", "last.ckpt"]
+        _, trainer = self._fit(tmp_path, 3, async_save=True, save_last="link", ckpt_path="last")
+        assert trainer.global_step == 12
+        assert os.path.realpath(ckpts / "last.ckpt") == str(ckpts / "epoch=2-step=12.ckpt")
 
     def test_a_failed_final_async_write_is_raised_by_fit(self, tmp_path: Path) -> None:
         """The last checkpoint's background write fails after fit's loop ended: teardown
