@@ -107,7 +107,7 @@ def build_trainer(
     *,
     io: str,
     async_save: bool = False,
-    save_last: bool | str = True,
+    save_last: Any = True,
     **kw: Any,
 ) -> Any:
     """The run's ``Trainer``: CPU, deterministic, quiet, checkpoints under ``root/ckpts``."""
