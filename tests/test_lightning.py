@@ -173,6 +173,32 @@ class TestSaveLoad:
         with pytest.raises(UnitNotCommittedError, match="nothing exists"):
             StatecraftCheckpointIO().load_checkpoint(tmp_path / "absent.ckpt")
 
+    def test_automatic_paths_fall_back_to_the_newest_committed_sibling(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """A SLURM requeue resumes from the highest hpc_ckpt_N, and ckpt_path="last" from
+        last.ckpt: when a killed save left that path without a commit, the load takes the
+        newest sibling that verifies (logged), never the torn one; a path the user named
+        (epoch=...) still fails closed."""
+        io = StatecraftCheckpointIO()
+        io.save_checkpoint(_checkpoint(10, fill=1.0), tmp_path / "hpc_ckpt_1.ckpt")
+        io.save_checkpoint(_checkpoint(20, fill=2.0), tmp_path / "epoch=1-step=20.ckpt")
+        for torn in ("hpc_ckpt_2.ckpt", "last.ckpt", "epoch=2-step=30.ckpt"):
+            (tmp_path / torn / "g00000001").mkdir(parents=True)
+            (tmp_path / torn / "g00000001" / CHECKPOINT_FILE).write_bytes(b"torn")
+        with caplog.at_level(logging.WARNING, LOG):
+            hpc = io.load_checkpoint(tmp_path / "hpc_ckpt_2.ckpt")
+            last = io.load_checkpoint(tmp_path / "last.ckpt")
+        assert hpc["global_step"] == 10
+        assert last["global_step"] == 20
+        assert f"loading {tmp_path / 'hpc_ckpt_1.ckpt'} instead" in caplog.text
+        assert f"loading {tmp_path / 'epoch=1-step=20.ckpt'} instead" in caplog.text
+        with pytest.raises(UnitNotCommittedError, match="uncommitted"):
+            io.load_checkpoint(tmp_path / "epoch=2-step=30.ckpt")
+        (tmp_path / "hpc_ckpt_1.ckpt" / "g00000001" / CHECKPOINT_FILE).write_bytes(b"x")
+        with pytest.raises(UnitNotCommittedError, match="hpc_ckpt_2"):
+            io.load_checkpoint(tmp_path / "hpc_ckpt_2.ckpt")  # no sibling verifies
+
     def test_plain_file_is_refused_unless_allowed(self, tmp_path: Path) -> None:
         """A checkpoint file TorchCheckpointIO wrote is refused with a message saying so; with
         allow_unverified=True it loads (a warning says it was not verified)."""

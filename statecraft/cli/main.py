@@ -11,7 +11,8 @@ Subcommands:
                                 (PATH may be s3://bucket/prefix: a direct root, read-only)
     lease show | takeover URI   the object-store writer lease of a direct root (takeover:
                                 deliberate, only once the owner is known dead)
-    bench save | validation | async | emergency | upload | dcp | engine   ratios against baselines
+    bench save | validation | async | emergency | upload | dcp | lightning | hf | engine
+                                ratios against in-process baselines
     archive publish | fetch | prune-verified              archived artifacts (S3)
     objects download | copy     move object-store prefixes (idempotent, streamed)
 
@@ -262,6 +263,27 @@ def build_parser() -> argparse.ArgumentParser:
     bdcp.add_argument("--no-s3", action="store_true", help="skip the direct S3 comparison")
     bdcp.add_argument("--json", action="store_true")
     bdcp.set_defaults(func=_lazy("statecraft.cli.bench.dcp", "run_bench_dcp"))
+    blight = bsub.add_parser(
+        "lightning",
+        help="Lightning TorchCheckpointIO vs StatecraftCheckpointIO (sync, async) per save",
+    )
+    blight.add_argument(
+        "--size-mib", type=int, default=16,
+        help="model parameters in MiB (the AdamW checkpoint is ~3x; default 16)",
+    )  # fmt: skip
+    blight.add_argument(
+        "--saves", type=int, default=6, help="saves of last.ckpt per plugin (default 6)"
+    )
+    blight.add_argument(
+        "--every", type=int, default=20, help="training steps between saves (default 20)"
+    )
+    blight.add_argument(
+        "--repeat", "--repeats", type=int, default=3,
+        help="rounds, rotating order (default 3, median)",
+    )  # fmt: skip
+    blight.add_argument("--dir", help="directory to write in (default: a temporary one)")
+    blight.add_argument("--json", action="store_true")
+    blight.set_defaults(func=_lazy("statecraft.cli.bench.lightning", "run_bench_lightning"))
     bengine = bsub.add_parser("engine", help="engine overhead per transition")
     bengine.add_argument("--transitions", type=int, default=20000)
     bengine.add_argument("--json", action="store_true")

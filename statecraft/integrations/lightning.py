@@ -52,11 +52,12 @@ import torch
 from statecraft.checkpoint.staging import SnapshotUnsupported, StagingBuffers, isolation_problem
 from statecraft.checkpoint.units import UnitReport, prune_slot, seal_generation
 from statecraft.checkpoint.write_slot import PendingSave, WriteSlot
-from statecraft.errors import UnitError
+from statecraft.errors import UnitError, UnitNotCommittedError
 from statecraft.integrations.lightning_slots import (
     CHECKPOINT_FILE,
     FRAMEWORK,
     SlotAddress,
+    automatic_fallback,
     committed_checkpoint_file,
     last_committed_checkpoint,
     newest_slot_generation,
@@ -296,10 +297,16 @@ class StatecraftCheckpointIO(CheckpointIO):
                 ``TorchCheckpointIO``'s default does.
             weights_only: passed to ``torch.load`` as is.
 
+        A path Lightning chose by itself (``hpc_ckpt_<N>.ckpt`` on a SLURM requeue,
+        ``last*.ckpt`` for ``ckpt_path="last"``) that holds no committed checkpoint falls back
+        to the newest sibling that verifies, with a WARNING naming both
+        (:func:`~statecraft.integrations.lightning_slots.automatic_fallback`); a path the
+        user named never does.
+
         Raises:
             UnitNotCommittedError: (a ``FileNotFoundError``) nothing at ``path``, no
-                generation that verifies, or a plain file (unless ``allow_unverified``); the
-                message names the path and what was found.
+                generation that verifies (and no automatic fallback), or a plain file (unless
+                ``allow_unverified``); the message names the path and what was found.
             BaseException: the background write's error (async), raised once.
         """
         self._join()
@@ -313,7 +320,20 @@ class StatecraftCheckpointIO(CheckpointIO):
             )
             with open(address.path, "rb") as handle:
                 return torch.load(handle, map_location=location, weights_only=weights_only)
-        verdict, _ = newest_slot_generation(address)
+        try:
+            verdict, _ = newest_slot_generation(address)
+        except UnitNotCommittedError as exc:
+            fallback = automatic_fallback(address)
+            if fallback is None:
+                raise
+            log.warning(
+                "%s holds no committed checkpoint (%s); Lightning chose this path by itself "
+                "(SLURM requeue or ckpt_path='last'), so loading %s instead, the newest "
+                "checkpoint that verifies",
+                address.path, getattr(exc, "reason", exc), fallback,
+            )  # fmt: skip
+            address = slot_address(fallback, follow_link=True)
+            verdict, _ = newest_slot_generation(address)
         with address.store.open_read(f"{verdict.unit}/{CHECKPOINT_FILE}") as handle:
             loaded = torch.load(handle, map_location=location, weights_only=weights_only)
         log.info("loaded %s (%s)", address.store.abspath(verdict.unit), address.path)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
+import re
 from collections.abc import Sequence
 
 import attrs
@@ -35,6 +36,7 @@ __all__ = [
     "CHECKPOINT_FILE",
     "FRAMEWORK",
     "SlotAddress",
+    "automatic_fallback",
     "committed_checkpoint_file",
     "last_committed_checkpoint",
     "newest_slot_generation",
@@ -218,4 +220,41 @@ def last_committed_checkpoint(dirpath: str | os.PathLike[str]) -> str | None:
             log.info("newest committed Lightning checkpoint: %s (step %s)", chosen, step)
             return chosen
         log.warning("passed over %s: no generation verifies on a deep check", store.abspath(name))
+    return None
+
+
+_HPC = re.compile(r"^hpc_ckpt_(\d+)\.ckpt$")
+_LAST = re.compile(r"^last(-v\d+)?\.ckpt$")
+
+
+def automatic_fallback(address: SlotAddress) -> str | None:
+    """For a path Lightning chose by itself, the newest sibling that verifies, when the path
+    holds no committed checkpoint; ``None`` when the path is not an automatic one or no
+    sibling verifies.
+
+    Lightning picks two paths without the user naming them: ``hpc_ckpt_<N>.ckpt`` (a SLURM
+    requeue resumes from the highest N, the one a killed SIGUSR1 save may have left without a
+    commit) and ``last*.ckpt`` (``ckpt_path="last"``, by mtime). For those, as for "last"
+    resolution, the newest committed checkpoint is what was meant: ``hpc_ckpt_<M>.ckpt`` with
+    the highest M < N that verifies, or for ``last`` the newest committed checkpoint of the
+    directory (:func:`last_committed_checkpoint`). A path the user named
+    (``epoch=3-step=40.ckpt``) never falls back: loading another checkpoint than the one named
+    would be a silent change of trajectory. Reads and verifies only.
+    """
+    name = address.slot
+    hpc = _HPC.match(name)
+    if hpc is not None:
+        number = int(hpc.group(1))
+        siblings = sorted(
+            (int(m.group(1)), m.group(0))
+            for m in (_HPC.match(n) for n in address.store.list(""))
+            if m is not None and int(m.group(1)) < number
+        )
+        for _, sibling in reversed(siblings):
+            verdict, _ = newest_generation(address.store, sibling, deep=True, log=log)
+            if verdict is not None:
+                return address.store.abspath(sibling)
+        return None
+    if _LAST.match(name) is not None:
+        return last_committed_checkpoint(address.store.abspath(""))
     return None
