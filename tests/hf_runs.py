@@ -1,8 +1,9 @@
 """Tiny Hugging Face ``Trainer`` runs for the HF integration tests, in process or as a child.
 
 Everything is built from a config in code (a 2-layer GPT-2 with hidden size 32) over an
-in-memory dataset, on CPU, seeded, with no hub access (``HF_HUB_OFFLINE=1``). One thread, so
-an uninterrupted run and a killed-then-resumed one compute bit-identical tensors.
+in-memory dataset, on CPU, seeded, with no hub access (``HF_HUB_OFFLINE=1``). One torch thread
+(a child sets it; in process use :func:`one_thread`), so an uninterrupted run and a
+killed-then-resumed one compute bit-identical tensors.
 
 As a script (``python tests/hf_runs.py --out DIR ...``) it trains and, at the end, writes the
 final model and optimizer state dicts to ``--final`` (``torch.save``). ``--hang-at N`` makes
@@ -14,9 +15,11 @@ the parent can assert the folder is partial and ``SIGKILL`` it there.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -134,10 +137,10 @@ def make_trainer(
     """A seeded ``Trainer`` over the tiny model, with :class:`StatecraftCallback` unless
     ``callback=False``; ``hang_at`` as in the module docstring; an evaluation set of
     ``eval_examples`` sequences when positive."""
-    import torch
     from transformers import Trainer
+    from transformers.utils import logging as hf_logging
 
-    torch.set_num_threads(1)
+    hf_logging.disable_progress_bar()
     args = training_args(out, max_steps=max_steps, save_steps=save_steps, **overrides)
 
     class HangingTrainer(Trainer):  # type: ignore[misc]
@@ -161,6 +164,20 @@ def make_trainer(
         eval_dataset=TokenDataset(eval_examples, vocab) if eval_examples else None,
         callbacks=callbacks,
     )
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Torch on one thread inside the block (as in a child run), restored after: the
+    reference run in the test process computes the same bits as a child."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def final_state(trainer: Any) -> dict[str, Any]:
@@ -193,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
     import transformers  # noqa: F401  (the slow import, done before waiting)
+
+    torch.set_num_threads(1)
 
     import statecraft.integrations.hf  # noqa: F401
 

@@ -1,10 +1,12 @@
 """A real ``SIGKILL`` of a ``Trainer.train`` child while ``checkpoint-N`` is being written.
 
-One scenario, three child processes (``tests/hf_runs.py``): run A trains 10 steps
-uninterrupted; run B trains the same steps and is killed inside the save of ``checkpoint-6``
+One scenario: run A (in the test process, the reference) trains 10 steps uninterrupted; run B
+(a child, ``tests/hf_runs.py``) trains the same steps and is killed inside the save of
+``checkpoint-6``
 (model and optimizer files written; RNG state, ``trainer_state.json`` and the commit manifest
-not); run C resumes B's directory from :func:`last_committed_checkpoint` (``checkpoint-3``) and
-trains to the end. C's final weights, optimizer, scheduler state must equal A's bit for bit.
+not); run C (a fresh child) resumes B's directory from :func:`last_committed_checkpoint`
+(``checkpoint-3``) and trains to the end. C's final weights, optimizer and scheduler state
+must equal A's bit for bit.
 The same partial directory also shows the default: ``get_last_checkpoint`` picks the partial
 ``checkpoint-6``, and resuming from it fails.
 """
@@ -82,10 +84,11 @@ def _assert_equal_states(got: dict[str, Any], want: dict[str, Any], where: str =
 
 @pytest.fixture(scope="module")
 def killed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Runs A (uninterrupted), B (killed mid-save of checkpoint-6) and C (resumes B's
-    directory once B is dead) as three children started together (C imports, then waits for
-    the go file), so the imports overlap. After asserting the kill landed inside the save, a
-    copy of B's directory as the kill left it is kept for the default-resolution test."""
+    """Runs B (a child, killed mid-save of checkpoint-6) and C (a child that resumes B's
+    directory once B is dead: it imports, then waits for the go file) while A (uninterrupted,
+    the reference) trains in this process, so the imports overlap. After asserting the kill
+    landed inside the save, a copy of B's directory as the kill left it is kept for the
+    default-resolution test."""
     root = tmp_path_factory.mktemp("hf-kill")
     paths = {
         "a_out": root / "a",
@@ -95,11 +98,9 @@ def killed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "c_final": root / "c_final.pt",
         "marker": root / "in-save",
         "go": root / "go",
-        "a_log": root / "a.log",
         "b_log": root / "b.log",
         "c_log": root / "c.log",
     }
-    run_a = _spawn(paths["a_out"], final=paths["a_final"], log=paths["a_log"])
     run_b = _spawn(
         paths["b_out"],
         "--hang-at",
@@ -118,6 +119,12 @@ def killed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         log=paths["c_log"],
     )
     try:
+        with hf_runs.one_thread():
+            reference = hf_runs.make_trainer(
+                str(paths["a_out"]), max_steps=MAX_STEPS, save_steps=SAVE_STEPS
+            )
+            reference.train()
+        torch.save(hf_runs.final_state(reference), paths["a_final"])
         deadline = time.monotonic() + 90
         while not paths["marker"].exists():
             if run_b.poll() is not None:
@@ -140,10 +147,9 @@ def killed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         assert run_b.wait(timeout=30) == -signal.SIGKILL
         shutil.copytree(paths["b_out"], paths["b_snapshot"])
         paths["go"].write_text("go")
-        _wait(run_a, paths["a_log"])
         _wait(run_c, paths["c_log"])
     finally:
-        for proc in (run_a, run_b, run_c):
+        for proc in (run_b, run_c):
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
