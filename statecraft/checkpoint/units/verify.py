@@ -1,0 +1,194 @@
+"""Verification of units: is a checkpoint directory committed, and does it hold what its
+commit manifest promises?
+
+A unit is judged from the store alone, never from the framework's own files: ``absent`` (no
+directory), ``uncommitted`` (files but no commit manifest: a save that did not finish),
+``damaged`` (a manifest that does not decode, or a file it names missing or different, or a
+file it does not name), ``committed`` (every named file has its size and, for a deep check,
+its digest). Reads only; damage is a verdict, never an exception.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+import attrs
+
+from statecraft.checkpoint.units.manifest import (
+    UNIT_MANIFEST_NAME,
+    UnitManifest,
+    decode_unit_manifest,
+)
+from statecraft.errors import StatecraftError, UnitDamagedError, UnitError, UnitNotCommittedError
+from statecraft.storage.base import Store
+from statecraft.storage.digest import file_digest
+from statecraft.storage.local import is_temporary_name
+
+__all__ = [
+    "UnitVerdict",
+    "newest_committed",
+    "require_committed",
+    "unit_files",
+    "verify_unit",
+]
+
+STATES = ("committed", "uncommitted", "damaged", "absent")
+
+
+@attrs.frozen
+class UnitVerdict:
+    """What one unit is, and why.
+
+    Attributes:
+        unit: its path relative to the store root.
+        state: ``committed``, ``uncommitted``, ``damaged`` or ``absent``.
+        reason: a sentence saying why (the missing manifest, the file that differs).
+        manifest: the decoded commit manifest (``None`` when it is absent or does not decode).
+        where: the store and unit, for messages.
+    """
+
+    unit: str
+    state: str = attrs.field(validator=attrs.validators.in_(STATES))
+    reason: str
+    manifest: UnitManifest | None = None
+    where: str = ""
+
+    @property
+    def committed(self) -> bool:
+        return self.state == "committed"
+
+    @property
+    def step(self) -> int | None:
+        return None if self.manifest is None else self.manifest.step
+
+
+def unit_files(store: Store, unit: str) -> list[str]:
+    """Every regular file under ``unit`` (relative to it, sorted), the commit manifest and
+    writer temporaries excluded. Symlinks and other special files are reported too (a
+    verification then finds them unnamed or of the wrong kind). Reads only."""
+    found: list[str] = []
+
+    def walk(relative: str) -> None:
+        base = f"{unit}/{relative}" if relative else unit
+        for name in store.list(base):
+            child = f"{relative}/{name}" if relative else name
+            stat = store.stat(f"{unit}/{child}")
+            if stat is None:
+                continue
+            if stat.is_dir and not stat.link:
+                walk(child)
+            elif child != UNIT_MANIFEST_NAME and not is_temporary_name(name):
+                found.append(child)
+
+    walk("")
+    return sorted(found)
+
+
+def verify_unit(store: Store, unit: str, *, deep: bool = True) -> UnitVerdict:
+    """The verdict on ``unit`` (see the module docstring).
+
+    Args:
+        deep: also recompute every file's digest (reads every byte); otherwise sizes only.
+
+    Never raises for what it finds; an I/O error reading the store (not a missing file)
+    propagates.
+    """
+    where = f"{store.describe()}/{unit}"
+
+    def verdict(state: str, reason: str, manifest: UnitManifest | None = None) -> UnitVerdict:
+        return UnitVerdict(unit, state, reason, manifest, where)
+
+    stat = store.stat(unit)
+    if stat is None:
+        return verdict("absent", "no such directory")
+    if not stat.is_dir:
+        return verdict("damaged", "it is a file, not a checkpoint directory")
+    manifest_path = f"{unit}/{UNIT_MANIFEST_NAME}"
+    if store.stat(manifest_path) is None:
+        present = unit_files(store, unit)
+        return verdict(
+            "uncommitted",
+            f"no commit manifest {UNIT_MANIFEST_NAME} (holds {len(present)} file(s)): the "
+            "save did not finish",
+        )
+    try:
+        manifest = decode_unit_manifest(store.read_bytes(manifest_path), source=where)
+    except (UnitDamagedError, FileNotFoundError) as exc:
+        return verdict("damaged", getattr(exc, "reason", str(exc)))
+    unnamed = sorted(set(unit_files(store, unit)) - set(manifest.files))
+    if unnamed:
+        return verdict(
+            "damaged",
+            f"holds file(s) its commit does not name: {unnamed[:5]} (written after the commit)",
+            manifest,
+        )
+    for name, entry in sorted(manifest.files.items()):
+        file_stat = store.stat(f"{unit}/{name}")
+        if file_stat is None:
+            return verdict("damaged", f"{name} is missing", manifest)
+        if file_stat.kind != "file":
+            return verdict("damaged", f"{name} is a {file_stat.kind}, not a file", manifest)
+        if file_stat.size != entry.size:
+            return verdict(
+                "damaged",
+                f"{name} holds {file_stat.size} bytes, its commit recorded {entry.size}",
+                manifest,
+            )
+    if deep:
+        for name, entry in sorted(manifest.files.items()):
+            try:
+                found = file_digest(store, f"{unit}/{name}", entry.digest.algorithm)
+            except (OSError, StatecraftError) as exc:
+                return verdict("damaged", f"{name} cannot be read ({exc})", manifest)
+            if found != entry.digest:
+                return verdict(
+                    "damaged", f"{name} digest {found} differs from its commit's", manifest
+                )
+    checked = "sizes and digests" if deep else "sizes"
+    return verdict("committed", f"{len(manifest.files)} file(s), {checked} match", manifest)
+
+
+def newest_committed(
+    store: Store,
+    units_newest_first: Iterable[str],
+    *,
+    deep: bool = True,
+    log: logging.Logger | None = None,
+) -> tuple[UnitVerdict | None, list[UnitVerdict]]:
+    """The first unit of ``units_newest_first`` that verifies, and the verdicts of the newer
+    ones passed over (each logged at WARNING on ``log``, with its reason, when given).
+
+    Returns:
+        ``(verdict, passed_over)``; ``verdict`` is ``None`` when none verifies.
+    """
+    passed: list[UnitVerdict] = []
+    for unit in units_newest_first:
+        verdict = verify_unit(store, unit, deep=deep)
+        if verdict.committed:
+            return verdict, passed
+        passed.append(verdict)
+        if log is not None:
+            log.warning("passing over %s: %s (%s)", verdict.where, verdict.state, verdict.reason)
+    return None, passed
+
+
+def require_committed(store: Store, unit: str, *, deep: bool = True) -> UnitVerdict:
+    """The verdict on ``unit``, which must be committed.
+
+    Raises:
+        UnitNotCommittedError: it is absent or uncommitted (the message says which).
+        UnitDamagedError: it is damaged (the message names the file and the difference).
+    """
+    verdict = verify_unit(store, unit, deep=deep)
+    if verdict.committed:
+        return verdict
+    error: type[UnitError] = (
+        UnitDamagedError if verdict.state == "damaged" else UnitNotCommittedError
+    )
+    raise error(
+        f"{verdict.where} is {verdict.state}: {verdict.reason}. It is never loaded; resume "
+        "from an older committed checkpoint (statecraft's last_committed_checkpoint picks one)",
+        path=verdict.where,
+        reason=verdict.reason,
+    )
