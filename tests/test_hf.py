@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,6 @@ pytest.importorskip("transformers")
 
 import hf_runs
 
-import statecraft.checkpoint.units as units
 from statecraft.checkpoint.units import UNIT_MANIFEST_NAME, verify_unit
 from statecraft.errors import (
     UnitDamagedError,
@@ -26,6 +26,13 @@ from statecraft.errors import (
 from statecraft.storage.local import LocalStore
 
 HF_LOGGER = "statecraft.hf"
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    """Tiny models train faster on one torch thread (no oversubscription on a busy CI box)."""
+    with hf_runs.one_thread():
+        yield
 
 
 def _train(out: Path, *, max_steps: int, save_steps: int = 2, resume: Any = None, **kw: Any) -> Any:
@@ -46,7 +53,8 @@ def _committed(out: Path, name: str) -> bool:
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 4-step run with the callback, saving every 2 steps: checkpoint-2 and checkpoint-4."""
     out = tmp_path_factory.mktemp("hf-pristine") / "out"
-    _train(out, max_steps=4)
+    with hf_runs.one_thread():
+        _train(out, max_steps=4)
     return out
 
 
@@ -226,15 +234,7 @@ class TestRetention:
             rotations.append(kwargs.get("save_total_limit"))
             real_rotate(*args, **kwargs)
 
-        pruned: list[str] = []
-        real_prune = units.prune_unit
-
-        def spy_prune(store: Any, unit: str) -> None:
-            pruned.append(unit)
-            real_prune(store, unit)
-
         monkeypatch.setattr(hf_trainer, "rotate_checkpoints", spy_rotate)
-        monkeypatch.setattr(units, "prune_unit", spy_prune)
         caplog.set_level(logging.INFO, logger=HF_LOGGER)
 
         out = tmp_path / "out"
@@ -250,10 +250,17 @@ class TestRetention:
         trainer.train()
 
         assert rotations == [None, None, None, None]
-        assert pruned == ["checkpoint-1", "checkpoint-2", "checkpoint-4"]
+        # each retired only after the next commit, by the seal itself (prune_unit: invalidate,
+        # then delete)
+        assert [r.manifest.step for r in callback.reports] == [2, 4, 6, 8]
+        assert [r.retired for r in callback.reports] == [
+            (),
+            ("checkpoint-1",),
+            ("checkpoint-2",),
+            ("checkpoint-4",),
+        ]
         assert _folders(out) == ["checkpoint-6", "checkpoint-8"]
         assert all(_committed(out, n) for n in _folders(out))
-        assert [step for step, _ in callback.sealed] == [2, 4, 6, 8]
         assert any("takes over save_total_limit=2" in r.getMessage() for r in caplog.records)
 
     def test_limit_taken_over_when_added_after_init(self, tmp_path: Path) -> None:

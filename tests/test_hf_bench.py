@@ -10,6 +10,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
+import hf_runs
+
 from statecraft.cli.bench.hf import format_hf, measure_hf, model_shape, run_bench_hf
 from statecraft.errors import ConfigError
 
@@ -25,9 +27,18 @@ def test_model_shape_tracks_the_size() -> None:
 def test_bench_reports_both_variants_and_the_ratios(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """One tiny run of each variant: per-save medians, ratios and a JSON envelope on stdout."""
-    data = measure_hf(size_mib=1, saves=2, repeat=1, directory=str(tmp_path))
+    """One tiny run of each variant through the command's entry point: a JSON envelope on
+    stdout with per-save samples, medians and ratios; the scratch directory removed."""
+    ns = argparse.Namespace(size_mib=1, saves=2, repeat=1, dir=str(tmp_path), json=True)
+    with hf_runs.one_thread():
+        assert run_bench_hf(ns) == 0
+    envelope = json.loads(capsys.readouterr().out)
+    assert envelope["command"] == "bench hf"
+    assert envelope["status"] == "ok"
+    data = envelope["data"]
+    assert data["saves"] == 2
     assert len(data["samples_s"]["plain"]["save_s"]) == 2
+    assert len(data["samples_s"]["statecraft"]["save_s"]) == 2
     assert len(data["samples_s"]["statecraft"]["seal_s"]) == 2
     assert set(data["ratios"]) == {
         "seal_over_plain_save",
@@ -36,15 +47,7 @@ def test_bench_reports_both_variants_and_the_ratios(
     }
     assert all(v > 0 for v in data["ratios"].values())
     assert "seal / plain save" in format_hf(data)
-    assert list(tmp_path.iterdir()) == []  # scratch removed
-
-    capsys.readouterr()
-    ns = argparse.Namespace(size_mib=1, saves=1, repeat=1, dir=str(tmp_path), json=True)
-    assert run_bench_hf(ns) == 0
-    envelope = json.loads(capsys.readouterr().out)
-    assert envelope["command"] == "bench hf"
-    assert envelope["status"] == "ok"
-    assert envelope["data"]["saves"] == 1
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_bad_arguments_are_config_errors() -> None:

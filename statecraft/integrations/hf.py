@@ -61,6 +61,7 @@ from typing import Any, NoReturn
 
 try:
     from transformers import TrainerCallback
+    from transformers.trainer import TRAINER_STATE_NAME
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
     raise ImportError(
@@ -69,6 +70,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
     ) from exc
 
 from statecraft.checkpoint.units import (
+    UnitReport,
     UnitVerdict,
     newest_committed,
     prune_unit,
@@ -232,7 +234,8 @@ class StatecraftCallback(TrainerCallback):
 
     Attributes:
         save_total_limit: the limit taken over from ``args`` (``None``: keep everything).
-        sealed: ``(step, seconds)`` of every seal this callback made, for measurement.
+        reports: the :class:`~statecraft.checkpoint.units.UnitReport` of every seal this
+            callback made (unit, manifest, seconds, the folders retired after it).
 
     Raises (out of ``trainer.train()``):
         UnitError: a committed folder newer than the resume point (two trajectories would mix in
@@ -245,7 +248,7 @@ class StatecraftCallback(TrainerCallback):
     def __init__(self, *, log: logging.Logger | None = None) -> None:
         self.log = log if log is not None else _LOG
         self.save_total_limit: int | None = None
-        self.sealed: list[tuple[int, float]] = []
+        self.reports: list[UnitReport] = []
         self._took_over = False
 
     def __repr__(self) -> str:
@@ -341,9 +344,10 @@ class StatecraftCallback(TrainerCallback):
             framework=FRAMEWORK,
             step=step,
             meta={"output_dir": os.path.abspath(output_dir)},
+            expect=(TRAINER_STATE_NAME,),  # written last by _save_checkpoint on this process
             retire=retire,
         )
-        self.sealed.append((step, report.seconds))
+        self.reports.append(report)
         self.log.info(
             "committed %s (%d bytes, %.3f s)%s",
             os.path.join(output_dir, unit),
