@@ -177,6 +177,30 @@ class TestTrajectory:
             trainer.train(resume_from_checkpoint=str(run_dir / "checkpoint-2"))
         assert _folders(run_dir) == ["checkpoint-2", "checkpoint-4"]
 
+    def test_damaged_folder_newer_than_the_resume_point_is_refused_not_deleted(
+        self, run_dir: Path
+    ) -> None:
+        """A damaged checkpoint-4 once held a commit: resuming checkpoint-2 is refused (a
+        trajectory exists beyond it) and checkpoint-4 is left as it is."""
+        (run_dir / "checkpoint-4" / "notes.txt").write_text("added after the commit")
+        trainer = hf_runs.make_trainer(str(run_dir), max_steps=6, save_steps=2)
+        with pytest.raises(UnitError, match=r"checkpoint-4 \(damaged"):
+            trainer.train(resume_from_checkpoint=str(run_dir / "checkpoint-2"))
+        assert (run_dir / "checkpoint-4" / "notes.txt").is_file()
+        assert (run_dir / "checkpoint-4" / UNIT_MANIFEST_NAME).is_file()
+
+    def test_damaged_resumed_folder_stops_before_any_step(self, run_dir: Path) -> None:
+        """Bytes changed in the resumed folder (same sizes: the Trainer loads it without
+        noticing) are found by the deep check at ``on_train_begin``: no step runs."""
+        target = run_dir / "checkpoint-4" / "scheduler.pt"
+        data = bytearray(target.read_bytes())
+        data[-3] ^= 0x01
+        target.write_bytes(bytes(data))
+        trainer = hf_runs.make_trainer(str(run_dir), max_steps=6, save_steps=2)
+        with pytest.raises(UnitDamagedError, match=r"scheduler\.pt"):
+            trainer.train(resume_from_checkpoint=str(run_dir / "checkpoint-4"))
+        assert _folders(run_dir) == ["checkpoint-2", "checkpoint-4"]
+
     def test_uncommitted_leftovers_newer_than_the_resume_point_are_removed(
         self, run_dir: Path, caplog: pytest.LogCaptureFixture
     ) -> None:
@@ -305,3 +329,61 @@ class TestRetention:
         """The manifest's meta names the output_dir the unit was sealed in."""
         raw = json.loads((pristine / "checkpoint-2" / UNIT_MANIFEST_NAME).read_text())
         assert raw["meta"]["output_dir"] == str(pristine)
+
+
+class _FakeDist:
+    """``torch.distributed`` as ``_collective`` uses it, for a world of two where the other
+    rank reports ``other``."""
+
+    def __init__(self, other: str | None) -> None:
+        self.other = other
+        self.barriers = 0
+
+    def barrier(self) -> None:
+        self.barriers += 1
+
+    def get_world_size(self) -> int:
+        return 2
+
+    def all_gather_object(self, out: list[Any], mine: Any) -> None:
+        out[0], out[1] = mine, self.other
+
+
+class TestCollective:
+    """The barrier / act / agree / barrier step every rank runs in ``on_save`` and
+    ``on_train_begin`` (``torch.distributed`` replaced by a fake world of two)."""
+
+    def test_acting_rank_runs_between_two_barriers(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The seal runs after the barrier; the outcome is gathered after it."""
+        from statecraft.integrations import hf
+
+        fake = _FakeDist(None)
+        monkeypatch.setattr(hf, "_distributed", lambda: fake)
+        seen: list[int] = []
+        hf._collective(True, lambda: seen.append(fake.barriers))
+        assert seen == [1]
+        assert fake.barriers == 1
+
+    def test_a_failure_on_the_saving_rank_reaches_every_rank(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The saving rank raises its own error after the all-gather; a rank that did
+        nothing raises a UnitError carrying the message at the same point (no rank waits at a
+        barrier the others never reach)."""
+        from statecraft.integrations import hf
+
+        fake = _FakeDist(None)
+        monkeypatch.setattr(hf, "_distributed", lambda: fake)
+
+        def boom() -> None:
+            raise UnitNotCommittedError("checkpoint-4: not committed")
+
+        with pytest.raises(UnitNotCommittedError):
+            hf._collective(True, boom)
+        assert fake.barriers == 1
+
+        other = _FakeDist("checkpoint-4: not committed")
+        monkeypatch.setattr(hf, "_distributed", lambda: other)
+        with pytest.raises(UnitError, match="another rank: checkpoint-4"):
+            hf._collective(False, lambda: None)
+        assert other.barriers == 1

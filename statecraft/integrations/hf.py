@@ -27,10 +27,12 @@ What the callback guarantees (``docs/integrations/hf.md`` has the full list):
   ``state.best_model_checkpoint``. Uncommitted folders older than the newest committed one are
   garbage and pruned too.
 - **Stale trajectories.** At ``on_train_begin`` the resume point is ``state.global_step`` (the
-  Trainer has loaded ``trainer_state.json`` by then; 0 for a fresh run). Uncommitted folders
-  newer than it are leftovers of a killed run and are removed (logged). A *committed* folder
-  newer than it means an older checkpoint is being resumed into a directory that already holds
-  a newer trajectory: refused with :class:`~statecraft.errors.UnitError` before any step runs.
+  Trainer has loaded ``trainer_state.json`` by then; 0 for a fresh run), and the resumed
+  ``checkpoint-<global_step>``, when it is in ``output_dir``, must verify (every digest).
+  Uncommitted folders newer than it are leftovers of a killed run and are removed (logged). A
+  *committed* (or damaged: it once held a commit) folder newer than it means an older
+  checkpoint is being resumed into a directory that already holds a newer trajectory: refused
+  with :class:`~statecraft.errors.UnitError` before any step runs, nothing removed.
 
 What it cannot do: the Trainer loads ``resume_from_checkpoint`` *before* ``on_train_begin``
 (``Trainer.train`` → ``_load_from_checkpoint`` and ``TrainerState.load_from_json``, then
@@ -42,8 +44,9 @@ only :func:`verified_checkpoint` / :func:`last_committed_checkpoint` keep it fro
 Distributed runs: every rank calls ``on_save``; all ranks meet at a barrier
 (``torch.distributed`` when initialized) so every rank's files (``rng_state_<rank>.pth``) are
 written, the saving process (``args.should_save``: world process zero, or each node's local
-zero with ``save_on_each_node``) seals, and all ranks meet again so no rank goes on before the
-commit exists. Failures on the saving process are broadcast so every rank raises the same error.
+zero with ``save_on_each_node``) seals, and all ranks meet again (an all-gather of the outcome)
+so no rank goes on before the commit exists. A failure on the saving process reaches every
+rank, so all of them raise instead of one raising and the others hanging.
 
 Failure modes: a seal that fails raises (:class:`~statecraft.errors.UnitError` /
 :class:`~statecraft.errors.StoreError`) out of ``trainer.train()``: training stops rather than
@@ -198,9 +201,11 @@ def _distributed() -> Any:
 
 
 def _collective(should_act: bool, action: Callable[[], None]) -> None:
-    """Barrier; ``action`` on the acting process; every rank learns whether it failed;
-    barrier. Every rank raises the acting process's error (as a :class:`UnitError` on the
-    others, the original exception on the acting one)."""
+    """Every rank: a barrier (so every rank's files are written), ``action`` on the acting
+    process, then an all-gather of the outcome, which no rank leaves before the acting
+    process finished (so no rank goes on before the commit exists). Every rank raises if any
+    failed: the acting process its own exception, the others a :class:`UnitError` carrying
+    its message. Without a process group: ``action`` alone."""
     dist = _distributed()
     if dist is not None:
         dist.barrier()
@@ -208,16 +213,14 @@ def _collective(should_act: bool, action: Callable[[], None]) -> None:
     if should_act:
         try:
             action()
-        except Exception as exc:  # re-raised below, after every rank knows
+        except Exception as exc:  # re-raised below, once every rank knows
             failure = exc
     if dist is not None:
         messages: list[str | None] = [None] * dist.get_world_size()
         dist.all_gather_object(messages, None if failure is None else str(failure))
-        if failure is None:
-            others = [m for m in messages if m is not None]
-            if others:
-                raise UnitError(f"statecraft on another rank: {others[0]}")
-        dist.barrier()
+        others = [m for m in messages if m is not None]
+        if failure is None and others:
+            raise UnitError(f"statecraft on another rank: {others[0]}")
     if failure is not None:
         raise failure
 
@@ -284,6 +287,9 @@ class StatecraftCallback(TrainerCallback):
         _collective(bool(args.should_save), lambda: self._check_start(output_dir, resume_step))
 
     def _check_start(self, output_dir: str, resume_step: int) -> None:
+        """The resumed folder (when it is in ``output_dir``) must verify deeply; newer
+        folders must not hold a commit (committed or damaged: a trajectory beyond the resume
+        point); newer uncommitted ones are removed. Nothing is removed when refusing."""
         folders = checkpoint_folders(output_dir)
         if not folders:
             return
@@ -291,24 +297,29 @@ class StatecraftCallback(TrainerCallback):
         if resume_step > 0:
             resumed = f"{PREFIX_CHECKPOINT_DIR}-{resume_step}"
             if any(name == resumed for _, name in folders):
-                verdict = verify_unit(store, resumed, deep=False)
+                verdict = verify_unit(store, resumed, deep=True)
                 if not verdict.committed:
                     _raise_for(os.path.join(output_dir, resumed), verdict)
-        newer = [(step, name) for step, name in folders if step > resume_step]
-        verdicts = [verify_unit(store, name, deep=False) for _, name in newer]
-        committed = [v.unit for v in verdicts if v.committed]
-        if committed:
+        newer = [
+            verify_unit(store, name, deep=False) for step, name in folders if step > resume_step
+        ]
+        beyond = [v for v in newer if v.state != "uncommitted"]
+        if beyond:
             where = "a fresh run (step 0)" if resume_step == 0 else f"step {resume_step}"
+            found = ", ".join(
+                v.unit if v.committed else f"{v.unit} ({v.state}: {v.reason})"
+                for v in sorted(beyond, key=lambda v: v.unit)
+            )
             raise UnitError(
                 f"{output_dir} already holds committed checkpoint(s) newer than the resume "
-                f"point, {where}: {', '.join(sorted(committed))}. Training on would mix two "
-                "trajectories in one series of checkpoint-N folders. Resume from the newest "
+                f"point, {where}: {found}. Training on would mix two trajectories in one "
+                "series of checkpoint-N folders. Resume from the newest "
                 "(resume_from_checkpoint=last_committed_checkpoint(output_dir)), or use a fresh "
                 "output_dir.",
                 path=output_dir,
                 reason="committed checkpoint newer than the resume point",
             )
-        for verdict in verdicts:
+        for verdict in newer:
             self.log.warning(
                 "removing %s: newer than the resume point (step %d) and not committed (%s), "
                 "left by a run that was killed",
@@ -359,31 +370,34 @@ class StatecraftCallback(TrainerCallback):
     def _retire_list(
         self, store: LocalStore, output_dir: str, step: int, best: str | None
     ) -> list[str]:
-        """What to prune once ``checkpoint-<step>`` is committed: uncommitted or damaged folders
-        older than it (garbage), then the oldest committed ones beyond the limit, never
-        ``best``. The Trainer's own rule: keep ``max(limit, len(protected))``."""
+        """What to prune once ``checkpoint-<step>`` is committed: the uncommitted folders
+        older than it (garbage: saves that never finished), then, with a limit, the oldest of
+        the committed or damaged ones beyond it, never ``best``, by the Trainer's own rule
+        (keep ``max(limit, len(protected))``, the new folder and ``best`` protected). A
+        damaged folder is never deleted as garbage: it once held a commit (a file edited or
+        added after it, bit rot); it only ages out under the limit."""
         best_name = os.path.basename(os.path.normpath(best)) if best else None
-        older = [(s, n) for s, n in checkpoint_folders(output_dir) if s < step]
         retire: list[str] = []
-        committed: list[str] = []  # oldest first
-        for _, name in sorted(older):
+        aged: list[str] = []  # committed or damaged, oldest first
+        for older_step, name in sorted(checkpoint_folders(output_dir)):
+            if older_step >= step:
+                continue
             verdict = verify_unit(store, name, deep=False)
-            if verdict.committed:
-                committed.append(name)
+            if verdict.state != "uncommitted":
+                aged.append(name)
             elif name != best_name:
                 self.log.warning(
-                    "pruning %s: older than the checkpoint being committed and %s (%s)",
+                    "pruning %s: older than the checkpoint being committed and uncommitted (%s)",
                     os.path.join(output_dir, name),
-                    verdict.state,
                     verdict.reason,
                 )
                 retire.append(name)
         if self.save_total_limit is None:
             return retire
-        protected = 1 + (1 if best_name in committed else 0)  # the new one, and the best
-        remaining = len(committed) + 1
+        protected = 1 + (1 if best_name in aged else 0)
+        remaining = len(aged) + 1
         keep = max(self.save_total_limit, protected)
-        for name in committed:
+        for name in aged:
             if remaining <= keep:
                 break
             if name != best_name:
