@@ -99,18 +99,22 @@ _LOG = logging.getLogger(f"{LOGGER_NAME}.hf")
 _CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
 
 
-def checkpoint_folders(output_dir: str) -> list[tuple[int, str]]:
+def checkpoint_folders(output_dir: str | os.PathLike[str]) -> list[tuple[int, str]]:
     """The ``checkpoint-N`` directories directly under ``output_dir`` as ``(N, name)``, newest
-    (largest N) first; ``[]`` when ``output_dir`` does not exist. Ordering is by N, never by
-    mtime (the Trainer's rotation sorts by mtime)."""
-    try:
-        names = os.listdir(output_dir)
-    except FileNotFoundError:
+    (largest N) first; ``[]`` when ``output_dir`` does not exist (it is not created). Ordering
+    is by N, never by mtime (the Trainer's rotation sorts by mtime)."""
+    output_dir = os.fspath(output_dir)
+    if not os.path.isdir(output_dir):
         return []
+    return _folders(_store(output_dir))
+
+
+def _folders(store: LocalStore) -> list[tuple[int, str]]:
     found = []
-    for name in names:
+    for name in store.list(""):
         match = _CHECKPOINT_RE.match(name)
-        if match is not None and os.path.isdir(os.path.join(output_dir, name)):
+        stat = store.stat(name) if match is not None else None
+        if match is not None and stat is not None and stat.is_dir:
             found.append((int(match.group(1)), name))
     return sorted(found, reverse=True)
 
@@ -136,13 +140,14 @@ def last_committed_checkpoint(
         log: where the passed-over folders are reported (default ``statecraft.hf``).
     """
     output_dir = os.fspath(output_dir)
-    folders = checkpoint_folders(output_dir)
+    if not os.path.isdir(output_dir):
+        return None
+    store = _store(output_dir)
+    folders = _folders(store)
     if not folders:
         return None
     logger = log if log is not None else _LOG
-    verdict, passed = newest_committed(
-        _store(output_dir), [name for _, name in folders], deep=deep, log=logger
-    )
+    verdict, passed = newest_committed(store, [name for _, name in folders], deep=deep, log=logger)
     if verdict is None:
         logger.warning(
             "no committed checkpoint in %s (%d folder(s) passed over); starting from scratch",
@@ -293,7 +298,7 @@ class StatecraftCallback(TrainerCallback):
         folders = checkpoint_folders(output_dir)
         if not folders:
             return
-        store = _store(output_dir)
+        store = _store(output_dir)  # output_dir exists: it holds the folders
         if resume_step > 0:
             resumed = f"{PREFIX_CHECKPOINT_DIR}-{resume_step}"
             if any(name == resumed for _, name in folders):
@@ -339,7 +344,8 @@ class StatecraftCallback(TrainerCallback):
 
     def _seal(self, output_dir: str, step: int, best: str | None) -> None:
         unit = f"{PREFIX_CHECKPOINT_DIR}-{step}"
-        if not os.path.isdir(os.path.join(output_dir, unit)):
+        saved = _store(output_dir).stat(unit) if os.path.isdir(output_dir) else None
+        if saved is None or not saved.is_dir:
             raise UnitError(
                 f"{os.path.join(output_dir, unit)}: the Trainer saved no checkpoint here "
                 "(hyperparameter search writes run-<trial>/ folders, which this callback does "
@@ -379,7 +385,7 @@ class StatecraftCallback(TrainerCallback):
         best_name = os.path.basename(os.path.normpath(best)) if best else None
         retire: list[str] = []
         aged: list[str] = []  # committed or damaged, oldest first
-        for older_step, name in sorted(checkpoint_folders(output_dir)):
+        for older_step, name in sorted(_folders(store)):
             if older_step >= step:
                 continue
             verdict = verify_unit(store, name, deep=False)
