@@ -9,6 +9,7 @@ it names, so no crash leaves a manifest naming a missing file (a half-deleted un
 from __future__ import annotations
 
 import logging
+import posixpath
 import sys
 
 import attrs
@@ -62,6 +63,15 @@ def delete_files(ctx: UnitPruneContext) -> None:
     directory fsynced."""
     ctx.store.delete_tree(ctx.unit)
     log.info("removed %s (invalidated first, then deleted)", ctx.where)
+
+
+@effect(role=Role.COORDINATOR)
+def settle_removal(ctx: UnitPruneContext) -> None:
+    """The unit is not there: fsync its parent directory (when it exists), so a removal a
+    killed prune left unsynced cannot come back after a power loss."""
+    parent = posixpath.dirname(ctx.unit)
+    if not parent or ctx.store.stat(parent) is not None:
+        ctx.store.make_durable(parent)
 
 
 def unit_prune_bindings() -> Bindings:

@@ -28,6 +28,7 @@ import attrs
 
 import statecraft
 from statecraft.checkpoint.manifest import FileEntry
+from statecraft.checkpoint.units.adopt import settle_unit
 from statecraft.checkpoint.units.manifest import (
     UNIT_MANIFEST_NAME,
     UNIT_MANIFEST_SCHEMA,
@@ -39,7 +40,7 @@ from statecraft.checkpoint.units.prune import prune_unit
 from statecraft.checkpoint.units.verify import unit_files
 from statecraft.engine import Bindings
 from statecraft.engine.tagging import Role, collect_bindings, effect, guard, observer
-from statecraft.errors import UnitCommittedError, UnitDamagedError, UnitError
+from statecraft.errors import StoreConflictError, UnitCommittedError, UnitDamagedError, UnitError
 from statecraft.storage.base import Store, check_relative_path
 from statecraft.storage.digest import file_digest
 
@@ -83,6 +84,9 @@ class UnitSealContext:
         manifest: the committed manifest (filled by ``commit_manifest``).
         retired: the units retired so far.
         observed_problem: why ``observe_unit`` found the unit damaged.
+        retire_machine: the ``unit_prune`` machine ``retire_units`` runs (default: shipped).
+        commit_conflict: the manifest's exclusive create found another sealer's manifest
+            (``discard_own_manifest`` then leaves it alone).
 
     Raises:
         StoreError / UnitError: a name is not a clean relative name, is the manifest's own
@@ -102,6 +106,7 @@ class UnitSealContext:
     retired: list[str] = attrs.field(factory=list)
     observed_problem: str = ""
     retire_machine: Any = None
+    commit_conflict: bool = False
 
     def __attrs_post_init__(self) -> None:
         check_relative_path(self.unit)
@@ -232,18 +237,7 @@ def make_files_durable(ctx: UnitSealContext) -> None:
     """fsync every file and directory of the unit (deepest first), then every directory from
     the unit's parent up to the store root, so no crash can take a file the manifest will
     name, nor the unit's own entry."""
-    store = ctx.store
-    directories = {""}
-    for name in ctx.records:
-        parts = name.split("/")[:-1]
-        directories.update("/".join(parts[: i + 1]) for i in range(len(parts)))
-    for relative in sorted(directories, key=lambda d: (-(d.count("/") + 1 if d else 0), d)):
-        store.make_durable(ctx.path(relative) if relative else ctx.unit)
-    parent = posixpath.dirname(ctx.unit)
-    while parent:
-        store.make_durable(parent)
-        parent = posixpath.dirname(parent)
-    store.make_durable("")
+    settle_unit(ctx.store, ctx.unit)
 
 
 @effect(role=Role.COORDINATOR)
@@ -272,8 +266,24 @@ def commit_manifest(ctx: UnitSealContext) -> None:
         meta=dict(ctx.meta),
         writer={"statecraft": statecraft.__version__},
     )
-    ctx.store.create_exclusive(ctx.path(UNIT_MANIFEST_NAME), manifest.encode())
+    try:
+        ctx.store.create_exclusive(ctx.path(UNIT_MANIFEST_NAME), manifest.encode())
+    except StoreConflictError:
+        ctx.commit_conflict = True
+        raise
     ctx.manifest = manifest
+
+
+@effect(role=Role.COORDINATOR)
+def discard_own_manifest(ctx: UnitSealContext) -> None:
+    """After a failed commit: remove the manifest this seal may have created (its durability
+    is unknown: after a failed fsync a later one may report success without writing it), so
+    no reader adopts a commit a power loss could take back. Another sealer's manifest (an
+    exclusive-create conflict) is left alone. The unit stays uncommitted; a framework's files
+    must be written again before another seal (they may not be durable either)."""
+    if ctx.commit_conflict:
+        return
+    ctx.store.delete(ctx.path(UNIT_MANIFEST_NAME))
 
 
 @effect(role=Role.COORDINATOR)

@@ -15,16 +15,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from statecraft.checkpoint.transactions.unit_seal import Payload
+from statecraft.checkpoint.units.adopt import newest_committed
 from statecraft.checkpoint.units.manifest import MetaValue
 from statecraft.checkpoint.units.prune import prune_unit
 from statecraft.checkpoint.units.seal import UnitReport, seal_unit
-from statecraft.checkpoint.units.verify import UnitVerdict, newest_committed
+from statecraft.checkpoint.units.verify import UnitVerdict
 from statecraft.storage.base import Store
 
 __all__ = [
     "generation_name",
     "generation_units",
     "newest_generation",
+    "next_generation",
     "prune_slot",
     "seal_generation",
 ]
@@ -51,6 +53,15 @@ def generation_units(store: Store, slot: str) -> list[str]:
     return [f"{slot}/{generation_name(n)}" for n in _numbers(store, slot)]
 
 
+def next_generation(store: Store, slot: str) -> tuple[str, list[str]]:
+    """The unit the next save of ``slot`` seals (one past the highest generation present,
+    committed or not: a crashed attempt's generation is never reused) and the older
+    generations it retires once committed (newest first). Reads only."""
+    numbers = _numbers(store, slot)
+    unit = f"{slot}/{generation_name((numbers[0] if numbers else 0) + 1)}"
+    return unit, [f"{slot}/{generation_name(n)}" for n in numbers]
+
+
 def seal_generation(
     store: Store,
     slot: str,
@@ -68,10 +79,8 @@ def seal_generation(
         as :func:`~statecraft.checkpoint.units.seal.seal_unit`; a failure before the commit
         leaves every older generation as it was.
     """
-    numbers = _numbers(store, slot)
-    unit = f"{slot}/{generation_name((numbers[0] if numbers else 0) + 1)}"
+    unit, older = next_generation(store, slot)
     store.make_dirs(slot)
-    older = [f"{slot}/{generation_name(n)}" for n in numbers]
     return seal_unit(
         store,
         unit,
@@ -85,11 +94,17 @@ def seal_generation(
 
 
 def newest_generation(
-    store: Store, slot: str, *, deep: bool = True, log: logging.Logger | None = None
+    store: Store,
+    slot: str,
+    *,
+    deep: bool = True,
+    log: logging.Logger | None = None,
+    settle: bool = True,
 ) -> tuple[UnitVerdict | None, list[UnitVerdict]]:
-    """The newest generation of ``slot`` that verifies and the newer ones passed over (see
-    :func:`~statecraft.checkpoint.units.verify.newest_committed`)."""
-    return newest_committed(store, generation_units(store, slot), deep=deep, log=log)
+    """The newest generation of ``slot`` that verifies (made durable when ``settle``) and the
+    newer ones passed over (see :func:`~statecraft.checkpoint.units.adopt.newest_committed`)."""
+    units = generation_units(store, slot)
+    return newest_committed(store, units, deep=deep, log=log, settle=settle)
 
 
 def prune_slot(store: Store, slot: str, *, machine: Any = None) -> None:

@@ -10,9 +10,6 @@ its digest). Reads only; damage is a verdict, never an exception.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterable
-
 import attrs
 
 from statecraft.checkpoint.units.manifest import (
@@ -27,7 +24,6 @@ from statecraft.storage.local import is_temporary_name
 
 __all__ = [
     "UnitVerdict",
-    "newest_committed",
     "require_committed",
     "unit_files",
     "verify_unit",
@@ -147,30 +143,6 @@ def verify_unit(store: Store, unit: str, *, deep: bool = True) -> UnitVerdict:
                 )
     checked = "sizes and digests" if deep else "sizes"
     return verdict("committed", f"{len(manifest.files)} file(s), {checked} match", manifest)
-
-
-def newest_committed(
-    store: Store,
-    units_newest_first: Iterable[str],
-    *,
-    deep: bool = True,
-    log: logging.Logger | None = None,
-) -> tuple[UnitVerdict | None, list[UnitVerdict]]:
-    """The first unit of ``units_newest_first`` that verifies, and the verdicts of the newer
-    ones passed over (each logged at WARNING on ``log``, with its reason, when given).
-
-    Returns:
-        ``(verdict, passed_over)``; ``verdict`` is ``None`` when none verifies.
-    """
-    passed: list[UnitVerdict] = []
-    for unit in units_newest_first:
-        verdict = verify_unit(store, unit, deep=deep)
-        if verdict.committed:
-            return verdict, passed
-        passed.append(verdict)
-        if log is not None:
-            log.warning("passing over %s: %s (%s)", verdict.where, verdict.state, verdict.reason)
-    return None, passed
 
 
 def require_committed(store: Store, unit: str, *, deep: bool = True) -> UnitVerdict:
