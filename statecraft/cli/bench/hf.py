@@ -130,6 +130,12 @@ def _one_run(root: str, *, size_mib: int, saves: int, statecraft: bool) -> dict[
     }
 
 
+def _require_extra() -> None:
+    """Import the integration first: without transformers it raises the ImportError that
+    names ``statecraft[hf]``."""
+    import statecraft.integrations.hf  # noqa: F401
+
+
 def _median(samples: list[float]) -> float:
     return statistics.median(samples) if samples else float("nan")
 
@@ -147,6 +153,8 @@ def measure_hf(
     import logging
 
     import torch
+
+    _require_extra()
     import transformers
     from transformers.utils import logging as hf_logging
 
