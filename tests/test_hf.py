@@ -146,6 +146,21 @@ class TestResolution:
         with pytest.raises(UnitNotCommittedError):
             verified_checkpoint(run_dir / "checkpoint-99")
 
+    def test_constructing_a_trainer_warns_of_the_resume_true_trap(
+        self, run_dir: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """``resume_from_checkpoint=True`` resolves the newest folder unchecked before any
+        callback runs; the callback says so when the Trainer is built over a killed save's
+        folder (and stays quiet over committed ones)."""
+        caplog.set_level(logging.WARNING, logger=HF_LOGGER)
+        hf_runs.make_trainer(str(run_dir), max_steps=6, save_steps=2)
+        assert not [r for r in caplog.records if "resume_from_checkpoint=True" in r.getMessage()]
+        (run_dir / "checkpoint-4" / UNIT_MANIFEST_NAME).unlink()
+        hf_runs.make_trainer(str(run_dir), max_steps=6, save_steps=2)
+        (warning,) = [r for r in caplog.records if "resume_from_checkpoint=True" in r.getMessage()]
+        assert "checkpoint-4 is uncommitted" in warning.getMessage()
+        assert "last_committed_checkpoint(output_dir)" in warning.getMessage()
+
     def test_resuming_an_uncommitted_folder_stops_before_any_step(self, run_dir: Path) -> None:
         """The Trainer loads ``resume_from_checkpoint`` before ``on_train_begin``; the callback
         then refuses to train from an uncommitted ``checkpoint-<global_step>``: no step runs,

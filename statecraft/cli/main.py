@@ -284,6 +284,20 @@ def build_parser() -> argparse.ArgumentParser:
     blight.add_argument("--dir", help="directory to write in (default: a temporary one)")
     blight.add_argument("--json", action="store_true")
     blight.set_defaults(func=_lazy("statecraft.cli.bench.lightning", "run_bench_lightning"))
+    bhf = bsub.add_parser("hf", help="HF Trainer save with and without StatecraftCallback")
+    bhf.add_argument(
+        "--size-mib", type=int, default=32, help="model parameters in MiB (default 32)"
+    )
+    bhf.add_argument(
+        "--saves", type=int, default=3, help="saves per run, two steps apart (default 3)"
+    )
+    bhf.add_argument(
+        "--repeat", "--repeats", type=int, default=2,
+        help="runs of each variant (default 2, median)",
+    )  # fmt: skip
+    bhf.add_argument("--dir", help="directory to write in (default: a temporary one)")
+    bhf.add_argument("--json", action="store_true")
+    bhf.set_defaults(func=_lazy("statecraft.cli.bench.hf", "run_bench_hf"))
     bengine = bsub.add_parser("engine", help="engine overhead per transition")
     bengine.add_argument("--transitions", type=int, default=20000)
     bengine.add_argument("--json", action="store_true")

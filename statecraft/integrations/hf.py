@@ -282,6 +282,26 @@ class StatecraftCallback(TrainerCallback):
 
     def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._take_over_limit(args)
+        if getattr(args, "should_save", True):
+            self._warn_if_newest_uncommitted(os.fspath(args.output_dir))
+
+    def _warn_if_newest_uncommitted(self, output_dir: str) -> None:
+        """``Trainer.train(resume_from_checkpoint=True)`` resolves the newest folder with
+        ``get_last_checkpoint`` (no completeness check) before any callback runs: say so at
+        construction when that folder is a killed save's leftover. Reads only."""
+        folders = checkpoint_folders(output_dir)
+        if not folders:
+            return
+        newest = folders[0][1]  # newest first
+        verdict = verify_unit(_store(output_dir), newest, deep=False)
+        if verdict.state != "committed":
+            self.log.warning(
+                "%s is %s (%s): Trainer.train(resume_from_checkpoint=True) would pick it "
+                "(transformers' get_last_checkpoint takes the newest folder unchecked) and "
+                "fail or load a torn state; pass "
+                "resume_from_checkpoint=last_committed_checkpoint(output_dir) instead",
+                os.path.join(output_dir, newest), verdict.state, verdict.reason,
+            )  # fmt: skip
 
     # -- resume checks ---------------------------------------------------------------------
 
