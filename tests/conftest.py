@@ -138,3 +138,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if found:
         report.outcome = "failed"
         report.longrepr = f"the S3 secret key leaked into: {found}"
+
+
+@pytest.fixture
+def torch_determinism_restored() -> Iterator[None]:
+    """In-process fits with ``deterministic=True`` (Lightning's Trainer flag) flip torch's
+    global switch and set CUBLAS_WORKSPACE_CONFIG: put both back after the test."""
+    import torch
+
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    cublas = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+    yield
+    torch.use_deterministic_algorithms(deterministic)
+    if cublas is None:
+        os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)

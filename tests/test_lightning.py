@@ -384,18 +384,7 @@ class TestReentry:
         assert io.load_checkpoint(hpc, weights_only=True)["global_step"] == 7
 
 
-@pytest.fixture
-def _lightning_globals() -> Any:
-    """In-process fits with ``deterministic=True`` flip torch's global switch: put it back."""
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    cublas = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
-    yield
-    torch.use_deterministic_algorithms(deterministic)
-    if cublas is None:
-        os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
-
-
-@pytest.mark.usefixtures("_lightning_globals")
+@pytest.mark.usefixtures("torch_determinism_restored")
 class TestTrainer:
     def _fit(
         self, root: Path, epochs: int, *, async_save: bool, save_last: Any = True, **kw: Any

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -86,17 +85,6 @@ def _tensors_equal(a: Any, b: Any, where: str = "") -> list[str]:
     return [] if a == b else [where]
 
 
-@pytest.fixture
-def _lightning_globals() -> Iterator[None]:
-    """In-process fits with ``deterministic=True`` flip torch's global switch: put it back."""
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    cublas = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
-    yield
-    torch.use_deterministic_algorithms(deterministic)
-    if cublas is None:
-        os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
-
-
 def _fit_in_process(root: Path, epochs: int, *, io: str, ckpt_path: str | None = None) -> Any:
     import pytorch_lightning as pl
 
@@ -107,7 +95,7 @@ def _fit_in_process(root: Path, epochs: int, *, io: str, ckpt_path: str | None =
     return module, trainer
 
 
-@pytest.mark.usefixtures("_lightning_globals")
+@pytest.mark.usefixtures("torch_determinism_restored")
 def test_sigkill_mid_write_then_resume_last_is_bit_exact(tmp_path: Path) -> None:
     """A process SIGKILLed inside torch.save of last.ckpt leaves a generation without a
     manifest; a fresh process's fit(ckpt_path="last") passes over it (logged), resumes from
@@ -143,7 +131,7 @@ def test_sigkill_mid_write_then_resume_last_is_bit_exact(tmp_path: Path) -> None
     assert _tensors_equal(reference["optimizer"], state["optimizer"]) == []
 
 
-@pytest.mark.usefixtures("_lightning_globals")
+@pytest.mark.usefixtures("torch_determinism_restored")
 def test_default_torch_io_picks_a_torn_last_ckpt(tmp_path: Path) -> None:
     """Lightning's own TorchCheckpointIO in the same situation: last.ckpt torn (the prefix a
     killed cross-device copy or a power loss leaves: _atomic_save never fsyncs, and moves
@@ -195,7 +183,7 @@ def _slurm_env(stub_dir: Path, record: Path) -> dict[str, str]:
     }
 
 
-@pytest.mark.usefixtures("_lightning_globals")
+@pytest.mark.usefixtures("torch_determinism_restored")
 def test_slurm_sigusr1_saves_a_committed_hpc_checkpoint_and_requeues(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
