@@ -359,12 +359,9 @@ class StatecraftCheckpointIO(CheckpointIO):
     @staticmethod
     def _remove_now(path: str) -> None:
         address = slot_address(path, follow_link=False)
-        if os.path.islink(address.path) or os.path.isfile(address.path):
-            # a save_last="link" link, or a plain file statecraft never wrote: nothing to
-            # invalidate; unlink the name durably, never the link's target
-            address.store.delete(address.slot)
-        elif os.path.isdir(address.path):
-            prune_slot(address.store, address.slot)
+        # a save_last="link" link or a plain file statecraft never wrote is unlinked itself
+        # (never the link's target); a slot is invalidated generation by generation first
+        prune_slot(address.store, address.slot)
         log.debug("removed checkpoint %s", address.path)
 
     # -------------------------------------------------------------- teardown

@@ -182,7 +182,7 @@ def _slot_candidates(store: LocalStore) -> list[tuple[int, float, str, UnitVerdi
             continue  # a save_last="link" symlink names a slot listed under its own name
         if not generation_units(store, name):
             continue
-        verdict, passed = newest_generation(store, name, deep=False)
+        verdict, passed = newest_generation(store, name, deep=False, settle=False)
         if verdict is None or verdict.manifest is None:
             log.warning(
                 "passed over %s: no committed generation (%s)",

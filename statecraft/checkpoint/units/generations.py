@@ -79,8 +79,7 @@ def seal_generation(
         as :func:`~statecraft.checkpoint.units.seal.seal_unit`; a failure before the commit
         leaves every older generation as it was.
     """
-    unit, older = next_generation(store, slot)
-    store.make_dirs(slot)
+    unit, older = next_generation(store, slot)  # write_payloads creates the slot with it
     return seal_unit(
         store,
         unit,
