@@ -131,8 +131,9 @@ def last_committed_checkpoint(
     ``resume_from_checkpoint=None`` trains from scratch).
 
     Every newer folder passed over is logged at WARNING with its reason (no commit manifest: a
-    save that was killed; a file whose size or digest differs: damage). Nothing is changed on
-    disk.
+    save that was killed; a file whose size or digest differs: damage). No name or byte is
+    changed on disk; the folder returned is fsynced (a commit a killed process left in the
+    page cache is made durable before the Trainer relies on it).
 
     Args:
         output_dir: the Trainer's ``args.output_dir``.
@@ -364,7 +365,8 @@ class StatecraftCallback(TrainerCallback):
 
     def _seal(self, output_dir: str, step: int, best: str | None) -> None:
         unit = f"{PREFIX_CHECKPOINT_DIR}-{step}"
-        saved = _store(output_dir).stat(unit) if os.path.isdir(output_dir) else None
+        store = _store(output_dir)
+        saved = store.stat(unit) if os.path.isdir(output_dir) else None
         if saved is None or not saved.is_dir:
             raise UnitError(
                 f"{os.path.join(output_dir, unit)}: the Trainer saved no checkpoint here "
@@ -373,7 +375,6 @@ class StatecraftCallback(TrainerCallback):
                 path=os.path.join(output_dir, unit),
                 reason="no checkpoint folder",
             )
-        store = _store(output_dir)
         retire = self._retire_list(store, output_dir, step, best)
         report = seal_unit(
             store,
