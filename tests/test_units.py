@@ -219,3 +219,28 @@ class TestGenerations:
         prune_slot(store, "epoch=0.ckpt")
         assert not (tmp_path / "epoch=0.ckpt").exists()
         prune_slot(store, "epoch=0.ckpt")
+
+
+class TestSealRefusesWhatItCannotCommit:
+    def test_retiring_the_unit_itself_is_refused_before_any_write(self, store) -> None:
+        with pytest.raises(UnitError, match="cannot retire 'slot/g1'"):
+            seal_unit(store, "slot/g1", framework="x", payloads=_payload(b"1"), retire=["slot/g1"])
+        with pytest.raises(UnitError, match="inside it"):
+            seal_unit(store, "slot", framework="x", payloads=_payload(b"1"), retire=["slot/g1"])
+        assert store.stat("slot") is None
+
+    def test_a_file_appearing_while_sealing_commits_nothing(self, store, tmp_path) -> None:
+        """Another process writing into the folder between the inventory and the commit:
+        the commit is refused and the unit stays uncommitted (the production effects, in
+        table order, over the real filesystem)."""
+        from statecraft.checkpoint.transactions import unit_seal as effects
+
+        _framework_folder(tmp_path, "checkpoint-4", 4)
+        ctx = effects.UnitSealContext(store, "checkpoint-4", "hf-trainer", 4)
+        effects.adopt_files(ctx)
+        (tmp_path / "checkpoint-4" / "late.bin").write_bytes(b"late")
+        effects.make_files_durable(ctx)
+        with pytest.raises(UnitError, match="files changed while it was being sealed"):
+            effects.commit_manifest(ctx)
+        assert verify_unit(store, "checkpoint-4").state == "uncommitted"
+        assert (tmp_path / "checkpoint-4" / "late.bin").read_bytes() == b"late"
