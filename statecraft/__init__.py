@@ -3,21 +3,20 @@
 The public API a training loop needs; everything else lives in submodules.
 """
 
-from statecraft.checkpoint.artifact_saving import ArtifactReport
-from statecraft.checkpoint.checkpointer import Checkpointer, SaveReport
+from statecraft._version import __version__
+from statecraft.checkpoint.artifacts.saving import ArtifactReport
+from statecraft.checkpoint.async_writes.write_slot import PendingSave
 from statecraft.checkpoint.config import CheckpointConfig
-from statecraft.checkpoint.eval_load import LoadedCheckpoint, load_weights, read_loop_state
-from statecraft.checkpoint.layout import RunIdentity
-from statecraft.checkpoint.retention import RetentionPlan, RetentionReport
-from statecraft.checkpoint.retention_policies import AnyOf, BestN, EveryNSteps, KeepFn, LatestN
+from statecraft.checkpoint.facade.checkpointer import Checkpointer, SaveReport
+from statecraft.checkpoint.facade.step import StepEnd
+from statecraft.checkpoint.kernel.layout import RunIdentity
+from statecraft.checkpoint.kernel.validation_records import ValidationStage
+from statecraft.checkpoint.resume.bindings import ResumeResult
+from statecraft.checkpoint.resume.eval_load import LoadedCheckpoint, load_weights, read_loop_state
+from statecraft.checkpoint.retention.policies import AnyOf, BestN, EveryNSteps, KeepFn, LatestN
+from statecraft.checkpoint.retention.run import RetentionPlan, RetentionReport
 from statecraft.checkpoint.state import Outcome, SchedulerIdentity, UpdateClocks
-from statecraft.checkpoint.step import StepEnd
-from statecraft.checkpoint.transactions.resume import ResumeResult
-from statecraft.checkpoint.validation_records import ValidationStage
-from statecraft.checkpoint.validation_saving import ValidationReport
-from statecraft.checkpoint.write_slot import PendingSave
-
-__version__ = "0.1.0"
+from statecraft.checkpoint.validation.saving import ValidationReport
 
 __all__ = [
     "AnyOf",

@@ -19,7 +19,7 @@ _PACKAGE = Path(__file__).resolve().parent
 def _locate(installed: str, source: str) -> Path:
     for candidate in (_PACKAGE / installed, _PACKAGE.parent / source):
         if candidate.is_dir() and any(candidate.glob("*.toml")):
-            return candidate
+            return candidate.resolve()
     raise StatecraftError(
         f"cannot find statecraft's {source}/ directory (looked in {_PACKAGE / installed} and "
         f"{_PACKAGE.parent / source}); reinstall statecraft"

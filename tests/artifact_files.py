@@ -12,10 +12,13 @@ from typing import Any
 
 import torch
 
-from statecraft.checkpoint.artifact_manifest import ARTIFACT_MANIFEST_SCHEMA, ArtifactManifest
-from statecraft.checkpoint.components import ComponentPlan
-from statecraft.checkpoint.layout import ARTIFACT_MANIFEST_NAME, ARTIFACTS_DIR, iter_dirname
-from statecraft.checkpoint.manifest import FileEntry
+from statecraft.checkpoint.kernel.artifact_manifest import (
+    ARTIFACT_MANIFEST_SCHEMA,
+    ArtifactManifest,
+)
+from statecraft.checkpoint.kernel.components import ComponentPlan
+from statecraft.checkpoint.kernel.layout import ARTIFACT_MANIFEST_NAME, ARTIFACTS_DIR, iter_dirname
+from statecraft.checkpoint.kernel.manifest import FileEntry
 from statecraft.checkpoint.state import TrainerState
 from statecraft.storage.digest import Digest
 

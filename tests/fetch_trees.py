@@ -15,10 +15,10 @@ from pathlib import Path
 from statecraft.checkpoint.archive.declaration import DECLARATION_NAME, ArchiveDeclaration
 from statecraft.checkpoint.archive.inventory import ArchiveEntry, archived_files
 from statecraft.checkpoint.archive.marker import DestinationRecord, UploadedMarker, write_marker
-from statecraft.checkpoint.layout import ARTIFACT_MANIFEST_NAME, MANIFEST_NAME, iter_dirname
-from statecraft.checkpoint.machines import shipped_machine
-from statecraft.proofs.artifact_scenarios import artifact_context
-from statecraft.proofs.save_scenarios import save_context
+from statecraft.checkpoint.kernel.layout import ARTIFACT_MANIFEST_NAME, MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.kernel.machines import shipped_machine
+from statecraft.proofs.artifacts.scenarios import artifact_context
+from statecraft.proofs.save.scenarios import save_context
 from statecraft.storage.local import LocalStore
 
 ARTIFACT_ITER = 4

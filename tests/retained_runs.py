@@ -1,5 +1,6 @@
 """Retention's states built by hand on real checkpoints: the markers of
-``statecraft/checkpoint/retention_records.py`` written and files removed in the order retention
+``statecraft/checkpoint/kernel/retention_records.py`` written and files removed in the order
+retention
 uses (marker first), so the catalog, resume, ``load_weights`` and ``inspect`` tests see exactly
 what a retention pass, or a crash inside one, leaves."""
 
@@ -8,8 +9,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from statecraft.checkpoint.layout import MANIFEST_NAME
-from statecraft.checkpoint.retention_records import (
+from statecraft.checkpoint.kernel.layout import MANIFEST_NAME
+from statecraft.checkpoint.kernel.retention_records import (
     INVALIDATED_MARKER,
     RETENTION_DECISION,
     WEIGHTS_ONLY_MARKER,

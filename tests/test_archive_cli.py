@@ -169,7 +169,7 @@ class TestPublishFetchPrune:
     def test_publish_then_prune_then_fetch_back(self, capsys, s3_server, tmp_path):
         """``archive publish`` archives an artifact with its receipt; ``prune-verified``
         releases its payloads; ``archive fetch`` brings back exactly what was published."""
-        pytest.importorskip("statecraft.checkpoint.transactions.publish")
+        pytest.importorskip("statecraft.checkpoint.archive.publish_bindings")
         artifact = make_artifact(tmp_path / "run")
         published = tree(artifact)
         creds = str(s3_server.credentials_file)

@@ -10,15 +10,18 @@ import tomllib
 import attrs
 import torch
 
-from statecraft.checkpoint.artifact_manifest import ARTIFACT_MANIFEST_SCHEMA, ArtifactManifest
-from statecraft.checkpoint.artifact_verify import verify_artifact
-from statecraft.checkpoint.layout import ARTIFACT_MANIFEST_NAME
-from statecraft.checkpoint.machines import MACHINE_BINDINGS, load_machine
-from statecraft.checkpoint.manifest import FileEntry
+from statecraft.checkpoint.kernel.artifact_manifest import (
+    ARTIFACT_MANIFEST_SCHEMA,
+    ArtifactManifest,
+)
+from statecraft.checkpoint.kernel.artifact_verify import verify_artifact
+from statecraft.checkpoint.kernel.layout import ARTIFACT_MANIFEST_NAME
+from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS, load_machine
+from statecraft.checkpoint.kernel.manifest import FileEntry
 from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import Bindings, Machine, load_spec, parse_table
 from statecraft.proofs import ExploreOptions, explore
-from statecraft.proofs.artifact_scenarios import (
+from statecraft.proofs.artifacts.scenarios import (
     ARTIFACTS_ROOT,
     ArtifactScenario,
     artifact_scenarios,
@@ -80,7 +83,7 @@ def _no_commit(ctx) -> None:
 
 def _overwrite_committed(ctx) -> str:
     """Broken observe: a committed artifact is taken for leftovers (and rewritten)."""
-    from statecraft.checkpoint.transactions.artifact import observe_artifact
+    from statecraft.checkpoint.artifacts.bindings import observe_artifact
 
     label = observe_artifact(ctx)
     return "partial" if label == "committed" else label

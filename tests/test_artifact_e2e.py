@@ -13,10 +13,14 @@ from artifact_files import write_artifact
 from checkpoint_runs import Objects, open_checkpointer, train
 
 import statecraft as sc
-from statecraft.checkpoint.artifact_verify import verify_artifact
-from statecraft.checkpoint.layout import ARTIFACT_MANIFEST_NAME, ARTIFACTS_DIR, LATEST_POINTER
+from statecraft.checkpoint.kernel.artifact_verify import verify_artifact
+from statecraft.checkpoint.kernel.layout import (
+    ARTIFACT_MANIFEST_NAME,
+    ARTIFACTS_DIR,
+    LATEST_POINTER,
+)
+from statecraft.checkpoint.kernel.validation_records import ValidationStage, read_stage
 from statecraft.checkpoint.state import TrainerState
-from statecraft.checkpoint.validation_records import ValidationStage, read_stage
 from statecraft.errors import ArtifactResumeError, ResumeRequiredError, ValidationFailedError
 from statecraft.storage.local import LocalStore
 

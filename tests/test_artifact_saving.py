@@ -11,21 +11,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from statecraft.checkpoint.artifact_manifest import (
+from statecraft.checkpoint.artifacts.bindings import ArtifactContext
+from statecraft.checkpoint.artifacts.saving import save_artifact
+from statecraft.checkpoint.kernel.artifact_manifest import (
     ARTIFACT_MANIFEST_SCHEMA,
     ArtifactManifest,
     decode_artifact_manifest,
 )
-from statecraft.checkpoint.artifact_saving import save_artifact
-from statecraft.checkpoint.artifact_verify import verify_artifact
-from statecraft.checkpoint.components import ComponentPlan
-from statecraft.checkpoint.evaluation import Evaluation
-from statecraft.checkpoint.layout import ARTIFACT_MANIFEST_NAME, MANIFEST_NAME
-from statecraft.checkpoint.machines import load_machine
-from statecraft.checkpoint.manifest import FileEntry
+from statecraft.checkpoint.kernel.artifact_verify import verify_artifact
+from statecraft.checkpoint.kernel.components import ComponentPlan
+from statecraft.checkpoint.kernel.evaluation import Evaluation
+from statecraft.checkpoint.kernel.layout import ARTIFACT_MANIFEST_NAME, MANIFEST_NAME
+from statecraft.checkpoint.kernel.machines import load_machine
+from statecraft.checkpoint.kernel.manifest import FileEntry
+from statecraft.checkpoint.resume.records import Tracked
 from statecraft.checkpoint.state import UpdateClocks, gather_rng_inventory
-from statecraft.checkpoint.transactions.artifact import ArtifactContext
-from statecraft.checkpoint.transactions.resume_records import Tracked
 from statecraft.errors import (
     ArtifactCommittedError,
     CheckpointCorruptError,

@@ -1,4 +1,4 @@
-"""verify_artifact (statecraft/checkpoint/artifact_verify.py; issue 9, items 2 and 7): a
+"""verify_artifact (statecraft/checkpoint/kernel/artifact_verify.py; issue 9, items 2 and 7): a
 committed partial artifact is proven intact, and every way one is not is refused with a message
 naming the directory or file, the problem and what to do; nothing is ever written."""
 
@@ -14,9 +14,9 @@ import xxhash
 from artifact_files import default_payloads, model_state, serialized, tree, write_artifact
 from checkpoint_runs import flip_tensor_bit
 
-from statecraft.checkpoint.artifact_verify import VerifiedArtifact, verify_artifact
-from statecraft.checkpoint.components import ComponentPlan
-from statecraft.checkpoint.layout import ARTIFACT_MANIFEST_NAME, MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.kernel.artifact_verify import VerifiedArtifact, verify_artifact
+from statecraft.checkpoint.kernel.components import ComponentPlan
+from statecraft.checkpoint.kernel.layout import ARTIFACT_MANIFEST_NAME, MANIFEST_NAME, iter_dirname
 from statecraft.checkpoint.state import TrainerState
 from statecraft.errors import CheckpointCorruptError, CheckpointError, TrainerStateError
 from statecraft.storage import LocalStore

@@ -19,8 +19,8 @@ from checkpoint_runs import RUN, Objects
 from test_disk_full import fill, snapshot
 
 import statecraft as sc
-from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, parse_latest
-from statecraft.checkpoint.retention_records import WEIGHTS_ONLY_MARKER
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER, MANIFEST_NAME, parse_latest
+from statecraft.checkpoint.kernel.retention_records import WEIGHTS_ONLY_MARKER
 from statecraft.cli import main as cli_main
 from statecraft.errors import ConfigError, DiskFullError, WeightsOnlyResumeError
 

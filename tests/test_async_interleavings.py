@@ -27,20 +27,20 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from statecraft.checkpoint.isolation import isolation_problem
-from statecraft.checkpoint.machines import load_machine
-from statecraft.checkpoint.retention import RetentionPlan, run_retention
-from statecraft.checkpoint.retention_policies import LatestN
-from statecraft.checkpoint.staging import StagingBuffers
+from statecraft.checkpoint.async_writes.isolation import isolation_problem
+from statecraft.checkpoint.async_writes.staging import StagingBuffers
+from statecraft.checkpoint.kernel.machines import load_machine
+from statecraft.checkpoint.retention.policies import LatestN
+from statecraft.checkpoint.retention.run import RetentionPlan, run_retention
+from statecraft.checkpoint.save.bindings import SaveContext, full_save_plan
+from statecraft.checkpoint.save.write_job_bindings import WriteJobContext, run_write_job
 from statecraft.checkpoint.state import TrainerState, UpdateClocks
-from statecraft.checkpoint.transactions.save import SaveContext, full_save_plan
-from statecraft.checkpoint.transactions.write_job import WriteJobContext, run_write_job
 from statecraft.engine import CrashPlan
 from statecraft.engine.crash import IoGate, SimulatedCrash
 from statecraft.proofs.oracle import CHECKPOINTS_ROOT, DiskView
-from statecraft.proofs.save_scenarios import resume_context
+from statecraft.proofs.save.scenarios import resume_context
+from statecraft.proofs.save.write_job_checks import exact, exact_problem
 from statecraft.proofs.training import fresh_objects, preserved_rng, rng_at
-from statecraft.proofs.write_job_checks import exact, exact_problem
 from statecraft.storage.sim import CrashKind, SimWorld
 
 FILES = ("model.pt", "optim.pt", "trainer.pt")

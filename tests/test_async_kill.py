@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from statecraft.checkpoint.layout import LATEST_POINTER, parse_latest
-from statecraft.checkpoint.verify import verify_checkpoint
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER, parse_latest
+from statecraft.checkpoint.kernel.verify import verify_checkpoint
 from statecraft.cli.demo.compare import compare_checkpoints
 from statecraft.storage.local import LocalStore
 

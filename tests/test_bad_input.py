@@ -25,7 +25,7 @@ from checkpoint_runs import CONFIG, RUN, committed_run, open_checkpointer, train
 from checkpoint_runs import flip_tensor_bit as flip_bit_in_tensor_file
 
 import statecraft as sc
-from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname
 from statecraft.engine import IoGate
 from statecraft.engine.crash import FaultKind
 from statecraft.errors import (
@@ -553,8 +553,8 @@ class TestSameIterationRetry:
 
     def test_plan_drift_through_the_save_machine(self, out: Path) -> None:
         """The save machine refuses a retry of iter 8 in another format before any writer runs."""
-        from statecraft.checkpoint.machines import load_machine
-        from statecraft.checkpoint.transactions.save import SaveContext, full_save_plan
+        from statecraft.checkpoint.kernel.machines import load_machine
+        from statecraft.checkpoint.save.bindings import SaveContext, full_save_plan
         from statecraft.storage import LocalStore
 
         def never() -> Any:

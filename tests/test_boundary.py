@@ -1,4 +1,4 @@
-"""The boundary decision (statecraft/checkpoint/boundary.py; issue 9, item 4): which
+"""The boundary decision (statecraft/checkpoint/facade/boundary.py; issue 9, item 4): which
 transaction a step boundary runs and with which plan, checked exhaustively against an
 independent table-driven oracle, and when regular saves and validation are due."""
 
@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statecraft.checkpoint.boundary import (
+from statecraft.checkpoint.config import FULL_PLAN, CheckpointConfig
+from statecraft.checkpoint.facade.boundary import (
     Boundary,
     BoundaryKind,
     before_training_due,
@@ -19,8 +20,7 @@ from statecraft.checkpoint.boundary import (
     regular_save_due,
     validation_due,
 )
-from statecraft.checkpoint.components import ComponentPlan
-from statecraft.checkpoint.config import FULL_PLAN, CheckpointConfig
+from statecraft.checkpoint.kernel.components import ComponentPlan
 from statecraft.errors import CheckpointError
 
 ALL = frozenset(FULL_PLAN)

@@ -10,15 +10,15 @@ from checkpoint_runs import RUN, committed_run, flip_tensor_bit, private_copy
 from validation_runs import METRICS, PENDING, save_pending, write_evaluated, write_published
 from validation_runs import checkpoints_of as pending_checkpoints
 
-from statecraft.checkpoint import catalog as catalog_module
-from statecraft.checkpoint.catalog import (
+from statecraft.checkpoint.kernel import catalog as catalog_module
+from statecraft.checkpoint.kernel.catalog import (
     CheckpointState,
     LatestState,
     classify,
     scan,
 )
-from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname
-from statecraft.checkpoint.validation_records import EVALUATED_RECORD, ValidationStage
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.kernel.validation_records import EVALUATED_RECORD, ValidationStage
 from statecraft.errors import CheckpointError
 from statecraft.storage.local import LocalStore
 

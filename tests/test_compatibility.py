@@ -1,4 +1,4 @@
-"""The compatibility check (statecraft/checkpoint/compatibility.py): a checkpoint is compared
+"""The compatibility check (statecraft/checkpoint/kernel/compatibility.py): a checkpoint is compared
 with the tracked model and optimizer before anything loads (issue 7, trap 5).
 
 Reproduced on main first: AdamW state resumed into SGD, and a model whose parameters have
@@ -18,8 +18,8 @@ import torch
 from checkpoint_runs import CONFIG, RUN, Objects, committed_run
 
 import statecraft as sc
-from statecraft.checkpoint.compatibility import check_fit, optimizer_state_problems
-from statecraft.checkpoint.layout import iter_dirname
+from statecraft.checkpoint.kernel.compatibility import check_fit, optimizer_state_problems
+from statecraft.checkpoint.kernel.layout import iter_dirname
 from statecraft.checkpoint.state import optimizer_class_name
 from statecraft.errors import ResumeError
 

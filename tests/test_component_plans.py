@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from statecraft.checkpoint.components import ComponentPlan
 from statecraft.checkpoint.config import (
     FULL_PLAN,
     CheckpointConfig,
@@ -19,6 +18,7 @@ from statecraft.checkpoint.config import (
     run_plan,
     validation_plan,
 )
+from statecraft.checkpoint.kernel.components import ComponentPlan
 from statecraft.errors import CheckpointError, ConfigError
 
 KNOBS = ("checkpoint_components", "validation.checkpoint_components")

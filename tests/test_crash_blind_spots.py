@@ -12,16 +12,16 @@ import attrs
 import pytest
 import torch
 
-from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname
-from statecraft.checkpoint.machines import load_machine
-from statecraft.checkpoint.transactions import resume as resume_tx
-from statecraft.checkpoint.transactions import save as save_tx
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.kernel.machines import load_machine
+from statecraft.checkpoint.resume import bindings as resume_tx
+from statecraft.checkpoint.save import bindings as save_tx
 from statecraft.engine import Bindings, Machine, load_spec
 from statecraft.errors import CheckpointCorruptError
 from statecraft.proofs import ExploreOptions, explore
 from statecraft.proofs import damaged_trees as damage
 from statecraft.proofs.oracle import DiskView
-from statecraft.proofs.save_scenarios import (
+from statecraft.proofs.save.scenarios import (
     CHECKPOINTS_ROOT,
     SaveScenario,
     resume_context,

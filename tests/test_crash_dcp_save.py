@@ -11,18 +11,18 @@ import attrs
 import pytest
 import torch.distributed.checkpoint as dcp
 
-from statecraft.checkpoint.machines import MACHINE_BINDINGS, load_machine
-from statecraft.checkpoint.transactions.dcp_save import DcpSaveContext
-from statecraft.checkpoint.verify import verify_checkpoint
+from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS, load_machine
+from statecraft.checkpoint.kernel.verify import verify_checkpoint
+from statecraft.checkpoint.save.dcp_bindings import DcpSaveContext
 from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import Bindings, Machine, load_spec
 from statecraft.proofs import ExploreOptions, explore
-from statecraft.proofs.dcp_save_scenarios import (
+from statecraft.proofs.oracle import CHECKPOINTS_ROOT
+from statecraft.proofs.save.dcp_scenarios import (
     FILES_PER_RANK,
     DcpSaveScenario,
     dcp_save_scenarios,
 )
-from statecraft.proofs.oracle import CHECKPOINTS_ROOT
 from statecraft.resources import spec_path
 from statecraft.storage import CrashKind, LocalStore, SimWorld
 from statecraft.writers.dcp_storage import (

@@ -8,12 +8,12 @@ import tomllib
 
 import attrs
 
-from statecraft.checkpoint.machines import MACHINE_BINDINGS, load_machine
-from statecraft.checkpoint.transactions import direct_save as bindings
+from statecraft.checkpoint.direct import bindings as bindings
+from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS, load_machine
 from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import Bindings, Machine, load_spec, parse_table
 from statecraft.proofs import ExploreOptions, explore
-from statecraft.proofs.direct_save_scenarios import (
+from statecraft.proofs.direct.scenarios import (
     DirectScenario,
     direct_context,
     direct_save_scenarios,

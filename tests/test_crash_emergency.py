@@ -12,18 +12,18 @@ from collections.abc import Callable
 import attrs
 import pytest
 
-from statecraft.checkpoint.components import ComponentPlan
-from statecraft.checkpoint.emergency_plan import StepCoverage, decide_emergency
-from statecraft.checkpoint.layout import iter_dirname
-from statecraft.checkpoint.machines import MACHINE_BINDINGS
-from statecraft.checkpoint.run_done import done_record, write_done
-from statecraft.checkpoint.stop_records import StopDecision, signal_reason
-from statecraft.checkpoint.transactions.emergency import EmergencyContext
+from statecraft.checkpoint.kernel.components import ComponentPlan
+from statecraft.checkpoint.kernel.layout import iter_dirname
+from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS
+from statecraft.checkpoint.stop.bindings import EmergencyContext
+from statecraft.checkpoint.stop.emergency_plan import StepCoverage, decide_emergency
+from statecraft.checkpoint.stop.records import StopDecision, signal_reason
+from statecraft.checkpoint.stop.run_done import done_record, write_done
 from statecraft.cli import main
 from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import Bindings, Machine, load_spec, parse_table
 from statecraft.proofs import ExploreOptions, explore
-from statecraft.proofs.emergency_scenarios import (
+from statecraft.proofs.stop.scenarios import (
     DONE_PATH,
     EmergencyScenario,
     emergency_scenarios,

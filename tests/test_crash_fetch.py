@@ -8,12 +8,12 @@ import tomllib
 
 import attrs
 
-from statecraft.checkpoint.machines import MACHINE_BINDINGS, load_machine
+from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS, load_machine
 from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import Bindings, Machine, load_spec, parse_table
 from statecraft.errors import ArchiveError
 from statecraft.proofs import ExploreOptions, explore
-from statecraft.proofs.fetch_scenarios import DST_ROOT, FetchScenario, fetch_scenarios
+from statecraft.proofs.archive.fetch_scenarios import DST_ROOT, FetchScenario, fetch_scenarios
 from statecraft.resources import machine_path, spec_path
 from statecraft.storage import SimWorld
 

@@ -6,15 +6,15 @@ from __future__ import annotations
 import attrs
 import pytest
 
+from statecraft.checkpoint.archive import publish_bindings as publish
 from statecraft.checkpoint.archive.declaration import DECLARATION_NAME
-from statecraft.checkpoint.layout import ARTIFACT_MANIFEST_NAME
-from statecraft.checkpoint.machines import MACHINE_BINDINGS, load_machine
-from statecraft.checkpoint.transactions import publish
+from statecraft.checkpoint.kernel.layout import ARTIFACT_MANIFEST_NAME
+from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS, load_machine
 from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import Bindings, Machine, load_spec
 from statecraft.errors import ArchiveError, PreconditionFailed
 from statecraft.proofs import ExploreOptions, explore
-from statecraft.proofs.publish_scenarios import (
+from statecraft.proofs.archive.publish_scenarios import (
     PublishScenario,
     publish_context,
     publish_scenarios,

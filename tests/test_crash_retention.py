@@ -10,9 +10,9 @@ import tomllib
 import attrs
 import pytest
 
-from statecraft.checkpoint.layout import MANIFEST_NAME, iter_dirname
-from statecraft.checkpoint.machines import MACHINE_BINDINGS, load_machine
-from statecraft.checkpoint.retention_records import (
+from statecraft.checkpoint.kernel.layout import MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS, load_machine
+from statecraft.checkpoint.kernel.retention_records import (
     INVALIDATED_MARKER,
     WEIGHTS_ONLY_MARKER,
     DecisionRow,
@@ -20,12 +20,12 @@ from statecraft.checkpoint.retention_records import (
     RetentionAction,
     WeightsOnlyRecord,
 )
-from statecraft.checkpoint.retention_scan import OPTIMIZER_ENTRIES
-from statecraft.checkpoint.transactions import retention as bindings
+from statecraft.checkpoint.retention.run import bindings as bindings
+from statecraft.checkpoint.retention.scan import OPTIMIZER_ENTRIES
 from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import Bindings, Machine, load_spec, parse_table
 from statecraft.proofs import ExploreOptions, explore
-from statecraft.proofs.retention_scenarios import RetentionScenario, retention_scenarios
+from statecraft.proofs.retention.scenarios import RetentionScenario, retention_scenarios
 from statecraft.resources import machine_path, spec_path
 from statecraft.storage import CrashKind, SimWorld
 

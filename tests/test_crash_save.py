@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statecraft.checkpoint.machines import MACHINE_BINDINGS, load_machine
-from statecraft.checkpoint.transactions.resume import verify_checkpoint
+from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS, load_machine
+from statecraft.checkpoint.resume.bindings import verify_checkpoint
 from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import Bindings, Machine, load_spec, parse_table
 from statecraft.proofs import (
@@ -22,7 +22,7 @@ from statecraft.proofs import (
     reference_run,
     run_to_crash,
 )
-from statecraft.proofs.save_scenarios import CHECKPOINTS_ROOT, SaveScenario, save_scenarios
+from statecraft.proofs.save.scenarios import CHECKPOINTS_ROOT, SaveScenario, save_scenarios
 from statecraft.resources import machine_path, spec_path
 from statecraft.storage import CrashKind, LocalStore, LossChoice, SimWorld
 
@@ -77,8 +77,7 @@ def _save_table_with_swapped_effects(a: str, b: str) -> Machine:
 
 def _resume_adopting_unverified() -> Machine:
     """Broken resume: the newest iter dir is adopted if its trainer.pt loads; no manifest check."""
-    from statecraft.checkpoint.transactions import resume as r
-
+    from statecraft.checkpoint.resume import bindings as r
     def verify_next_candidate(ctx) -> None:
         iteration = ctx.candidates.pop(0)
         try:

@@ -10,15 +10,19 @@ import tomllib
 
 import attrs
 
-from statecraft.checkpoint.machines import MACHINE_BINDINGS
-from statecraft.checkpoint.transactions.unit_prune import UnitPruneContext
-from statecraft.checkpoint.transactions.unit_seal import UnitSealContext
+from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS
 from statecraft.checkpoint.units import prune_unit, unit_files
+from statecraft.checkpoint.units.prune_bindings import UnitPruneContext
+from statecraft.checkpoint.units.seal_bindings import UnitSealContext
 from statecraft.cli import main
 from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import Bindings, Machine, load_spec, parse_table
 from statecraft.proofs import ExploreOptions, explore
-from statecraft.proofs.unit_scenarios import UnitScenario, unit_prune_scenarios, unit_seal_scenarios
+from statecraft.proofs.units.scenarios import (
+    UnitScenario,
+    unit_prune_scenarios,
+    unit_seal_scenarios,
+)
 from statecraft.resources import machine_path, spec_path
 from statecraft.storage import CrashKind
 

@@ -8,12 +8,16 @@ import tomllib
 
 import attrs
 
-from statecraft.checkpoint.machines import MACHINE_BINDINGS, load_machine
-from statecraft.checkpoint.transactions import upload as upload_bindings
+from statecraft.checkpoint.archive import upload_bindings as upload_bindings
+from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS, load_machine
 from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import Bindings, Machine, load_spec, parse_table
 from statecraft.proofs import ExploreOptions, explore
-from statecraft.proofs.upload_scenarios import UploadScenario, upload_context, upload_scenarios
+from statecraft.proofs.archive.upload_scenarios import (
+    UploadScenario,
+    upload_context,
+    upload_scenarios,
+)
 from statecraft.resources import machine_path, spec_path
 from statecraft.storage import SimWorld
 

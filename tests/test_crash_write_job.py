@@ -9,14 +9,14 @@ import tomllib
 import attrs
 import pytest
 
-from statecraft.checkpoint.machines import MACHINE_BINDINGS
-from statecraft.checkpoint.retention import run_retention
-from statecraft.checkpoint.transactions.write_job import WriteJobContext
+from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS
+from statecraft.checkpoint.retention.run import run_retention
+from statecraft.checkpoint.save.write_job_bindings import WriteJobContext
 from statecraft.cli import main
 from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import Bindings, Machine, load_spec, parse_table
 from statecraft.proofs import ExploreOptions, explore
-from statecraft.proofs.write_job_scenarios import WriteJobScenario, write_job_scenarios
+from statecraft.proofs.save.write_job_scenarios import WriteJobScenario, write_job_scenarios
 from statecraft.resources import machine_path, spec_path
 from statecraft.storage import CrashKind
 
@@ -146,11 +146,11 @@ class TestUploadInTheWriteJob:
         """An upload whose every request fails is logged and the job goes on: the save is
         durable, retention ran and kept the un-uploaded iteration, no receipt exists."""
         from statecraft.checkpoint.archive.destination import ArchiveDestination
-        from statecraft.checkpoint.staging import StagingBuffers
+        from statecraft.checkpoint.async_writes.staging import StagingBuffers
         from statecraft.engine.crash import FaultKind, IoGate
+        from statecraft.proofs.archive.upload_scenarios import REMOTE_PREFIX
         from statecraft.proofs.oracle import CHECKPOINTS_ROOT
-        from statecraft.proofs.save_scenarios import shipped_machine
-        from statecraft.proofs.upload_scenarios import REMOTE_PREFIX
+        from statecraft.proofs.save.scenarios import shipped_machine
         from statecraft.storage import SimWorld
 
         s = scenario("one-job-upload-then-keep-model-1-require-uploaded")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from statecraft.checkpoint.fence import FencedStore
+from statecraft.checkpoint.fencing.fenced_store import FencedStore
 from statecraft.storage import SimWorld
 from statecraft.storage.local import LocalStore
 from statecraft.storage.objects import ObjectStore, SimBucket

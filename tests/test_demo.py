@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 import torch
 
-from statecraft.checkpoint.layout import LATEST_POINTER, parse_latest
-from statecraft.checkpoint.transactions.resume import verify_checkpoint
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER, parse_latest
+from statecraft.checkpoint.resume.bindings import verify_checkpoint
 from statecraft.cli.demo import (
     SAVE_KILL_DELAY_S,
     DemoError,

@@ -15,14 +15,14 @@ import pytest
 import xxhash
 
 import statecraft as sc
-from statecraft.checkpoint.manifest import (
+from statecraft.checkpoint.kernel.manifest import (
     MANIFEST_SCHEMA,
     MANIFEST_SCHEMA_V1,
     FileEntry,
     Manifest,
     decode_manifest,
 )
-from statecraft.checkpoint.transactions.resume import verify_checkpoint
+from statecraft.checkpoint.resume.bindings import verify_checkpoint
 from statecraft.errors import CheckpointCorruptError, StoreError
 from statecraft.storage import LocalStore, SimWorld
 from statecraft.storage import digest as digest_module

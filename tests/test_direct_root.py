@@ -23,7 +23,7 @@ from statecraft.checkpoint.direct.manifest import (
     new_generation_id,
 )
 from statecraft.checkpoint.direct.root import DirectRoot, open_direct_root, parse_direct_uri
-from statecraft.checkpoint.layout import RunAttempt, RunIdentity
+from statecraft.checkpoint.kernel.layout import RunAttempt, RunIdentity
 from statecraft.errors import (
     CheckpointCorruptError,
     CheckpointError,

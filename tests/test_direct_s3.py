@@ -23,8 +23,8 @@ from test_direct_save_resume import (
 
 from statecraft.checkpoint.config.schema import CheckpointStoreConfig
 from statecraft.checkpoint.direct.root import DirectRoot, open_direct_root, parse_direct_uri
-from statecraft.checkpoint.layout import LATEST_POINTER, RunAttempt
-from statecraft.checkpoint.object_lease import acquire_object_lease
+from statecraft.checkpoint.fencing.object_lease import acquire_object_lease
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER, RunAttempt
 from statecraft.errors import (
     CheckpointCorruptError,
     DirectSaveError,

@@ -35,12 +35,12 @@ def _phase(rank: int, world_size: int, tmp: str, credentials: str, prefix: str, 
         from statecraft.checkpoint.direct.resume import load_direct_checkpoint
         from statecraft.checkpoint.direct.root import open_direct_root
         from statecraft.checkpoint.direct.saving import save_direct_checkpoint
-        from statecraft.checkpoint.layout import RunAttempt
-        from statecraft.checkpoint.object_lease import acquire_object_lease
-        from statecraft.checkpoint.saving import gather_into
+        from statecraft.checkpoint.fencing.object_lease import acquire_object_lease
+        from statecraft.checkpoint.kernel.layout import RunAttempt
+        from statecraft.checkpoint.resume.records import Tracked
         from statecraft.checkpoint.state import gather_rng_inventory
+        from statecraft.checkpoint.state.capture import gather_into
         from statecraft.checkpoint.state.clocks import Outcome
-        from statecraft.checkpoint.transactions.resume_records import Tracked
         from statecraft.parallel.collectives import TorchDistributed
 
         collective = TorchDistributed()

@@ -13,11 +13,11 @@ import torch
 
 from statecraft.checkpoint.direct.resume import load_direct_checkpoint
 from statecraft.checkpoint.direct.saving import save_direct_checkpoint
-from statecraft.checkpoint.layout import LATEST_POINTER
-from statecraft.checkpoint.object_lease import acquire_object_lease
+from statecraft.checkpoint.fencing.object_lease import acquire_object_lease
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER
+from statecraft.checkpoint.resume.records import Tracked
 from statecraft.checkpoint.state import gather_rng_inventory
 from statecraft.checkpoint.state.clocks import Outcome
-from statecraft.checkpoint.transactions.resume_records import Tracked
 from statecraft.errors import CheckpointCorruptError, PlanDriftError, ResumeError
 from statecraft.parallel.collectives import SingleProcess
 from statecraft.storage.objects import ObjectStore, SimBucket

@@ -21,7 +21,7 @@ import torch
 from checkpoint_runs import RUN, Objects, open_checkpointer
 
 import statecraft as sc
-from statecraft.checkpoint.stop_records import DONE_FILE, EmergencyKind
+from statecraft.checkpoint.stop.records import DONE_FILE, EmergencyKind
 from statecraft.engine.crash import IoGate
 from statecraft.errors import (
     ArtifactResumeError,

@@ -12,26 +12,26 @@ from pathlib import Path
 import pytest
 
 from statecraft.checkpoint.config import CheckpointConfig
-from statecraft.checkpoint.emergency_plan import EmergencyBoundary, StepCoverage
-from statecraft.checkpoint.layout import RunAttempt, iter_dirname
-from statecraft.checkpoint.machines import shipped_machine
-from statecraft.checkpoint.retention_marks import INVALIDATED_MARKER, WEIGHTS_ONLY_MARKER
-from statecraft.checkpoint.run_done import done_record, read_done, write_done
-from statecraft.checkpoint.saving import save_full_checkpoint
-from statecraft.checkpoint.stop_records import DONE_FILE, EmergencyKind, StopDecision
-from statecraft.checkpoint.transactions.emergency import (
+from statecraft.checkpoint.kernel.layout import RunAttempt, iter_dirname
+from statecraft.checkpoint.kernel.machines import shipped_machine
+from statecraft.checkpoint.kernel.retention_marks import INVALIDATED_MARKER, WEIGHTS_ONLY_MARKER
+from statecraft.checkpoint.save.saving import save_full_checkpoint
+from statecraft.checkpoint.stop.bindings import (
     EmergencyContext,
     read_step_coverage,
     run_emergency,
     write_emergency,
 )
-from statecraft.checkpoint.transactions.emergency import write_done as write_done_effect
+from statecraft.checkpoint.stop.bindings import write_done as write_done_effect
+from statecraft.checkpoint.stop.emergency_plan import EmergencyBoundary, StepCoverage
+from statecraft.checkpoint.stop.records import DONE_FILE, EmergencyKind, StopDecision
+from statecraft.checkpoint.stop.run_done import done_record, read_done, write_done
 from statecraft.errors import CheckpointCorruptError, CheckpointError
 from statecraft.parallel.collectives import SingleProcess
-from statecraft.proofs.artifact_scenarios import artifact_context
-from statecraft.proofs.save_scenarios import save_context
+from statecraft.proofs.artifacts.scenarios import artifact_context
+from statecraft.proofs.save.scenarios import save_context
 from statecraft.proofs.training import rng_at, tracked_at
-from statecraft.proofs.validation_scenarios import save_evaluation_pending
+from statecraft.proofs.validation.scenarios import save_evaluation_pending
 from statecraft.storage.local import LocalStore
 
 REASON = "signal SIGTERM"

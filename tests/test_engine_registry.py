@@ -1,17 +1,18 @@
 """Tests for statecraft.engine.registry (transactions discovered from a machines directory) and
-its shipped-directory wrapper statecraft.checkpoint.machines."""
+its shipped-directory wrapper statecraft.checkpoint.kernel.machines."""
 
 from __future__ import annotations
 
 import attrs
 import pytest
 
-from statecraft.checkpoint import machines as shipped
-from statecraft.checkpoint.transactions import resume, save
+from statecraft.checkpoint.kernel import machines as shipped
+from statecraft.checkpoint.resume import bindings as resume
+from statecraft.checkpoint.save import bindings as save
 from statecraft.engine import Machine, discover, load_table, transaction_names
 from statecraft.engine.registry import import_object, load_bindings, load_machine, load_transaction
 from statecraft.errors import MachineDefinitionError, SpecError, StatecraftError
-from statecraft.proofs.save_scenarios import save_scenarios
+from statecraft.proofs.save.scenarios import save_scenarios
 from statecraft.resources import machine_path, machines_dir, specs_dir
 
 
@@ -21,7 +22,7 @@ class TestDiscover:
         found = {t.name: t for t in discover(machines_dir(), specs_dir())}
         assert set(found) == set(transaction_names(machines_dir()))
         assert {"save", "resume"} <= set(found)
-        assert found["save"].table.bindings == "statecraft.checkpoint.transactions.save"
+        assert found["save"].table.bindings == "statecraft.checkpoint.save.bindings"
         assert found["save"].bindings == save.save_bindings()
         assert found["resume"].bindings == resume.resume_bindings()
         assert found["save"].scenarios_factory() is save_scenarios

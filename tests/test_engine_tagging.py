@@ -7,7 +7,8 @@ import types
 
 import pytest
 
-from statecraft.checkpoint.transactions import resume, save
+from statecraft.checkpoint.resume import bindings as resume
+from statecraft.checkpoint.save import bindings as save
 from statecraft.engine.tagging import Role, Tag, collect_bindings, effect, guard, observer, tag_of
 from statecraft.errors import MachineDefinitionError
 

@@ -1,4 +1,4 @@
-"""Loading for evaluation and sampling (statecraft/checkpoint/eval_load.py; issue 7, item 7):
+"""Loading for evaluation and sampling (statecraft/checkpoint/resume/eval_load.py; issue 7, item 7):
 ``statecraft.load_weights`` and ``statecraft.read_loop_state`` on real runs.
 
 Main had no such call: an evaluation script had to build a Checkpointer (minting an attempt,
@@ -21,12 +21,12 @@ from artifact_files import default_payloads, write_artifact
 from checkpoint_runs import RUN, committed_run, flip_tensor_bit
 
 import statecraft as sc
-from statecraft.checkpoint.artifact_saving import save_artifact
-from statecraft.checkpoint.components import ComponentPlan
-from statecraft.checkpoint.layout import ARTIFACTS_DIR, MANIFEST_NAME, iter_dirname
-from statecraft.checkpoint.machines import load_machine
+from statecraft.checkpoint.artifacts.saving import save_artifact
+from statecraft.checkpoint.kernel.components import ComponentPlan
+from statecraft.checkpoint.kernel.layout import ARTIFACTS_DIR, MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.kernel.machines import load_machine
+from statecraft.checkpoint.resume.records import Tracked
 from statecraft.checkpoint.state import TrainerState, UpdateClocks, gather_rng_inventory
-from statecraft.checkpoint.transactions.resume_records import Tracked
 from statecraft.errors import CheckpointCorruptError, CheckpointSourceError, ResumeError
 from statecraft.storage import LocalStore
 

@@ -24,7 +24,7 @@ import pytest
 from checkpoint_runs import RUN, Objects, committed_run, flip_tensor_bit, open_checkpointer, train
 
 import statecraft as sc
-from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER, MANIFEST_NAME
 from statecraft.engine.crash import Fault, FaultKind
 from statecraft.errors import ResumeError, ResumeRequiredError, StoreError
 from statecraft.storage import OsFilesystem, is_temporary_name

@@ -19,12 +19,12 @@ from unittest import mock
 import pytest
 
 from statecraft.checkpoint.direct.manifest import manifest_path
-from statecraft.checkpoint.layout import LATEST_POINTER, format_latest, parse_latest
-from statecraft.checkpoint.object_lease import (
+from statecraft.checkpoint.fencing.object_lease import (
     ObjectStoreLease,
     acquire_object_lease,
     write_pointer_fenced,
 )
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER, format_latest, parse_latest
 from statecraft.errors import PreconditionFailed, StoreConflictError, WriterLeaseError
 from statecraft.storage.objects import ObjectStore, SimBucket
 

@@ -24,7 +24,7 @@ import pytest
 from s3_server import BUCKET, S3Server
 
 from statecraft.checkpoint.direct.manifest import manifest_path
-from statecraft.checkpoint.layout import LATEST_POINTER, format_latest, parse_latest
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER, format_latest, parse_latest
 from statecraft.storage.objects import ObjectStore
 from statecraft.storage.s3 import S3Bucket
 from statecraft.storage.s3_credentials import load_credentials
@@ -35,8 +35,8 @@ WRITER = r"""
 import json, sys, time
 from statecraft.checkpoint.direct.root import DirectRoot
 from statecraft.checkpoint.direct.manifest import manifest_path
-from statecraft.checkpoint.layout import LATEST_POINTER, format_latest
-from statecraft.checkpoint.object_lease import acquire_object_lease, write_pointer_fenced
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER, format_latest
+from statecraft.checkpoint.fencing.object_lease import acquire_object_lease, write_pointer_fenced
 from statecraft.errors import PreconditionFailed, WriterLeaseError
 from statecraft.storage.s3 import S3Bucket
 from statecraft.storage.s3_credentials import load_credentials

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from statecraft.checkpoint.transactions.fetch import fetch_archive
+from statecraft.checkpoint.archive.fetch_bindings import fetch_archive
 from statecraft.errors import ArchiveError, StoreConflictError
-from statecraft.proofs.fetch_scenarios import DST_ROOT, FetchScenario
+from statecraft.proofs.archive.fetch_scenarios import DST_ROOT, FetchScenario
 from statecraft.storage import SimWorld
 from statecraft.storage.objects import ObjectStore
 

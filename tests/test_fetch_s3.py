@@ -15,12 +15,12 @@ from fetch_trees import archive, make_artifact, make_checkpoint, mark, tree
 from s3_proxy import Fault, FaultProxy
 from s3_server import BUCKET, S3Server
 
+from statecraft.checkpoint.archive.fetch_bindings import fetch_archive
 from statecraft.checkpoint.archive.prune import prune_verified
-from statecraft.checkpoint.archive.release import RELEASE_NAME
-from statecraft.checkpoint.artifact_catalog import ArtifactState, scan_artifacts
-from statecraft.checkpoint.layout import ARTIFACT_MANIFEST_NAME
-from statecraft.checkpoint.transactions.fetch import fetch_archive
-from statecraft.checkpoint.transactions.resume_rules import artifact_refusal
+from statecraft.checkpoint.kernel.artifact_catalog import ArtifactState, scan_artifacts
+from statecraft.checkpoint.kernel.artifact_release import RELEASE_NAME
+from statecraft.checkpoint.kernel.layout import ARTIFACT_MANIFEST_NAME
+from statecraft.checkpoint.resume.rules import artifact_refusal
 from statecraft.errors import ArchiveError, FetchDestinationExistsError, ObjectRequestError
 from statecraft.storage.local import LocalStore
 from statecraft.storage.s3 import RetryPolicy, S3Bucket

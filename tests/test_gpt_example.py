@@ -20,8 +20,8 @@ from pathlib import Path
 import attrs
 import pytest
 
-from statecraft.checkpoint.layout import LATEST_POINTER
-from statecraft.checkpoint.retention_records import WEIGHTS_ONLY_MARKER
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER
+from statecraft.checkpoint.kernel.retention_records import WEIGHTS_ONLY_MARKER
 from statecraft.cli.demo import compare_checkpoints
 
 REPO = Path(__file__).resolve().parents[1]

@@ -24,7 +24,7 @@ import pytest
 import torch
 from checkpoint_runs import RUN, committed_run, open_checkpointer
 
-from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname
 from statecraft.errors import SpecialFileError, StatecraftError
 from statecraft.storage.filesystem import MAX_CONTROL_BYTES, OsFilesystem
 

@@ -24,13 +24,13 @@ from checkpoint_runs import RUN, committed_run, open_checkpointer
 from checkpoint_runs import flip_tensor_bit as flip_bit_in_tensor_file
 from validation_runs import METRICS, PENDING, save_pending, write_evaluated
 
-from statecraft.checkpoint.layout import (
+from statecraft.checkpoint.kernel.layout import (
     ARTIFACT_MANIFEST_NAME,
     LATEST_POINTER,
     MANIFEST_NAME,
     iter_dirname,
 )
-from statecraft.checkpoint.validation_records import EVALUATED_RECORD
+from statecraft.checkpoint.kernel.validation_records import EVALUATED_RECORD
 from statecraft.cli import main
 from statecraft.cli.envelope import RESULT_VERSION
 from statecraft.cli.inspect import inspect_path

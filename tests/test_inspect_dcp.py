@@ -19,12 +19,12 @@ import torch.distributed.checkpoint as dcp
 from s3_server import BUCKET, S3Server
 
 from statecraft.checkpoint.direct.manifest import DirectManifest, generation_dir, manifest_path
-from statecraft.checkpoint.layout import LATEST_POINTER, format_latest
-from statecraft.checkpoint.object_lease import (
+from statecraft.checkpoint.fencing.object_lease import (
     OBJECT_LEASE_NAME,
     acquire_object_lease,
     read_object_lease,
 )
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER, format_latest
 from statecraft.cli import main
 from statecraft.cli.inspect.dcp import dcp_component_report, load_metadata
 from statecraft.cli.inspect.remote import ReadOnlyBucket, inspect_remote

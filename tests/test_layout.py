@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from statecraft.checkpoint.layout import (
+from statecraft.checkpoint.kernel.layout import (
     RunIdentity,
     format_latest,
     iter_dirname,
@@ -148,7 +148,7 @@ class TestAttemptsThroughTheFilesystem:
 
     def test_newest_attempt_is_the_one_rule(self, tmp_path: Path) -> None:
         """newest_attempt picks the newest valid RUN_TS and ignores other names."""
-        from statecraft.checkpoint.layout import newest_attempt
+        from statecraft.checkpoint.kernel.layout import newest_attempt
 
         job = RUN.job_dir(tmp_path)
         for name in ("20261130120000", "20261130130000", "20261399000000", "notes"):

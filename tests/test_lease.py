@@ -1,4 +1,4 @@
-"""Tests of the writer lease (``statecraft.checkpoint.lease``) and the save's fence.
+"""Tests of the writer lease (``statecraft.checkpoint.fencing.lease``) and the save's fence.
 
 Unit tests use the real filesystem (``LocalStore`` over ``tmp_path``) and a real second
 process where a live owner is needed; the slow test starts two real training processes.
@@ -19,16 +19,16 @@ import pytest
 import torch
 from checkpoint_runs import NoLockStore
 
-from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname
-from statecraft.checkpoint.lease import (
+from statecraft.checkpoint.fencing.lease import (
     LEASE_NAME,
     LEASE_SCHEMA,
     LOCK_NAME,
     LeaseRecord,
     acquire_lease,
 )
-from statecraft.checkpoint.machines import load_machine
-from statecraft.checkpoint.transactions.save import SaveContext, full_save_plan
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.kernel.machines import load_machine
+from statecraft.checkpoint.save.bindings import SaveContext, full_save_plan
 from statecraft.cli.demo import checkpoints_dir, compare_checkpoints
 from statecraft.cli.demo_train import DEMO_RUN
 from statecraft.errors import IterationCommittedError, WriterLeaseError
@@ -219,8 +219,7 @@ class TestFence:
         )
         save(store, 4, salt=0)[0].raise_for_failure()  # the "other writer" commits iter 4
         before = tree_sha256(run / "checkpoints")
-        from statecraft.checkpoint.transactions import save as bindings
-
+        from statecraft.checkpoint.save import bindings as bindings
         bindings.stage_payloads(ctx)
         ctx.writer.prepare(ctx.plan, store)  # this save prepared before the other committed
         with pytest.raises(IterationCommittedError) as caught:
@@ -323,8 +322,7 @@ def test_simultaneous_launches_on_a_fresh_root_share_one_attempt(
     import threading
 
     import statecraft as sc
-    from statecraft.checkpoint import layout
-
+    from statecraft.checkpoint.kernel import layout
     real_mint = layout._mint
     first_listed = threading.Event()
     calls: list[str] = []

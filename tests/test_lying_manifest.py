@@ -26,8 +26,8 @@ import xxhash
 from checkpoint_runs import RUN, Objects, committed_run, open_checkpointer
 
 import statecraft as sc
-from statecraft.checkpoint.layout import MANIFEST_NAME, iter_dirname
-from statecraft.checkpoint.verify import plan_problems, read_manifest, verify_checkpoint
+from statecraft.checkpoint.kernel.layout import MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.kernel.verify import plan_problems, read_manifest, verify_checkpoint
 from statecraft.cli.inspect import inspect_path
 from statecraft.errors import CheckpointCorruptError, ResumeError
 from statecraft.storage import LocalStore

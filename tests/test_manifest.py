@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from statecraft.checkpoint.manifest import (
+from statecraft.checkpoint.kernel.manifest import (
     MANIFEST_SCHEMA,
     FileEntry,
     Manifest,

@@ -1,4 +1,4 @@
-"""The object-store writer lease (statecraft.checkpoint.object_lease) against the simulated
+"""The object-store writer lease (statecraft.checkpoint.fencing.object_lease) against the simulated
 bucket AND the real S3 server (SeaweedFS, the ``s3_server`` fixture): acquisition by
 conditional create, refusal of a live owner (named), expiry and takeover, deliberate takeover,
 renewal, release, the fenced ``latest`` pointer, and the ``Lease`` protocol.
@@ -18,16 +18,16 @@ from pathlib import Path
 import pytest
 from s3_server import BUCKET, S3Server
 
-from statecraft.checkpoint.layout import LATEST_POINTER, format_latest
-from statecraft.checkpoint.lease import Lease, WriterLease, acquire_lease
-from statecraft.checkpoint.object_lease import (
+from statecraft.checkpoint.fencing.lease import Lease, WriterLease, acquire_lease
+from statecraft.checkpoint.fencing.object_lease import (
     OBJECT_LEASE_NAME,
     ObjectStoreLease,
     acquire_object_lease,
     read_object_lease,
     write_pointer_fenced,
 )
-from statecraft.checkpoint.object_lease_record import parse_iso_utc
+from statecraft.checkpoint.fencing.object_lease_record import parse_iso_utc
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER, format_latest
 from statecraft.engine.crash import FaultKind, IoGate
 from statecraft.errors import ObjectRequestError, PreconditionFailed, WriterLeaseError
 from statecraft.storage.local import LocalStore

@@ -22,8 +22,8 @@ import torch
 import xxhash
 from checkpoint_runs import RUN, committed_run, open_checkpointer
 
-from statecraft.checkpoint.layout import MANIFEST_NAME, iter_dirname
-from statecraft.checkpoint.verify import verify_checkpoint
+from statecraft.checkpoint.kernel.layout import MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.kernel.verify import verify_checkpoint
 from statecraft.cli.inspect import inspect_path
 from statecraft.errors import CheckpointCorruptError
 from statecraft.storage import LocalStore

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 import torch
 
-from statecraft.checkpoint.machines import load_machine
-from statecraft.checkpoint.plan import (
+from statecraft.checkpoint.kernel.machines import load_machine
+from statecraft.checkpoint.kernel.plan import (
     CHECKPOINT_PLAN,
     FULL_COMPONENTS,
     CheckpointPlan,
@@ -17,7 +17,7 @@ from statecraft.checkpoint.plan import (
     PlanEntry,
     full_save_plan,
 )
-from statecraft.checkpoint.transactions.save import SaveContext
+from statecraft.checkpoint.save.bindings import SaveContext
 from statecraft.engine.crash import IoGate
 from statecraft.errors import CheckpointError
 from statecraft.storage import SimWorld
@@ -194,7 +194,7 @@ class TestWriterProtocol:
 
     def test_save_context_refuses_an_entry_the_plan_model_lacks(self) -> None:
         """A save plan naming a file the checkpoint plan does not describe is refused."""
-        from statecraft.checkpoint.manifest import SavePlan
+        from statecraft.checkpoint.kernel.manifest import SavePlan
 
         with pytest.raises(CheckpointError, match=r"names \['extra.pt'\].*plan.py"):
             SaveContext(
@@ -282,7 +282,7 @@ class TestStage:
 
     def test_a_write_without_staging_is_refused(self) -> None:
         """Calling a write effect on an unstaged context names the missing stage step."""
-        from statecraft.checkpoint.transactions.save import write_components
+        from statecraft.checkpoint.save.bindings import write_components
 
         with pytest.raises(CheckpointError, match="before stage_payloads captured"):
             write_components(_ctx(SimWorld()))

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from statecraft.checkpoint.layout import LATEST_POINTER, parse_latest
-from statecraft.checkpoint.stop_records import DONE_FILE, DONE_SCHEMA
-from statecraft.checkpoint.transactions.resume import verify_checkpoint
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER, parse_latest
+from statecraft.checkpoint.resume.bindings import verify_checkpoint
+from statecraft.checkpoint.stop.records import DONE_FILE, DONE_SCHEMA
 from statecraft.cli.demo.compare import compare_checkpoints
 from statecraft.cli.demo.disk import checkpoints_dir, committed_iterations
 from statecraft.storage.local import LocalStore

@@ -17,7 +17,7 @@ from statecraft.checkpoint.archive.declaration import (
     read_declaration,
 )
 from statecraft.checkpoint.archive.inventory import ArchiveEntry
-from statecraft.checkpoint.layout import ARTIFACT_MANIFEST_NAME
+from statecraft.checkpoint.kernel.layout import ARTIFACT_MANIFEST_NAME
 from statecraft.engine import load_spec
 from statecraft.errors import CheckpointCorruptError, CheckpointError
 from statecraft.resources import spec_path

@@ -17,11 +17,11 @@ from s3_server import BUCKET, S3Server
 from statecraft.checkpoint.archive.declaration import DECLARATION_NAME, read_declaration
 from statecraft.checkpoint.archive.destination import ArchiveDestination
 from statecraft.checkpoint.archive.marker import UploadedMarker, read_marker
-from statecraft.checkpoint.components import ComponentPlan
-from statecraft.checkpoint.layout import ARTIFACT_MANIFEST_NAME, iter_dirname
-from statecraft.checkpoint.machines import shipped_machine
-from statecraft.checkpoint.transactions.artifact import ArtifactContext
-from statecraft.checkpoint.transactions.publish import publish_artifact
+from statecraft.checkpoint.archive.publish_bindings import publish_artifact
+from statecraft.checkpoint.artifacts.bindings import ArtifactContext
+from statecraft.checkpoint.kernel.components import ComponentPlan
+from statecraft.checkpoint.kernel.layout import ARTIFACT_MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.kernel.machines import shipped_machine
 from statecraft.errors import (
     ArchiveError,
     ArchiveMismatchError,

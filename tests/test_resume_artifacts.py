@@ -15,16 +15,16 @@ import torch
 from artifact_files import artifacts_dir, tree, write_artifact
 from checkpoint_runs import RUN, Objects, committed_run, private_copy
 
-from statecraft.checkpoint.artifact_catalog import (
+from statecraft.checkpoint.kernel.artifact_catalog import (
     ArtifactState,
     open_artifacts,
     scan_artifacts,
 )
-from statecraft.checkpoint.catalog import scan
-from statecraft.checkpoint.layout import ARTIFACT_MANIFEST_NAME, MANIFEST_NAME, iter_dirname
-from statecraft.checkpoint.machines import load_machine
-from statecraft.checkpoint.transactions.resume import ResumeContext, Tracked
-from statecraft.checkpoint.transactions.resume_rules import auto_outcome
+from statecraft.checkpoint.kernel.catalog import scan
+from statecraft.checkpoint.kernel.layout import ARTIFACT_MANIFEST_NAME, MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.kernel.machines import load_machine
+from statecraft.checkpoint.resume.bindings import ResumeContext, Tracked
+from statecraft.checkpoint.resume.rules import auto_outcome
 from statecraft.errors import ArtifactResumeError, ResumeError
 from statecraft.storage.local import LocalStore
 

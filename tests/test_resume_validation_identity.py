@@ -21,14 +21,14 @@ from validation_runs import (
     write_published,
 )
 
-from statecraft.checkpoint.layout import iter_dirname
-from statecraft.checkpoint.machines import load_machine
-from statecraft.checkpoint.transactions.resume import ResumeContext, Tracked
-from statecraft.checkpoint.validation_records import (
+from statecraft.checkpoint.kernel.layout import iter_dirname
+from statecraft.checkpoint.kernel.machines import load_machine
+from statecraft.checkpoint.kernel.validation_records import (
     EVALUATED_RECORD,
     ValidationIdentity,
     ValidationStage,
 )
+from statecraft.checkpoint.resume.bindings import ResumeContext, Tracked
 from statecraft.errors import ValidationIdentityError
 from statecraft.storage.local import LocalStore
 

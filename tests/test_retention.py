@@ -15,23 +15,9 @@ from hypothesis import strategies as st
 
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.config.schema import UploadConfig
-from statecraft.checkpoint.lease import LEASE_NAME, LEASE_SCHEMA, LeaseRecord, acquire_lease
-from statecraft.checkpoint.machines import MACHINE_BINDINGS, load_machine
-from statecraft.checkpoint.retention import (
-    RetentionPlan,
-    RetentionReport,
-    decide_retention,
-    run_retention,
-)
-from statecraft.checkpoint.retention_policies import (
-    AnyOf,
-    BestN,
-    EveryNSteps,
-    KeepFn,
-    LatestN,
-    RetentionCandidate,
-)
-from statecraft.checkpoint.retention_records import (
+from statecraft.checkpoint.fencing.lease import LEASE_NAME, LEASE_SCHEMA, LeaseRecord, acquire_lease
+from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS, load_machine
+from statecraft.checkpoint.kernel.retention_records import (
     INVALIDATED_MARKER,
     RETENTION_DECISION,
     UPLOADED_MARKER,
@@ -41,12 +27,26 @@ from statecraft.checkpoint.retention_records import (
     read_decision,
     read_weights_only,
 )
-from statecraft.checkpoint.retention_scan import RetentionScan, ScanKind, ScannedIteration
-from statecraft.checkpoint.transactions.retention import RetentionContext, plan_rows
+from statecraft.checkpoint.retention.bindings import RetentionContext, plan_rows
+from statecraft.checkpoint.retention.policies import (
+    AnyOf,
+    BestN,
+    EveryNSteps,
+    KeepFn,
+    LatestN,
+    RetentionCandidate,
+)
+from statecraft.checkpoint.retention.run import (
+    RetentionPlan,
+    RetentionReport,
+    decide_retention,
+    run_retention,
+)
+from statecraft.checkpoint.retention.scan import RetentionScan, ScanKind, ScannedIteration
 from statecraft.engine import Bindings, Machine
 from statecraft.errors import ConfigError, RetentionError, WriterLeaseError
-from statecraft.proofs.save_scenarios import save_context, shipped_machine
-from statecraft.proofs.validation_scenarios import save_evaluation_pending
+from statecraft.proofs.save.scenarios import save_context, shipped_machine
+from statecraft.proofs.validation.scenarios import save_evaluation_pending
 from statecraft.storage.filesystem import OsFilesystem
 from statecraft.storage.local import LocalStore
 

@@ -1,5 +1,5 @@
-"""JSON schemas of specs/ enforced on the files they describe (statecraft.checkpoint.schemas,
-statecraft.engine.schema, and their two call sites in statecraft.checkpoint.manifest)."""
+"""JSON schemas of specs/ enforced on the files they describe (statecraft.checkpoint.kernel.schemas,
+statecraft.engine.schema, and their two call sites in statecraft.checkpoint.kernel.manifest)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import json
 import attrs
 import pytest
 
-from statecraft.checkpoint.manifest import FileEntry, Manifest, decode_manifest
-from statecraft.checkpoint.schemas import MANIFEST_SCHEMA_FILE, schema_violations
+from statecraft.checkpoint.kernel.manifest import FileEntry, Manifest, decode_manifest
+from statecraft.checkpoint.kernel.schemas import MANIFEST_SCHEMA_FILE, schema_violations
 from statecraft.engine import load_spec
 from statecraft.engine.schema import compile_schema, json_path, schema_problems
 from statecraft.errors import CheckpointCorruptError, CheckpointError

@@ -1,4 +1,5 @@
-"""Tests of statecraft.checkpoint.staging: the reused staging buffers of an async save and the
+"""Tests of statecraft.checkpoint.async_writes.staging: the reused staging buffers of an async save
+and the
 proof that a snapshot shares no storage with the live training state."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import attrs
 import pytest
 import torch
 
-from statecraft.checkpoint.staging import (
+from statecraft.checkpoint.async_writes.staging import (
     Snapshot,
     SnapshotUnsupported,
     StagingBuffers,

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import statecraft as sc
-from statecraft.checkpoint.step import StepEnd
+from statecraft.checkpoint.facade.step import StepEnd
 from statecraft.errors import ConfigError
 
 CONFIG = ["save_every=2", "save_async=false", "keep_optim_last=0"]

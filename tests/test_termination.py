@@ -17,8 +17,8 @@ import pytest
 
 from statecraft.checkpoint.config.knobs import TERMINATION_SIGNALS
 from statecraft.checkpoint.config.schema import TerminationConfig
-from statecraft.checkpoint.stop_records import StopDecision
-from statecraft.checkpoint.termination import TerminationWatch
+from statecraft.checkpoint.stop.records import StopDecision
+from statecraft.checkpoint.stop.termination import TerminationWatch
 from statecraft.errors import ConfigError
 from statecraft.parallel.collectives import SingleProcess
 

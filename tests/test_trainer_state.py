@@ -16,6 +16,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from statecraft.checkpoint.kernel.validation_records import (
+    ValidationIdentity,
+    ValidationStage,
+    ValidationState,
+)
 from statecraft.checkpoint.state import (
     SUPPORTED_SCHEDULER_IDENTITY_VERSIONS,
     TRAINER_STATE_SCHEMA,
@@ -29,11 +34,6 @@ from statecraft.checkpoint.state import (
     gather_rng_inventory,
     optimizer_is_pristine,
     restore_rng_state,
-)
-from statecraft.checkpoint.validation_records import (
-    ValidationIdentity,
-    ValidationStage,
-    ValidationState,
 )
 from statecraft.errors import TrainerStateError
 

@@ -233,8 +233,7 @@ class TestSealRefusesWhatItCannotCommit:
         """Another process writing into the folder between the inventory and the commit:
         the commit is refused and the unit stays uncommitted (the production effects, in
         table order, over the real filesystem)."""
-        from statecraft.checkpoint.transactions import unit_seal as effects
-
+        from statecraft.checkpoint.units import seal_bindings as effects
         _framework_folder(tmp_path, "checkpoint-4", 4)
         ctx = effects.UnitSealContext(store, "checkpoint-4", "hf-trainer", 4)
         effects.adopt_files(ctx)

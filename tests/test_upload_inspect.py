@@ -12,7 +12,7 @@ import pytest
 from checkpoint_runs import RUN, open_checkpointer, train
 
 from statecraft.checkpoint.archive.destination import ArchiveDestination
-from statecraft.checkpoint.transactions.upload import upload_checkpoint
+from statecraft.checkpoint.archive.upload_bindings import upload_checkpoint
 from statecraft.cli import main
 from statecraft.storage.local import LocalStore
 from statecraft.storage.objects import SimBucket

@@ -21,7 +21,7 @@ import statecraft as sc
 from statecraft.checkpoint.archive.destination import ArchiveDestination
 from statecraft.checkpoint.archive.marker import LegacyMarker, UploadedMarker, read_marker
 from statecraft.checkpoint.archive.open import open_bucket
-from statecraft.checkpoint.transactions.upload import upload_checkpoint
+from statecraft.checkpoint.archive.upload_bindings import upload_checkpoint
 from statecraft.errors import ObjectRequestError
 from statecraft.storage.local import LocalStore
 from statecraft.storage.s3_retry import RetryPolicy
@@ -285,8 +285,8 @@ class TestLegacyMarker:
         """A one-line .uploaded of an earlier release reads as a legacy marker (binds nothing)
         and still lets retention with require_uploaded prune its iteration; the iteration
         without any marker is kept."""
-        from statecraft.checkpoint.retention import RetentionPlan, run_retention
-        from statecraft.checkpoint.retention_policies import LatestN
+        from statecraft.checkpoint.retention.policies import LatestN
+        from statecraft.checkpoint.retention.run import RetentionPlan, run_retention
 
         ckpt, objects = open_checkpointer(tmp_path)
         ckpt.resume()

@@ -17,9 +17,9 @@ from statecraft.checkpoint.archive.marker import (
     decode_marker,
 )
 from statecraft.checkpoint.archive.open import upload_destination
+from statecraft.checkpoint.archive.upload_bindings import upload_checkpoint
 from statecraft.checkpoint.config import CheckpointConfig
-from statecraft.checkpoint.layout import RunIdentity
-from statecraft.checkpoint.transactions.upload import upload_checkpoint
+from statecraft.checkpoint.kernel.layout import RunIdentity
 from statecraft.engine import load_spec
 from statecraft.errors import (
     CheckpointCorruptError,
@@ -27,10 +27,10 @@ from statecraft.errors import (
     ConfigError,
     UploadRefusedError,
 )
+from statecraft.proofs.archive.upload_scenarios import REMOTE_PREFIX
 from statecraft.proofs.oracle import CHECKPOINTS_ROOT
-from statecraft.proofs.save_scenarios import save_context, shipped_machine
-from statecraft.proofs.upload_scenarios import REMOTE_PREFIX
-from statecraft.proofs.validation_scenarios import save_evaluation_pending
+from statecraft.proofs.save.scenarios import save_context, shipped_machine
+from statecraft.proofs.validation.scenarios import save_evaluation_pending
 from statecraft.resources import spec_path
 from statecraft.storage import SimWorld
 

@@ -8,14 +8,14 @@ from collections.abc import Callable
 
 import pytest
 
-from statecraft.checkpoint.machines import MACHINE_BINDINGS, load_machine
-from statecraft.checkpoint.transactions import validation as v
+from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS, load_machine
+from statecraft.checkpoint.validation import bindings as v
 from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import Bindings, Machine, load_spec, parse_table
 from statecraft.proofs import ExploreOptions, explore
 from statecraft.proofs.oracle import DiskView
-from statecraft.proofs.validation_checks import oracle_stage
-from statecraft.proofs.validation_scenarios import ValidationScenario, validation_scenarios
+from statecraft.proofs.validation.checks import oracle_stage
+from statecraft.proofs.validation.scenarios import ValidationScenario, validation_scenarios
 from statecraft.resources import machine_path, spec_path
 from statecraft.storage import CrashKind, SimWorld
 

@@ -21,14 +21,14 @@ import torch
 from checkpoint_runs import Objects
 
 import statecraft as sc
-from statecraft.checkpoint.layout import LATEST_POINTER, parse_latest
-from statecraft.checkpoint.state import TrainerState
-from statecraft.checkpoint.validation_records import (
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER, parse_latest
+from statecraft.checkpoint.kernel.validation_records import (
     EVALUATED_RECORD,
     PUBLISHED_RECORD,
     ValidationStage,
     read_stage,
 )
+from statecraft.checkpoint.state import TrainerState
 from statecraft.errors import TrackingError, ValidationFailedError, ValidationIdentityError
 from statecraft.storage.local import LocalStore
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from statecraft.checkpoint.validation_records import (
+from statecraft.checkpoint.kernel.validation_records import (
     EVALUATED_RECORD,
     PUBLISHED_RECORD,
     EvaluatedRecord,

@@ -1,4 +1,4 @@
-"""Tests of statecraft.checkpoint.validation_saving: the durable validation over a real
+"""Tests of statecraft.checkpoint.validation.saving: the durable validation over a real
 LocalStore with real torch objects, its resumed continuation, and every refusal (message
 asserted, committed bytes unchanged)."""
 
@@ -11,20 +11,20 @@ import pytest
 import torch
 from checkpoint_runs import NoLockStore
 
-from statecraft.checkpoint.evaluation import Evaluation
-from statecraft.checkpoint.lease import LEASE_NAME, LEASE_SCHEMA, LeaseRecord, acquire_lease
-from statecraft.checkpoint.machines import load_machine
-from statecraft.checkpoint.saving import save_full_checkpoint
-from statecraft.checkpoint.state import Outcome, TrainerState, UpdateClocks, gather_rng_inventory
-from statecraft.checkpoint.transactions.resume_records import Tracked
-from statecraft.checkpoint.validation_records import (
+from statecraft.checkpoint.fencing.lease import LEASE_NAME, LEASE_SCHEMA, LeaseRecord, acquire_lease
+from statecraft.checkpoint.kernel.evaluation import Evaluation
+from statecraft.checkpoint.kernel.machines import load_machine
+from statecraft.checkpoint.kernel.validation_records import (
     EVALUATED_RECORD,
     PUBLISHED_RECORD,
     ValidationIdentity,
     ValidationStage,
     read_stage,
 )
-from statecraft.checkpoint.validation_saving import (
+from statecraft.checkpoint.resume.records import Tracked
+from statecraft.checkpoint.save.saving import save_full_checkpoint
+from statecraft.checkpoint.state import Outcome, TrainerState, UpdateClocks, gather_rng_inventory
+from statecraft.checkpoint.validation.saving import (
     ValidationReport,
     finish_pending_validation,
     run_durable_validation,
@@ -405,7 +405,7 @@ class TestFence:
     def test_only_records_of_the_iteration_pass(self, store: LocalStore) -> None:
         """The validation's fence lets its two records and their temporaries through and
         refuses every other name, committed files first of all."""
-        from statecraft.checkpoint.transactions.validation import ValidationContext, fence
+        from statecraft.checkpoint.validation.bindings import ValidationContext, fence
 
         ctx = ValidationContext(
             store=store, iteration=STEP, evaluation=Evaluation(Evaluator(), "heldout"),
@@ -426,8 +426,7 @@ class TestExistingRecord:
     def test_a_valid_record_already_there_is_kept(self, store: LocalStore, tmp_path: Path) -> None:
         """A record create that finds a valid record under the name (a retry after an
         ambiguous crash) keeps it as it is and takes its metrics as the durable ones."""
-        from statecraft.checkpoint.transactions import validation as v
-
+        from statecraft.checkpoint.validation import bindings as v
         def upload(ctx: object) -> None:
             raise OSError("bucket unreachable")
 

@@ -17,21 +17,21 @@ from checkpoint_runs import flip_tensor_bit as flip_bit_in
 from retained_runs import invalidate, mark_weights_only, write_decision
 
 import statecraft as sc
-from statecraft.checkpoint.catalog import CheckpointState, classify, scan
-from statecraft.checkpoint.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname
-from statecraft.checkpoint.lifecycle import newest_committed
-from statecraft.checkpoint.machines import load_machine
-from statecraft.checkpoint.retention_marks import MarkKind, newest_resumable, read_mark
-from statecraft.checkpoint.retention_records import (
+from statecraft.checkpoint.facade.lifecycle import newest_committed
+from statecraft.checkpoint.kernel.catalog import CheckpointState, classify, scan
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.kernel.machines import load_machine
+from statecraft.checkpoint.kernel.retention_marks import MarkKind, newest_resumable, read_mark
+from statecraft.checkpoint.kernel.retention_records import (
     INVALIDATED_MARKER,
     WEIGHTS_ONLY_MARKER,
     DecisionRow,
     RetentionAction,
     RetentionDecision,
 )
-from statecraft.checkpoint.saving import save_full_checkpoint
+from statecraft.checkpoint.kernel.verify import verify_checkpoint
+from statecraft.checkpoint.save.saving import save_full_checkpoint
 from statecraft.checkpoint.state import gather_data_state, gather_rng_inventory
-from statecraft.checkpoint.verify import verify_checkpoint
 from statecraft.cli import main
 from statecraft.cli.inspect import inspect_path
 from statecraft.errors import (

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from statecraft.checkpoint.layout import LATEST_POINTER, format_latest
-from statecraft.checkpoint.machines import MACHINE_BINDINGS, load_machine
-from statecraft.checkpoint.retention import RetentionPlan
-from statecraft.checkpoint.retention_policies import LatestN
-from statecraft.checkpoint.retention_records import INVALIDATED_MARKER
-from statecraft.checkpoint.transactions.write_job import (
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER, format_latest
+from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS, load_machine
+from statecraft.checkpoint.kernel.retention_records import INVALIDATED_MARKER
+from statecraft.checkpoint.retention.policies import LatestN
+from statecraft.checkpoint.retention.run import RetentionPlan
+from statecraft.checkpoint.save.write_job_bindings import (
     WriteJobContext,
     WriteJobReport,
     run_write_job,
@@ -22,7 +22,7 @@ from statecraft.checkpoint.transactions.write_job import (
 from statecraft.engine import Machine, parse_table
 from statecraft.engine.crash import FaultKind, IoGate
 from statecraft.errors import CheckpointCorruptError, CheckpointError, RetentionError
-from statecraft.proofs.save_scenarios import save_context
+from statecraft.proofs.save.scenarios import save_context
 from statecraft.resources import machine_path
 from statecraft.storage.filesystem import OsFilesystem
 from statecraft.storage.local import LocalStore

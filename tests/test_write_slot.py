@@ -1,4 +1,5 @@
-"""Tests of statecraft.checkpoint.write_slot: one in-flight write per role, the staged and
+"""Tests of statecraft.checkpoint.async_writes.write_slot: one in-flight write per role, the staged
+and
 durable signals, and a background error raised at the next join exactly once (never lost)."""
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from typing import Any
 import pytest
 import torch
 
-from statecraft.checkpoint.layout import LATEST_POINTER
-from statecraft.checkpoint.machines import load_machine
-from statecraft.checkpoint.plan import CHECKPOINT_PLAN
-from statecraft.checkpoint.staging import StagingBuffers
-from statecraft.checkpoint.transactions.save import SaveContext
-from statecraft.checkpoint.write_slot import PendingSave, WriteSlot, WriteSlots
+from statecraft.checkpoint.async_writes.staging import StagingBuffers
+from statecraft.checkpoint.async_writes.write_slot import PendingSave, WriteSlot, WriteSlots
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER
+from statecraft.checkpoint.kernel.machines import load_machine
+from statecraft.checkpoint.kernel.plan import CHECKPOINT_PLAN
+from statecraft.checkpoint.save.bindings import SaveContext
 from statecraft.engine.crash import FaultKind, IoGate
 from statecraft.errors import CheckpointError, DiskFullError
 from statecraft.storage.filesystem import OsFilesystem

@@ -12,11 +12,9 @@ from pathlib import Path
 from checkpoint_runs import RUN, open_checkpointer, train
 
 import statecraft as sc
-from statecraft.checkpoint.layout import iter_dirname
-from statecraft.checkpoint.machines import load_machine
-from statecraft.checkpoint.saving import save_full_checkpoint
-from statecraft.checkpoint.state import gather_rng_inventory
-from statecraft.checkpoint.validation_records import (
+from statecraft.checkpoint.kernel.layout import iter_dirname
+from statecraft.checkpoint.kernel.machines import load_machine
+from statecraft.checkpoint.kernel.validation_records import (
     EVALUATED_RECORD,
     PUBLISHED_RECORD,
     EvaluatedRecord,
@@ -25,6 +23,8 @@ from statecraft.checkpoint.validation_records import (
     ValidationStage,
     ValidationState,
 )
+from statecraft.checkpoint.save.saving import save_full_checkpoint
+from statecraft.checkpoint.state import gather_rng_inventory
 from statecraft.storage.local import LocalStore
 
 IDENTITY = ValidationIdentity(True, "heldout", ValidationIdentity.config_digest({"every": 10}))

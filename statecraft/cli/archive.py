@@ -103,7 +103,7 @@ def _progress(args: argparse.Namespace, label: str) -> Progress:
 def run_archive_publish(args: argparse.Namespace) -> int:
     """``statecraft archive publish``."""
     from statecraft.checkpoint.archive.destination import ArchiveDestination, parse_s3_uri
-    from statecraft.checkpoint.layout import ARTIFACTS_DIR, parse_iter_dirname
+    from statecraft.checkpoint.kernel.layout import ARTIFACTS_DIR, parse_iter_dirname
     from statecraft.storage.local import LocalStore
 
     command = "archive publish"
@@ -134,7 +134,7 @@ def run_archive_publish(args: argparse.Namespace) -> int:
                 "Pass --upload-prefix s3://<bucket>/<prefix>, or add --bucket <bucket>.",
             )
         bucket = open_s3_bucket(args, bucket_name)
-        from statecraft.checkpoint.transactions.publish import publish_artifact
+        from statecraft.checkpoint.archive.publish_bindings import publish_artifact
 
         report = publish_artifact(
             LocalStore(str(artifact_dir.parent)), iteration, ArchiveDestination(bucket, prefix)
@@ -164,7 +164,7 @@ def run_archive_fetch(args: argparse.Namespace) -> int:
     import posixpath
 
     from statecraft.checkpoint.archive.destination import parse_s3_uri
-    from statecraft.checkpoint.transactions.fetch import fetch_archive
+    from statecraft.checkpoint.archive.fetch_bindings import fetch_archive
     from statecraft.storage.local import LocalStore
 
     command = "archive fetch"

@@ -1,6 +1,6 @@
 """``statecraft lease show s3://bucket/prefix`` and ``statecraft lease takeover s3://bucket/prefix``:
 the object-store writer lease of a direct checkpoints root (``.statecraft-lease.json``,
-:mod:`statecraft.checkpoint.object_lease`).
+:mod:`statecraft.checkpoint.fencing.object_lease`).
 
 - ``show`` prints the lease (owner, host, PID, generation, since, expiry, live / expired /
   released). Read-only.
@@ -48,7 +48,7 @@ def run_lease_show(args: argparse.Namespace) -> int:
     """``statecraft lease show ROOT``."""
     import time
 
-    from statecraft.checkpoint.object_lease import read_object_lease
+    from statecraft.checkpoint.fencing.object_lease import read_object_lease
 
     command = "lease show"
     try:
@@ -67,7 +67,7 @@ def run_lease_show(args: argparse.Namespace) -> int:
 
 def run_lease_takeover(args: argparse.Namespace) -> int:
     """``statecraft lease takeover ROOT [--expect-owner OWNER]``; see the module doc."""
-    from statecraft.checkpoint.object_lease import read_object_lease, take_over_seen_lease
+    from statecraft.checkpoint.fencing.object_lease import read_object_lease, take_over_seen_lease
 
     command = "lease takeover"
     try:

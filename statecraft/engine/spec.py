@@ -4,13 +4,13 @@ Format (TOML, one file per machine in ``specs/``; documented in ``docs/specs.md`
 
     schema = "statecraft.spec.v1"
     machine = "save"
-    scenarios = "statecraft.proofs.save_scenarios:save_scenarios"   # module:callable -> scenarios
+    scenarios = "statecraft.proofs.save.scenarios:save_scenarios"   # module:callable -> scenarios
     summary = "One paragraph: what the transaction promises."
 
     [[guarantees]]
     id = "SAVE-1"
     statement = "latest_checkpoint.txt names only a complete, verified checkpoint."
-    check = "statecraft.proofs.save_checks:latest_names_complete"   # module:callable
+    check = "statecraft.proofs.save.checks:latest_names_complete"   # module:callable
     at = ["crashed", "recovered"]          # phases it must hold in (default: both)
     kinds = ["process_kill", "power_loss"] # crash kinds it applies to (default: all)
 

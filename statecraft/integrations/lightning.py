@@ -17,7 +17,7 @@ Call order (Lightning's strategy drives it, rank 0 only):
 4. ``teardown()`` -- end of ``fit``/``test``: joins the write in flight; the IO stays usable.
 
 With ``async_save=True`` the training thread blocks only for the join of the previous write
-and a CPU copy of the checkpoint's tensors (:class:`~statecraft.checkpoint.staging.
+and a CPU copy of the checkpoint's tensors (:class:`~statecraft.checkpoint.async_writes.staging.
 StagingBuffers`); ``torch.save`` and the commit run on statecraft's write slot. A write's
 error is raised by the next save, remove, load or teardown, never lost. A remove asked for
 while a write is in flight is done after that write committed (at the next join), so top-k
@@ -49,9 +49,13 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 import torch
 
-from statecraft.checkpoint.staging import SnapshotUnsupported, StagingBuffers, isolation_problem
+from statecraft.checkpoint.async_writes.staging import (
+    SnapshotUnsupported,
+    StagingBuffers,
+    isolation_problem,
+)
+from statecraft.checkpoint.async_writes.write_slot import PendingSave, WriteSlot
 from statecraft.checkpoint.units import UnitReport, prune_slot, seal_generation
-from statecraft.checkpoint.write_slot import PendingSave, WriteSlot
 from statecraft.errors import UnitError, UnitNotCommittedError
 from statecraft.integrations.lightning_slots import (
     CHECKPOINT_FILE,

@@ -1,5 +1,5 @@
 """Damage a scenario applies to the disk after its previous checkpoints are committed (the
-``setup_extra`` of :class:`~statecraft.proofs.save_scenarios.SaveScenario`), so resume's
+``setup_extra`` of :class:`~statecraft.proofs.save.scenarios.SaveScenario`), so resume's
 fallback rules are proven by the crash explorer, not only by unit tests.
 
 Every damage acts on raw simulated-disk bytes (no production code), and the explorer then

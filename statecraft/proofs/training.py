@@ -26,6 +26,7 @@ import attrs
 import numpy as np
 import torch
 
+from statecraft.checkpoint.resume.records import Tracked
 from statecraft.checkpoint.state import (
     RngInventory,
     TrainerState,
@@ -33,7 +34,6 @@ from statecraft.checkpoint.state import (
     capture_rng_state,
     gather_rng_inventory,
 )
-from statecraft.checkpoint.transactions.resume_records import Tracked
 
 __all__ = [
     "SALT_RETRY",
@@ -218,7 +218,7 @@ class LoadedState:
 def tracked_at(iteration: int, *, salt: int) -> Tracked:
     """The live objects of a run at ``iteration`` as the facade tracks them (no data
     source), holding the state :func:`expected_payloads` describes: for scenarios that save
-    through the production :func:`~statecraft.checkpoint.saving.save_full_checkpoint`.
+    through the production :func:`~statecraft.checkpoint.save.saving.save_full_checkpoint`.
     Saving never changes them, so they are built once per (iteration, salt)."""
     model, optimizer, scheduler, clocks = _objects_at(iteration)
     return Tracked(

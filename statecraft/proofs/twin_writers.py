@@ -1,6 +1,7 @@
 """Two writers of one attempt, interleaved at every I/O point (issue 8, item 1).
 
-Writer A (holding the writer lease, :mod:`statecraft.checkpoint.lease`) saves ``iter_4`` over
+Writer A (holding the writer lease, :mod:`statecraft.checkpoint.fencing.lease`) saves ``iter_4``
+over
 a committed ``iter_2``. At A's I/O operation number ``k`` — for every ``k`` of A's save — a
 second process B starts on the same simulated disk:
 
@@ -11,9 +12,9 @@ second process B starts on the same simulated disk:
   then A continues. A's fence (the lease re-read at each publication) must stop it.
 
 After each run the save contract's own checks judge the disk: SAVE-IMMUTABLE
-(:func:`~statecraft.proofs.save_checks.committed_iterations_never_rewritten`) and
+(:func:`~statecraft.proofs.save.checks.committed_iterations_never_rewritten`) and
 SAVE-LATEST-MONOTONIC
-(:func:`~statecraft.proofs.save_checks.latest_never_absent_or_older`), both from the state
+(:func:`~statecraft.proofs.save.checks.latest_never_absent_or_older`), both from the state
 before A's save and from the state B left (so B's commit is protected too).
 ``broken=True`` runs A without its lease (the save as it was before fencing): the harness
 must catch it.
@@ -28,16 +29,16 @@ from collections.abc import Callable
 
 import attrs
 
-from statecraft.checkpoint.lease import WriterLease, acquire_lease
+from statecraft.checkpoint.fencing.lease import WriterLease, acquire_lease
 from statecraft.engine.crash import Fault, IoGate
 from statecraft.engine.runner import RunResult
 from statecraft.errors import GuaranteeViolation, WriterLeaseError
 from statecraft.proofs.oracle import CHECKPOINTS_ROOT
-from statecraft.proofs.save_checks import (
+from statecraft.proofs.save.checks import (
     committed_iterations_never_rewritten,
     latest_never_absent_or_older,
 )
-from statecraft.proofs.save_scenarios import SaveScenario, save_context, shipped_machine
+from statecraft.proofs.save.scenarios import SaveScenario, save_context, shipped_machine
 from statecraft.proofs.scenario import CheckContext
 from statecraft.proofs.training import SALT_RETRY, SALT_RUN, SALT_SETUP
 from statecraft.storage.sim import SimWorld

@@ -1,7 +1,8 @@
 """The ``Writer`` protocol: how a checkpoint's payloads become entries in a store.
 
 In the style of torch DCP's ``StorageWriter``, a writer is driven by the ``save`` transaction in
-a fixed order; *what* to write is the plan (:mod:`statecraft.checkpoint.plan`), *where and how*
+a fixed order; *what* to write is the plan (:mod:`statecraft.checkpoint.kernel.plan`), *where and
+how*
 bytes become durable is the store (:class:`~statecraft.storage.base.Store`). The writer only
 turns payloads into bytes in that store.
 
@@ -46,7 +47,7 @@ __all__ = ["PlanLike", "Writer", "tensor_bytes"]
 
 
 class PlanLike(Protocol):
-    """What a writer sees of a save plan (``statecraft.checkpoint.manifest.SavePlan``; the
+    """What a writer sees of a save plan (``statecraft.checkpoint.kernel.manifest.SavePlan``; the
     writers sit below the checkpoint domain and do not import it)."""
 
     @property

@@ -24,9 +24,9 @@ from typing import Any
 import attrs
 
 from statecraft.checkpoint.archive.inventory import ArchiveEntry
-from statecraft.checkpoint.layout import ARTIFACT_MANIFEST_NAME
-from statecraft.checkpoint.manifest import strict_converter, structure_record
-from statecraft.checkpoint.schemas import encode_conforming, schema_violations
+from statecraft.checkpoint.kernel.layout import ARTIFACT_MANIFEST_NAME
+from statecraft.checkpoint.kernel.manifest import strict_converter, structure_record
+from statecraft.checkpoint.kernel.schemas import encode_conforming, schema_violations
 from statecraft.errors import CheckpointCorruptError, CheckpointError
 from statecraft.storage.objects import BucketClient
 
@@ -60,7 +60,7 @@ class ArchiveDeclaration:
     Attributes:
         iteration: the artifact's ``iter_N``.
         files: every archived file (the manifest included), sorted by path, each with sha256.
-        manifest: the commit record's name (:data:`~statecraft.checkpoint.layout.
+        manifest: the commit record's name (:data:`~statecraft.checkpoint.kernel.layout.
             ARTIFACT_MANIFEST_NAME`), uploaded last.
         schema: :data:`DECLARATION_SCHEMA`.
     """

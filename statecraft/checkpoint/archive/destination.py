@@ -14,7 +14,12 @@ import re
 import attrs
 
 from statecraft.checkpoint.archive.marker import DestinationRecord
-from statecraft.checkpoint.layout import ARTIFACTS_DIR, CHECKPOINTS_DIR, RunIdentity, iter_dirname
+from statecraft.checkpoint.kernel.layout import (
+    ARTIFACTS_DIR,
+    CHECKPOINTS_DIR,
+    RunIdentity,
+    iter_dirname,
+)
 from statecraft.errors import ConfigError, ConfigIssue
 from statecraft.storage.objects import ArchiveBucket
 

@@ -27,8 +27,8 @@ from typing import Literal
 import attrs
 
 from statecraft.checkpoint.archive.inventory import ArchiveEntry
-from statecraft.checkpoint.manifest import strict_converter, structure_record
-from statecraft.checkpoint.schemas import encode_conforming, json_text_violations
+from statecraft.checkpoint.kernel.manifest import strict_converter, structure_record
+from statecraft.checkpoint.kernel.schemas import encode_conforming, json_text_violations
 from statecraft.errors import CheckpointCorruptError
 from statecraft.storage.base import Store
 from statecraft.storage.s3_credentials import S3Identity

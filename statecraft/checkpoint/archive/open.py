@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from statecraft.checkpoint.archive.destination import ArchiveDestination, default_prefix
-from statecraft.checkpoint.layout import RunIdentity
+from statecraft.checkpoint.kernel.layout import RunIdentity
 from statecraft.errors import ConfigError, ConfigIssue, CredentialsError, ObjectRequestError
 from statecraft.storage.s3 import S3Bucket
 from statecraft.storage.s3_credentials import load_credentials

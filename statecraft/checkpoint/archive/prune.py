@@ -26,8 +26,8 @@ import attrs
 
 from statecraft.checkpoint.archive.inventory import sha256_of
 from statecraft.checkpoint.archive.marker import LegacyMarker, UploadedMarker, read_marker
-from statecraft.checkpoint.archive.release import RELEASE_NAME, ReleaseRecord, release_path
-from statecraft.checkpoint.layout import ARTIFACT_MANIFEST_NAME, parse_iter_dirname
+from statecraft.checkpoint.kernel.artifact_release import RELEASE_NAME, ReleaseRecord, release_path
+from statecraft.checkpoint.kernel.layout import ARTIFACT_MANIFEST_NAME, parse_iter_dirname
 from statecraft.errors import CheckpointCorruptError, ObjectRequestError
 from statecraft.storage.filesystem import OsFilesystem
 from statecraft.storage.local import LocalStore

@@ -220,7 +220,7 @@ def _file_name(value: Any, path: str) -> tuple[Any, list[ConfigIssue]]:
 def parse_deadline(value: str) -> float | None:
     """The wall-clock deadline ``termination.deadline`` names, as a unix time; ``None`` for
     ``""`` (no deadline) and for ``"slurm"`` (resolved from ``$SLURM_JOB_END_TIME`` when the
-    watch starts, :mod:`statecraft.checkpoint.termination`).
+    watch starts, :mod:`statecraft.checkpoint.stop.termination`).
 
     Accepted: ``""``, ``"slurm"``, a unix time in whole seconds (``"1767225600"``), or an ISO
     8601 date-time with a UTC offset (``"2026-12-01T18:00:00+00:00"``, ``...Z``).

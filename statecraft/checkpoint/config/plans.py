@@ -1,6 +1,6 @@
 """The component plans a config makes active, and the warnings a partial active plan earns.
 
-Two knobs hold a plan (:class:`~statecraft.checkpoint.components.ComponentPlan`):
+Two knobs hold a plan (:class:`~statecraft.checkpoint.kernel.components.ComponentPlan`):
 
 ::
 
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from statecraft.checkpoint.components import ComponentPlan
+from statecraft.checkpoint.kernel.components import ComponentPlan
 
 if TYPE_CHECKING:
     from statecraft.checkpoint.config.schema import CheckpointConfig

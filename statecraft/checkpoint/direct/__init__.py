@@ -1,6 +1,6 @@
 """The direct object-store primary (``checkpoint_store.backend=object_store``): DCP shards,
 control generations, the manifest and ``latest`` written straight to a bucket, fenced by the
-object-store lease (:mod:`statecraft.checkpoint.object_lease`).
+object-store lease (:mod:`statecraft.checkpoint.fencing.object_lease`).
 
 - :mod:`~statecraft.checkpoint.direct.root`: the root (``s3://bucket/prefix``) and its opener.
 - :mod:`~statecraft.checkpoint.direct.manifest`: the commit record

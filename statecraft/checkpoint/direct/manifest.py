@@ -34,9 +34,9 @@ from typing import Any
 
 import attrs
 
-from statecraft.checkpoint.layout import MANIFEST_NAME, iter_dirname
-from statecraft.checkpoint.manifest import FileEntry, strict_converter, structure_record
-from statecraft.checkpoint.schemas import encode_conforming, json_text_violations
+from statecraft.checkpoint.kernel.layout import MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.kernel.manifest import FileEntry, strict_converter, structure_record
+from statecraft.checkpoint.kernel.schemas import encode_conforming, json_text_violations
 from statecraft.errors import CheckpointCorruptError
 from statecraft.storage.base import FileRecord
 

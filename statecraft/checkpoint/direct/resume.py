@@ -13,7 +13,8 @@ Order (nothing is loaded into a tracked object before every check passed):
    item's xxh3 digest verified; nothing is downloaded to a local cache), into scratch targets
    shaped by the live objects (``dcp_state``; DCP's load planner reshards when the world size
    differs; a pristine optimizer is reset and given its saved group options first);
-4. everything lands all or nothing (:func:`~statecraft.checkpoint.loading.load_all_or_nothing`:
+4. everything lands all or nothing
+   (:func:`~statecraft.checkpoint.kernel.loading.load_all_or_nothing`:
    fit checks, then model, optimizer, scheduler, RNG, clocks, loop state; a failure restores
    every object loaded before it).
 
@@ -41,13 +42,13 @@ from typing import Any
 import torch
 import torch.distributed.checkpoint as dcp
 
+from statecraft.checkpoint.direct.bindings import read_latest
 from statecraft.checkpoint.direct.manifest import DirectManifest, decode_direct_manifest
-from statecraft.checkpoint.layout import MANIFEST_NAME, iter_dirname
-from statecraft.checkpoint.loading import Components, _pristine_groups, load_all_or_nothing
+from statecraft.checkpoint.kernel.layout import MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.kernel.loading import Components, _pristine_groups, load_all_or_nothing
+from statecraft.checkpoint.resume.records import ResumeResult
 from statecraft.checkpoint.state import DataState, TrainerState
 from statecraft.checkpoint.state.scheduler_identity import check_scheduler_identity
-from statecraft.checkpoint.transactions.direct_save import read_latest
-from statecraft.checkpoint.transactions.resume_records import ResumeResult
 from statecraft.errors import CheckpointCorruptError, ResumeError
 from statecraft.parallel.collectives import Collective
 from statecraft.parallel.rank0 import on_rank_zero
@@ -276,7 +277,8 @@ def load_direct_checkpoint(
 # ----------------------------------------------------------------------------- the facade
 class ObjectRootLease:
     """The facade's writer lease under ``backend=object_store`` (rank 0): the local attempt's
-    :class:`~statecraft.checkpoint.lease.WriterLease` (the run directory, resolved config and
+    :class:`~statecraft.checkpoint.fencing.lease.WriterLease` (the run directory, resolved config
+    and
     RUN_TS stay local) plus the direct root's ``ObjectStoreLease``. :meth:`check` checks both;
     :meth:`release` releases the object lease first (the next job on the root may start at
     once), then the local one."""
@@ -374,7 +376,7 @@ def resume_direct(ckpt: Any) -> ResumeResult:
         and what :func:`load_direct_checkpoint` raises.
     """
     from statecraft.checkpoint.direct.root import open_direct_root
-    from statecraft.checkpoint.object_lease import acquire_object_lease
+    from statecraft.checkpoint.fencing.object_lease import acquire_object_lease
 
     config = ckpt.config
     store_config = config.checkpoint_store

@@ -30,7 +30,12 @@ import attrs
 from statecraft.checkpoint.archive.destination import default_prefix, parse_s3_uri
 from statecraft.checkpoint.archive.open import resolve_credentials_path
 from statecraft.checkpoint.config.schema import CheckpointStoreConfig
-from statecraft.checkpoint.layout import RunAttempt, RunIdentity, iter_dirname, parse_iter_dirname
+from statecraft.checkpoint.kernel.layout import (
+    RunAttempt,
+    RunIdentity,
+    iter_dirname,
+    parse_iter_dirname,
+)
 from statecraft.errors import ConfigError, ConfigIssue, CredentialsError, ObjectRequestError
 from statecraft.storage.objects import ArchiveBucket, ObjectStore
 from statecraft.storage.s3 import S3Bucket

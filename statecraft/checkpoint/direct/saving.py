@@ -41,16 +41,18 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import SavePlan
 
-from statecraft.checkpoint.layout import iter_dirname
-from statecraft.checkpoint.loading import dcp_optimizer_payload
-from statecraft.checkpoint.machines import shipped_machine
-from statecraft.checkpoint.saving import SaveReport, capture_trainer
-from statecraft.checkpoint.state import DataState
-from statecraft.checkpoint.transactions.direct_save import (
+from statecraft._version import __version__
+from statecraft.checkpoint.direct.bindings import (
     DirectPlan,
     DirectSaveContext,
 )
-from statecraft.checkpoint.validation_records import ValidationState
+from statecraft.checkpoint.kernel.layout import iter_dirname
+from statecraft.checkpoint.kernel.loading import dcp_optimizer_payload
+from statecraft.checkpoint.kernel.machines import shipped_machine
+from statecraft.checkpoint.kernel.validation_records import ValidationState
+from statecraft.checkpoint.save.saving import SaveReport
+from statecraft.checkpoint.state import DataState
+from statecraft.checkpoint.state.capture import capture_trainer
 from statecraft.parallel.collectives import Collective
 from statecraft.parallel.coordinated import rank_zero_effects
 from statecraft.parallel.rank0 import on_rank_zero
@@ -101,7 +103,7 @@ def component_states(tracked: Any) -> dict[str, dict[str, Any]]:
     rules as the local DCP save): ``model`` (this rank's shards under FSDP2, the replicated
     tensors otherwise) and, when an optimizer is tracked, ``optim`` (its state with DCP's probe
     rolled back; a never-stepped optimizer saves only its param-group options,
-    :func:`~statecraft.checkpoint.loading.dcp_optimizer_payload`)."""
+    :func:`~statecraft.checkpoint.kernel.loading.dcp_optimizer_payload`)."""
     from statecraft.checkpoint.state import dcp_state
 
     states: dict[str, dict[str, Any]] = {"model": dcp_state.model_state_for_save(tracked.model)}
@@ -241,8 +243,6 @@ def save_direct_checkpoint(
 
 
 def _writer_info(lease: Any) -> dict[str, Any]:
-    from statecraft import __version__
-
     info: dict[str, Any] = {
         "host": socket.gethostname(),
         "pid": os.getpid(),
@@ -255,6 +255,6 @@ def _writer_info(lease: Any) -> dict[str, Any]:
 
 def _fenced_pointer(store: Store, lease: Any, path: str, data: bytes) -> None:
     """Latest through the lease's fenced write (``write_pointer_fenced``)."""
-    from statecraft.checkpoint.object_lease import write_pointer_fenced
+    from statecraft.checkpoint.fencing.object_lease import write_pointer_fenced
 
     write_pointer_fenced(store, lease, path, data)  # type: ignore[arg-type]

@@ -3,7 +3,7 @@ loaded payload into the fields of a :class:`~statecraft.checkpoint.state.Trainer
 error naming every bad field.
 
 Versions: ``v3`` (written) = ``v2`` + ``validation`` (a ``statecraft.validation-state.v1``
-mapping, :class:`~statecraft.checkpoint.validation_records.ValidationState`, or ``None``);
+mapping, :class:`~statecraft.checkpoint.kernel.validation_records.ValidationState`, or ``None``);
 ``v2`` = ``v1`` + ``stateful`` and ``optimizer_class``; legacy files carry no schema. A file
 older than v3 reads with ``validation=None``."""
 
@@ -22,7 +22,7 @@ from statecraft.checkpoint.state.problems import (
 from statecraft.checkpoint.state.rng_inventory import RngInventory
 from statecraft.checkpoint.state.safe_values import unsafe_paths
 from statecraft.checkpoint.state.scheduler_identity import SchedulerIdentity
-from statecraft.checkpoint.validation_records import ValidationState
+from statecraft.checkpoint.state.validation_state import ValidationState
 from statecraft.errors import TrainerStateError
 
 __all__ = [

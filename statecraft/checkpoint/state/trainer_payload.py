@@ -24,7 +24,8 @@ The call order of a training loop, and who calls each step:
 
 Schema versions: ``statecraft.trainer-state.v3`` (written) adds ``validation`` (the run's
 validation identity and the checkpoint's validation stage at save time,
-:class:`~statecraft.checkpoint.validation_records.ValidationState`); ``v2`` added ``stateful``
+:class:`~statecraft.checkpoint.kernel.validation_records.ValidationState`); ``v2`` added
+``stateful``
 (name -> ``state_dict()`` of each named stateful object) and ``optimizer_class`` and let
 ``extra`` (the loop state) hold any weights_only-safe value, tensors included; ``v2``, ``v1``
 and legacy (schema-less) files are still read (``validation=None``; v1 and legacy: no stateful
@@ -64,7 +65,7 @@ from statecraft.checkpoint.state.trainer_fields import (
     stateful_problems,
     value_problems,
 )
-from statecraft.checkpoint.validation_records import ValidationState
+from statecraft.checkpoint.state.validation_state import ValidationState
 from statecraft.errors import TrainerStateError
 
 __all__ = [

@@ -30,7 +30,6 @@ from statecraft.checkpoint.units.verify import (
 )
 
 if TYPE_CHECKING:
-    from statecraft.checkpoint.transactions.unit_seal import Payload
     from statecraft.checkpoint.units.generations import (
         generation_name,
         generation_units,
@@ -41,6 +40,7 @@ if TYPE_CHECKING:
     )
     from statecraft.checkpoint.units.prune import prune_unit
     from statecraft.checkpoint.units.seal import UnitReport, seal_unit
+    from statecraft.checkpoint.units.seal_bindings import Payload
 
 __all__ = [
     "UNIT_MANIFEST_NAME",
@@ -66,7 +66,7 @@ __all__ = [
 ]
 
 _LAZY = {
-    "Payload": "statecraft.checkpoint.transactions.unit_seal",
+    "Payload": "statecraft.checkpoint.units.seal_bindings",
     "UnitReport": "statecraft.checkpoint.units.seal",
     "seal_unit": "statecraft.checkpoint.units.seal",
     "prune_unit": "statecraft.checkpoint.units.prune",

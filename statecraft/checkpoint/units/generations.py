@@ -14,11 +14,11 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from statecraft.checkpoint.transactions.unit_seal import Payload
 from statecraft.checkpoint.units.adopt import newest_committed
 from statecraft.checkpoint.units.manifest import MetaValue
 from statecraft.checkpoint.units.prune import prune_unit
 from statecraft.checkpoint.units.seal import UnitReport, seal_unit
+from statecraft.checkpoint.units.seal_bindings import Payload
 from statecraft.checkpoint.units.verify import UnitVerdict
 from statecraft.storage.base import Store
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import attrs
 
-from statecraft.checkpoint.manifest import FileEntry, strict_converter, structure_record
-from statecraft.checkpoint.schemas import encode_conforming, schema_violations
+from statecraft.checkpoint.kernel.manifest import FileEntry, strict_converter, structure_record
+from statecraft.checkpoint.kernel.schemas import encode_conforming, schema_violations
 from statecraft.errors import CheckpointError, UnitDamagedError
 
 __all__ = [

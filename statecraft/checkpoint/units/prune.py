@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from statecraft.checkpoint.machines import shipped_machine
-from statecraft.checkpoint.transactions.unit_prune import UnitPruneContext
+from statecraft.checkpoint.kernel.machines import shipped_machine
+from statecraft.checkpoint.units.prune_bindings import UnitPruneContext
 from statecraft.storage.base import Store
 
 __all__ = ["prune_unit"]

@@ -8,9 +8,9 @@ from typing import Any
 
 import attrs
 
-from statecraft.checkpoint.machines import shipped_machine
-from statecraft.checkpoint.transactions.unit_seal import Payload, UnitSealContext
+from statecraft.checkpoint.kernel.machines import shipped_machine
 from statecraft.checkpoint.units.manifest import MetaValue, UnitManifest
+from statecraft.checkpoint.units.seal_bindings import Payload, UnitSealContext
 from statecraft.errors import UnitError
 from statecraft.storage.base import Store
 

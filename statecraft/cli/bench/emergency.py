@@ -71,7 +71,7 @@ def _checkpointer(root: str, model: Any, optimizer: Any, **knobs: Any) -> Any:
 
 def _emergency_once(root: str, model: Any, optimizer: Any) -> tuple[float, float, str]:
     """(wall seconds of ``step_end()``, the report's decision-to-durable seconds, its path)."""
-    from statecraft.checkpoint.stop_records import EmergencyKind
+    from statecraft.checkpoint.stop.records import EmergencyKind
 
     sentinel_dir = Path(root) / "slurm-logs"
     sentinel_dir.mkdir()

@@ -53,8 +53,8 @@ def _sim_save_runs(runs: int) -> dict[str, Any]:
     observation, then the run, whose time outside the effects is the engine's."""
     import torch
 
-    from statecraft.checkpoint.machines import load_machine
-    from statecraft.checkpoint.transactions.save import SaveContext, full_save_plan
+    from statecraft.checkpoint.kernel.machines import load_machine
+    from statecraft.checkpoint.save.bindings import SaveContext, full_save_plan
     from statecraft.storage import SimWorld
 
     machine = load_machine("save")

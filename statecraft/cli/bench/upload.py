@@ -129,7 +129,7 @@ def _write_checkpoint(root: str, size_mib: int) -> tuple[Any, int, str]:
 def _files(store: Any, name: str) -> list[tuple[str, int]]:
     """The checkpoint's archived files in upload order (the manifest last)."""
     from statecraft.checkpoint.archive.inventory import archived_files, upload_order
-    from statecraft.checkpoint.layout import MANIFEST_NAME
+    from statecraft.checkpoint.kernel.layout import MANIFEST_NAME
 
     sizes = dict(archived_files(store, name))
     return [(rel, sizes[rel]) for rel in upload_order(sizes, last=(MANIFEST_NAME,))]
@@ -141,7 +141,7 @@ def _upload_ours(bucket: Any, store: Any, iteration: int, name: str, prefix: str
     from statecraft.checkpoint.archive.destination import ArchiveDestination
 
     destination = ArchiveDestination(bucket, prefix)
-    upload = _optional("statecraft.checkpoint.transactions.upload", "upload_checkpoint")
+    upload = _optional("statecraft.checkpoint.archive.upload_bindings", "upload_checkpoint")
     if upload is not None:
         upload(store, iteration, destination)
         if store.stat(f"{name}/.uploaded") is not None:  # the next round uploads again
@@ -159,7 +159,7 @@ def _fetch_ours(bucket: Any, remote: str, files: list[str], where: str) -> None:
     from statecraft.storage.local import LocalStore
 
     store = LocalStore(where)
-    fetch = _optional("statecraft.checkpoint.transactions.fetch", "fetch_archive")
+    fetch = _optional("statecraft.checkpoint.archive.fetch_bindings", "fetch_archive")
     if fetch is not None:
         fetch(bucket, remote, store, "fetched")
         return
@@ -289,12 +289,12 @@ def measure_upload(
     seconds = {k: statistics.median(v) for k, v in samples.items()}
     upload_impl = (
         "upload_checkpoint"
-        if _optional("statecraft.checkpoint.transactions.upload", "upload_checkpoint")
+        if _optional("statecraft.checkpoint.archive.upload_bindings", "upload_checkpoint")
         else "upload_from (stand-in)"
     )
     fetch_impl = (
         "fetch_archive"
-        if _optional("statecraft.checkpoint.transactions.fetch", "fetch_archive")
+        if _optional("statecraft.checkpoint.archive.fetch_bindings", "fetch_archive")
         else "download_into (stand-in)"
     )
     return {

@@ -7,14 +7,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from statecraft.checkpoint.catalog import CheckpointState, LatestState, classify, scan
-from statecraft.checkpoint.layout import (
+from statecraft.checkpoint.kernel.catalog import CheckpointState, LatestState, classify, scan
+from statecraft.checkpoint.kernel.layout import (
     CHECKPOINTS_DIR,
     LATEST_POINTER,
     iter_dirname,
     newest_attempt,
 )
-from statecraft.checkpoint.validation_records import PUBLISHED_RECORD
+from statecraft.checkpoint.kernel.validation_records import PUBLISHED_RECORD
 from statecraft.cli.demo.records import Launch
 from statecraft.cli.demo_train import DEMO_RUN
 from statecraft.storage.local import LocalStore

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from statecraft.checkpoint.layout import LATEST_POINTER, parse_latest
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER, parse_latest
 from statecraft.cli.demo.compare import compare_checkpoints
 from statecraft.cli.demo.disk import (
     checkpoints_dir,

@@ -7,9 +7,9 @@ import json
 import random
 from pathlib import Path
 
-from statecraft.checkpoint.catalog import classify
-from statecraft.checkpoint.layout import parse_iter_dirname
-from statecraft.checkpoint.stop_records import DONE_FILE
+from statecraft.checkpoint.kernel.catalog import classify
+from statecraft.checkpoint.kernel.layout import parse_iter_dirname
+from statecraft.checkpoint.stop.records import DONE_FILE
 from statecraft.cli.demo.disk import ADOPTABLE
 from statecraft.cli.demo.launch import SENTINEL_NAME
 from statecraft.cli.demo.records import Launch

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from statecraft.checkpoint.layout import LATEST_POINTER
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER
 from statecraft.cli.demo.launch import SENTINEL_NAME
 from statecraft.cli.demo.records import DemoReport, Launch
 

@@ -26,11 +26,12 @@ listing every newer one it passes over with the reason. Each attempt's partial a
 (``checkpoint_artifacts/iter_*``) are listed too (kind ``artifact``, components,
 ``committed`` / ``partial`` / ``corrupt``), and "resume=auto would: adopt iter_N (stage) /
 start fresh / refuse: <reason>" is decided by the resume machine's own artifact rules
-(:func:`~statecraft.checkpoint.transactions.resume_rules.auto_outcome`). PATH may also be a
+(:func:`~statecraft.checkpoint.resume.rules.auto_outcome`). PATH may also be a
 ``checkpoint_artifacts/`` dir or one artifact (then it says why ``resume=PATH`` is refused).
 
 Classification is exactly resume's: both read the checkpoint catalog
-(:func:`~statecraft.checkpoint.catalog.scan`, level ``"digest"`` with ``--verify``, ``"size"``
+(:func:`~statecraft.checkpoint.kernel.catalog.scan`, level ``"digest"`` with ``--verify``,
+``"size"``
 without) and the layout's RUN_TS rule, so a checkpoint shown ``committed`` is one resume (at
 that verification level) would accept.
 

@@ -1,22 +1,22 @@
 """The artifact part of ``statecraft inspect``: an attempt's ``checkpoint_artifacts/`` (each
 artifact's kind, components, state and files, from the artifact catalog) and the "resume=auto
 would" record, computed by the resume machine's own rules
-(:func:`~statecraft.checkpoint.transactions.resume_rules.auto_outcome`)."""
+(:func:`~statecraft.checkpoint.resume.rules.auto_outcome`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from statecraft.checkpoint.artifact_catalog import (
+from statecraft.checkpoint.kernel.artifact_catalog import (
     ArtifactCatalog,
     ArtifactEntry,
     open_artifacts,
     scan_artifacts,
 )
-from statecraft.checkpoint.artifact_manifest import ArtifactManifest, read_artifact_manifest
-from statecraft.checkpoint.catalog import Catalog
-from statecraft.checkpoint.transactions.resume_rules import AutoOutcome, auto_outcome
+from statecraft.checkpoint.kernel.artifact_manifest import ArtifactManifest, read_artifact_manifest
+from statecraft.checkpoint.kernel.catalog import Catalog
+from statecraft.checkpoint.resume.rules import AutoOutcome, auto_outcome
 from statecraft.cli.inspect.archive import archive_field
 from statecraft.cli.inspect.disk import FS, file_records, files_on_disk
 from statecraft.errors import CheckpointError

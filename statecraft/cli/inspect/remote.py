@@ -25,14 +25,14 @@ from statecraft.checkpoint.direct.manifest import (
     decode_direct_manifest,
 )
 from statecraft.checkpoint.direct.root import parse_direct_uri
-from statecraft.checkpoint.layout import (
+from statecraft.checkpoint.fencing.object_lease import OBJECT_LEASE_NAME, read_object_lease
+from statecraft.checkpoint.kernel.layout import (
     LATEST_POINTER,
     MANIFEST_NAME,
     iter_dirname,
     parse_iter_dirname,
     parse_latest,
 )
-from statecraft.checkpoint.object_lease import OBJECT_LEASE_NAME, read_object_lease
 from statecraft.cli.inspect.dcp import dcp_component_report, dcp_lines, dcp_report
 from statecraft.errors import CheckpointCorruptError, InspectError, StoreError, WriterLeaseError
 from statecraft.storage.objects import ObjectInfo, ObjectStore

@@ -6,7 +6,7 @@ import posixpath
 from typing import Any
 
 from statecraft.checkpoint.archive.marker import MARKER_NAME
-from statecraft.checkpoint.layout import (
+from statecraft.checkpoint.kernel.layout import (
     ARTIFACT_MANIFEST_NAME,
     ARTIFACTS_DIR,
     CHECKPOINTS_DIR,

@@ -1,7 +1,8 @@
 """The data of ``statecraft inspect``: what is on disk in a checkpoints layout, read through
-the checkpoint catalog (:func:`~statecraft.checkpoint.catalog.scan`), the artifact catalog
+the checkpoint catalog (:func:`~statecraft.checkpoint.kernel.catalog.scan`), the artifact catalog
 (:mod:`.artifacts`) and the layout's RUN_TS rule
-(:func:`~statecraft.checkpoint.layout.list_attempts`), so a checkpoint shown ``committed`` (or
+(:func:`~statecraft.checkpoint.kernel.layout.list_attempts`), so a checkpoint shown ``committed``
+(or
 in a validation stage) is one resume (at that verification level) would accept, and "resume=auto
 would" is decided by resume's own rules."""
 
@@ -11,10 +12,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from statecraft.checkpoint.artifact_catalog import ArtifactCatalog
-from statecraft.checkpoint.catalog import Catalog, CatalogEntry, CheckpointState, LatestState, scan
-from statecraft.checkpoint.eval_load import find_runs
-from statecraft.checkpoint.layout import (
+from statecraft.checkpoint.kernel.artifact_catalog import ArtifactCatalog
+from statecraft.checkpoint.kernel.catalog import (
+    Catalog,
+    CatalogEntry,
+    CheckpointState,
+    LatestState,
+    scan,
+)
+from statecraft.checkpoint.kernel.layout import (
     ARTIFACTS_DIR,
     CHECKPOINTS_DIR,
     LATEST_POINTER,
@@ -23,13 +29,14 @@ from statecraft.checkpoint.layout import (
     newest_attempt,
     parse_iter_dirname,
 )
-from statecraft.checkpoint.manifest import Manifest
-from statecraft.checkpoint.retention_records import RetentionDecision, read_decision
-from statecraft.checkpoint.transactions.resume_rules import (
+from statecraft.checkpoint.kernel.manifest import Manifest
+from statecraft.checkpoint.kernel.retention_records import RetentionDecision, read_decision
+from statecraft.checkpoint.kernel.verify import read_manifest
+from statecraft.checkpoint.resume.eval_load import find_runs
+from statecraft.checkpoint.resume.rules import (
     artifact_refusal,
     artifact_source_refusal,
 )
-from statecraft.checkpoint.verify import read_manifest
 from statecraft.cli.inspect.archive import archive_field
 from statecraft.cli.inspect.artifacts import artifacts_of, artifacts_report, auto_record
 from statecraft.cli.inspect.dcp import dcp_report

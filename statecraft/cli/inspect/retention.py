@@ -8,20 +8,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from statecraft.checkpoint.catalog import CatalogEntry
-from statecraft.checkpoint.retention_marks import (
+from statecraft.checkpoint.kernel.catalog import CatalogEntry
+from statecraft.checkpoint.kernel.retention_marks import (
     MARKERS,
     MarkKind,
     invalidated_refusal,
     newest_resumable,
     weights_only_refusal,
 )
-from statecraft.checkpoint.retention_records import (
+from statecraft.checkpoint.kernel.retention_records import (
     RETENTION_DECISION,
     UPLOADED_MARKER,
     RetentionDecision,
 )
-from statecraft.checkpoint.verify import OPTIMIZER_ENTRIES
+from statecraft.checkpoint.kernel.verify import OPTIMIZER_ENTRIES
 from statecraft.cli.inspect.archive import archive_note
 from statecraft.storage.base import Store
 

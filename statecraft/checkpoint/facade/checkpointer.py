@@ -1,0 +1,413 @@
+"""``Checkpointer``: the one object a training loop talks to.
+
+::
+
+    cfg = sc.CheckpointConfig.load("ckpt.yaml", overrides=["save_every=100"])
+    ckpt = sc.Checkpointer(cfg, run=sc.RunIdentity("proj", "group", "name"), output_root=out)
+    ckpt.track(model=model, optimizer=opt, scheduler=sched, data=sampler)
+    ckpt.validate_with(evaluate, source="heldout")   # optional: evaluate(step) -> metrics
+    start = ckpt.resume()                  # ResumeResult: step, source, reason (logged)
+    for step in range(start.step, max_steps):
+        train_step()
+        ckpt.record(sc.Outcome.APPLIED)    # or SKIPPED / ACCUMULATING: advances the clocks
+        if ckpt.step_end():                # StepEnd: saves / validates when due; true: stop
+            break                          # (a termination: the emergency save is durable)
+    ckpt.finalize()                        # the normal-final save and validation; joins
+
+With ``save_async=true`` (the default) a full save returns a ``PendingSave`` once the state is
+staged; the write job (the save, then retention) runs in the background, and every later
+write, ``wait()``, ``finalize()`` and ``close()`` joins it first, raising its error
+(:mod:`statecraft.checkpoint.async_writes.role_slots`).
+
+``run`` may also be one name (``RunIdentity.named``). ``resume()`` is called once, before the
+first save (:mod:`statecraft.checkpoint.facade.lifecycle`). Every save, validation and resume runs
+the tables in ``machines/`` (:mod:`statecraft.checkpoint.facade.boundary_run`). Under
+``torch.distributed`` every rank calls every method in the same order; rank 0 resolves the
+attempt, writes and evaluates (its outcome broadcast by
+:func:`~statecraft.parallel.rank0.on_rank_zero`); every rank loads on resume.
+
+A termination (signal, sentinel file, deadline: ``termination.*``) is decided at a
+``step_end()`` on every rank alike; its emergency save replaces the due boundary and
+``DONE.json`` records the reason (:mod:`statecraft.checkpoint.facade.stopping`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+
+from statecraft.checkpoint.artifacts.saving import ArtifactReport
+from statecraft.checkpoint.async_writes.role_slots import BackgroundWrites
+from statecraft.checkpoint.async_writes.write_slot import PendingSave
+from statecraft.checkpoint.config import CheckpointConfig
+from statecraft.checkpoint.config.plans import plan_warnings
+from statecraft.checkpoint.facade.attempt_open import checked_output_root, ensure_attempt
+from statecraft.checkpoint.facade.boundary import decide_boundary
+from statecraft.checkpoint.facade.boundary_run import BoundaryRunner
+from statecraft.checkpoint.facade.boundary_step import due_boundary, execute
+from statecraft.checkpoint.facade.construction import check_arguments, close_facade
+from statecraft.checkpoint.facade.lifecycle import Lifecycle
+from statecraft.checkpoint.facade.resume_run import run_resume
+from statecraft.checkpoint.facade.step import StepEnd
+from statecraft.checkpoint.facade.stopping import finalize_run, poll_stop, refuse_after_stop
+from statecraft.checkpoint.facade.tracking import register
+from statecraft.checkpoint.facade.validation_resume import validation_identity
+from statecraft.checkpoint.fencing.lease import WriterLease
+from statecraft.checkpoint.kernel.evaluation import Evaluation, Evaluator
+from statecraft.checkpoint.kernel.layout import RunAttempt, RunIdentity, as_run_identity
+from statecraft.checkpoint.kernel.machines import load_machine
+from statecraft.checkpoint.resume.bindings import ResumeResult, Tracked
+from statecraft.checkpoint.retention.run import RetentionPlan
+from statecraft.checkpoint.save.saving import SaveReport
+from statecraft.checkpoint.state import Outcome, SchedulerIdentity
+from statecraft.checkpoint.stop.records import StopDecision
+from statecraft.checkpoint.stop.termination import TerminationWatch
+from statecraft.engine import RunResult
+from statecraft.errors import NotSupportedYetError, TrackingError
+from statecraft.logs import configure_default_output
+from statecraft.parallel.collectives import Collective, default_collective
+from statecraft.storage.base import Store
+from statecraft.storage.filesystem import Filesystem
+
+__all__ = ["Checkpointer", "SaveReport"]
+
+log = logging.getLogger("statecraft")
+
+
+class Checkpointer:
+    """Crash-consistent save and exact resume for one training run.
+
+    Args:
+        config: the checkpoint knobs (``CheckpointConfig``).
+        run: the job's identity (``<project>/<group>/<name>``): a :class:`RunIdentity`, or one
+            run name as a ``str`` (``RunIdentity.named``: project and group ``"default"``).
+        output_root: the directory all runs live under.
+        collective: rank coordination (default: ``torch.distributed`` if initialised).
+        filesystem: what the local store acts through (default: the real OS). Tests pass an
+            ``OsFilesystem(gate=...)`` to inject faults (a full disk) into the real code path.
+        quiet: ``True`` silences the default ``statecraft:`` lines on stderr, ``False`` shows
+            them, ``None`` follows the ``quiet`` knob (only without the script's own logging).
+        retention: a :class:`RetentionPlan` of policy objects (best-N by a metric, every-N
+            steps, any-of, ``keep_fn``, ``require_uploaded``); it replaces the
+            ``keep_optim_last`` / ``keep_model_last`` knobs. ``None``: the plan of the knobs
+            (``RetentionPlan.from_config``).
+
+    Raises:
+        NotSupportedYetError: a knob asks for a feature this release does not build.
+        TrackingError: ``config`` is not a ``CheckpointConfig``.
+        ConfigError: ``output_root`` is not a ``str`` / ``os.PathLike`` path (not ``bytes``),
+            or empty, or holds a NUL; ``run`` is neither a ``RunIdentity`` nor a run name;
+            ``retention`` is not a ``RetentionPlan``; ``termination.deadline="slurm"``
+            without a parsable ``$SLURM_JOB_END_TIME``.
+        WriterLeaseError: (at the first ``resume`` / ``save``) another live process writes
+            this attempt; and at a save whose lease was taken over since.
+    """
+
+    def __init__(
+        self,
+        config: CheckpointConfig,
+        *,
+        run: RunIdentity | str,
+        output_root: str | os.PathLike[str],
+        collective: Collective | None = None,
+        filesystem: Filesystem | None = None,
+        quiet: bool | None = None,
+        retention: RetentionPlan | None = None,
+    ) -> None:
+        check_arguments(config, quiet=quiet, retention=retention)
+        collective = collective or default_collective()
+        # First, so the config's own warnings below reach the user too (statecraft.logs).
+        configure_default_output(
+            rank=collective.rank, quiet=config.quiet if quiet is None else quiet
+        )
+        for warning in config.require_supported():
+            log.warning(warning)
+        root = checked_output_root(output_root)
+        identity = as_run_identity(run)
+        self.config = config
+        self.run = identity
+        self.output_root = root
+        self.collective = collective
+        self.filesystem = filesystem
+        self.tracked = Tracked()
+        self.attempt: RunAttempt | None = None
+        self.store: Store | None = None
+        self.lease: WriterLease | None = None  # rank 0's writer lease on the attempt
+        self.saves: list[SaveReport] = []
+        self.last_saved_step: int | None = None
+        self.last_resume_run: RunResult | None = None  # the resume machine's run and trace
+        self._exit_release: Callable[[], None] | None = None  # the lease's release at exit
+        self.artifacts: list[ArtifactReport] = []
+        self.last_validated_step: int | None = None
+        self.final: StepEnd | None = None  # what finalize() did
+        self.termination = TerminationWatch(config.termination, collective)
+        self.stopped: StopDecision | None = None  # the stop decided at a step_end()
+        self._stop_end: StepEnd | None = None  # what that step_end() did
+        self._closed = False  # close() ran
+        self._lifecycle = Lifecycle()  # resume once, before saving (lifecycle.py)
+        self._resume_machine = load_machine("resume")
+        if config.checkpoint_format == "dcp" and config.validation.save_checkpoint:
+            # a durable validation writes through the consolidated save machine
+            raise NotSupportedYetError(
+                "validation.save_checkpoint",
+                True,
+                "with checkpoint_format=dcp set validation.save_checkpoint=false (validation "
+                "then evaluates without a durable checkpoint of its own), or use "
+                "checkpoint_format=consolidated",
+            )
+        self.retention = RetentionPlan.from_config(config) if retention is None else retention
+        if config.upload.enabled and not self.retention.require_uploaded:
+            # with an archive, retention prunes only what is archived (never the only copy)
+            self.retention = attrs.evolve(self.retention, require_uploaded=True)
+        self._boundaries = BoundaryRunner(  # boundary_run.py; background.py
+            collective,
+            filesystem,
+            # a DCP save is collective and synchronous: save_async applies to consolidated ones
+            writes=BackgroundWrites(
+                collective, enabled=config.save_async and config.checkpoint_format != "dcp"
+            ),
+            retention=self.retention,
+            checkpoint_format=config.checkpoint_format,
+            backend=config.checkpoint_store.backend,
+        )
+        self._save = self._boundaries.machine("save")
+        for line in plan_warnings(config):  # an active partial plan: not exact-resume capable
+            warnings.warn(line, UserWarning, stacklevel=2)
+
+    def __repr__(self) -> str:
+        where = self.attempt.run_dir if self.attempt else None
+        return f"Checkpointer(run={self.run}, attempt={where})"
+
+    # ------------------------------------------------------------------ setup
+    def track(
+        self,
+        *,
+        model: Any,
+        optimizer: Any,
+        scheduler: Any = None,
+        data: Any = None,
+        scheduler_identity: SchedulerIdentity | None = None,
+        stateful: dict[str, Any] | None = None,
+    ) -> None:
+        """Register the objects whose state makes an exact-resume checkpoint.
+
+        Args:
+            model, optimizer: required; saved in ``model.pt`` / ``optim.pt``.
+            scheduler: its state is saved in ``trainer.pt``.
+            data: this rank's data source; every rank's state is saved in ``data.pt`` and
+                each rank restores its own.
+            scheduler_identity: the schedule's construction identity (checked on resume).
+            stateful: further objects by name (``{"scaler": grad_scaler}``), each with
+                ``state_dict`` / ``load_state_dict``; rank 0's state is saved in ``trainer.pt``
+                and restored with the rest, all or nothing. A resume refuses a checkpoint that
+                saved another set of names.
+
+        Raises:
+            TrackingError: an object lacks ``state_dict`` / ``load_state_dict``, or a
+                stateful name is not a plain identifier or clashes with a built-in one.
+        """
+        register(
+            self.tracked,
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            data=data,
+            scheduler_identity=scheduler_identity,
+            stateful=stateful,
+        )
+
+    def validate_with(self, evaluate: Evaluator, *, source: str | None = None) -> None:
+        """Register the loop's evaluation: ``evaluate(step) -> {name: number}`` (raising is a
+        failed evaluation). It runs on rank 0 at every ``validation.every`` step and the final
+        step (see docs/checkpointing.md, "Validation"); ``source`` names the held-out data
+        (default: the callable's qualified name) and is part of the validation identity
+        recorded in every ``trainer.pt``.
+
+        Raises:
+            TrackingError: called after ``resume()`` (the identity was already checked), or
+                ``evaluate`` is not callable, or ``source`` is not a non-empty str.
+        """
+        if self._lifecycle.resumed or self._lifecycle.saved is not None:
+            raise TrackingError(
+                "validate_with() after resume() or a save: the validation identity was "
+                "already checked against the checkpoint; call ckpt.validate_with(evaluate) "
+                "before ckpt.resume()"
+            )
+        evaluation = Evaluation.of(evaluate, source=source)
+        self._boundaries.evaluation = evaluation
+        self._boundaries.identity = validation_identity(self.config, evaluation)
+
+    @property
+    def loop_state(self) -> dict[str, Any]:
+        """The loop's own values, saved with every checkpoint and restored by ``resume()``.
+
+        A plain dict the loop reads and writes (``ckpt.loop_state["best_val_loss"] = loss``):
+        str keys, values that ``torch.load(weights_only=True)`` reads back (numbers, strings,
+        lists, dicts, tensors such as a prefetched batch; a save refuses anything else, naming
+        its key path). Saved from rank 0 (deep-copied at the save) in ``trainer.pt``;
+        ``resume()`` replaces its contents with the saved ones in place.
+        """
+        return self.tracked.loop_state
+
+    @loop_state.setter
+    def loop_state(self, value: dict[str, Any]) -> None:
+        if type(value) is not dict:
+            raise TrackingError(
+                f"Checkpointer.loop_state must be a dict; got {type(value).__name__}; assign a "
+                "plain dict, or set keys on the existing one"
+            )
+        self.tracked.loop_state = value
+
+    def _require_tracked(self, action: str) -> None:
+        if self.tracked.model is None or self.tracked.optimizer is None:
+            raise TrackingError(
+                f"cannot {action}: call Checkpointer.track(model=..., optimizer=...) first"
+            )
+
+    def wait(self) -> list[SaveReport]:
+        """Join every role's background write (every rank calls it): the checkpoints saved
+        so far are durable when it returns.
+
+        Returns:
+            the reports of the saves joined now (rank 0; also appended to ``saves``).
+
+        Raises:
+            Exception: a background write's error (its own class, with a note naming the
+                iteration), once, on every rank; the previous checkpoint is intact and
+                ``latest`` names it.
+        """
+        before = len(self.saves)
+        self._boundaries.writes.join(self.saves)
+        return self.saves[before:]
+
+    def close(self) -> None:
+        """Join the background writes, then release the writer lease so another process may
+        write this attempt, and restore the signal handlers ``resume()`` replaced; no save or
+        resume afterwards. Safe to call twice; an exiting process releases the lock anyway.
+
+        Raises:
+            Exception: a background write's error (the lease is released all the same).
+        """
+        if not self._closed:
+            close_facade(self)
+
+    def _ensure_attempt(self) -> Store:
+        return ensure_attempt(self)
+
+    @property
+    def clocks(self):
+        return self.tracked.clocks
+
+    @property
+    def step(self) -> int:
+        """Applied optimizer updates so far (the checkpoint iteration axis)."""
+        return self.tracked.clocks.optimizer_step
+
+    # ----------------------------------------------------------------- resume
+    def resume(self) -> ResumeResult:
+        """Decide where training starts and load it (``machines/resume.toml``). Call it once,
+        after ``track`` / ``validate_with``, before the loop and any save. It completes a
+        lagging latest pointer, removes dead writers' temporaries, finishes the pending stage
+        of an adopted checkpoint whose validation is pending (the evaluation only if it had
+        not succeeded), and on a fresh start runs the ``validation.before_training`` pass.
+        It installs the termination signal handlers (main thread only; ``close()`` restores
+        the previous ones) and logs how the previous window ended (``DONE.json``).
+
+        Raises:
+            ResumeError: a second ``resume()``, or one after a save; (with
+                CheckpointCorruptError / TrainerStateError / ArtifactResumeError) an explicit
+                checkpoint is missing, does not verify or is an artifact, or the attempt holds
+                artifacts newer than any resumable checkpoint. Nothing was loaded.
+            ValidationIdentityError: saved under another validation setup (nothing loaded).
+            ValidationFailedError: the pending (or before-training) evaluation failed; the
+                checkpoint stays evaluation-pending.
+            WriterLeaseError / StoreError: completing the latest pointer failed.
+        """
+        return run_resume(self)
+
+    # ------------------------------------------------------------------ steps
+    def record(self, outcome: Outcome) -> None:
+        """Advance the update clocks by one microbatch outcome."""
+        self.tracked.clocks.record(outcome)
+
+    def step_end(self) -> StepEnd:
+        """Call at every step boundary: runs what is due at a quiescent boundary (a
+        ``save_every`` save, a ``validation.every`` validation, or their union as one save;
+        :func:`~statecraft.checkpoint.facade.boundary.decide_boundary`). First it asks the
+        termination watch (one collective): on a stop the synchronous emergency save
+        replaces what was due (a due validation: a full evaluation-pending checkpoint, no
+        evaluation), then ``DONE.json`` (:mod:`statecraft.checkpoint.facade.emergency_step`).
+
+        Returns:
+            a :class:`StepEnd` (``saved`` / ``artifact`` reports on rank 0, ``metrics``,
+            ``validated``); true when the loop must stop (``reason``; ``emergency``: what the
+            emergency save did): break out of the loop and call ``finalize()``.
+
+        Raises:
+            RunStoppedError: the run was stopped at an earlier ``step_end()`` (nothing
+                written).
+            ResumeRequiredError: a save was due in an attempt holding commits and this process
+                did not call ``resume()``; nothing was written.
+            ValidationFailedError: the evaluation failed (every rank); a checkpoint or
+                artifact committed before it stays committed.
+        """
+        refuse_after_stop(self, "step_end()")
+        stopped = poll_stop(self)
+        if stopped is not None:
+            return stopped
+        return execute(self, due_boundary(self, final=False), self.step)
+
+    def finalize(self) -> SaveReport | PendingSave | ArtifactReport | None:
+        """Normal completion: the final step's save (even off cadence, unless
+        ``save_every=0`` or it is already saved) and its validation (unless already
+        validated), through the same decision as :meth:`step_end` (``final=True``); then it
+        joins every role's background write, the final save's included, so every checkpoint
+        is durable when it returns, and writes ``DONE.json`` (``preempted: null``). The whole
+        outcome is ``self.final``. After a stop it only joins: no final save, no evaluation,
+        ``DONE.json`` is the stop's. Either way it restores the signal handlers ``resume()``
+        installed (no boundary polls them any more).
+
+        Returns:
+            the final save's report (rank 0; a checkpoint's or an artifact's; a joined
+            ``PendingSave`` for an asynchronous save), after a stop the emergency save's,
+            or ``None``.
+
+        Raises:
+            ResumeRequiredError / ValidationFailedError: as :meth:`step_end`.
+            Exception: a background write's error (raised here at the latest).
+        """
+        return finalize_run(self)
+
+    # ------------------------------------------------------------------- save
+    def save(self) -> SaveReport | PendingSave | ArtifactReport | None:
+        """Save the current step with the run plan (``checkpoint_components``): a full
+        checkpoint (``machines/write_job.toml``: the save, then retention), or a partial
+        artifact under ``checkpoint_artifacts/`` (``machines/artifact.toml``, synchronous).
+        No evaluation runs. It first joins the previous background write.
+
+        Returns:
+            on rank 0: the :class:`SaveReport`, or, for an asynchronous save
+            (``save_async=true``), a ``PendingSave`` (``staged`` set; ``wait()`` gives the
+            report; ``durable`` is set once committed); an artifact's report. ``None`` on
+            other ranks.
+
+        Raises:
+            RunStoppedError: the run was stopped at a ``step_end()`` (nothing is written).
+            ResumeRequiredError: the attempt holds committed checkpoints or artifacts and this
+                process did not resume into it (nothing is written).
+            TrainerStateError: the accumulation window is open.
+            ArtifactCommittedError: a partial plan and the step's artifact is committed.
+            StoreError / PlanDriftError / CheckpointCorruptError: the save failed; the previous
+                checkpoint is intact and ``latest`` still names it (an asynchronous save's
+                error is raised at the next join: the next save, ``wait()``, ``finalize()``).
+            RetentionError: the save is committed and durable; retention could not finish.
+        """
+        refuse_after_stop(self, "save()")
+        boundary = decide_boundary(self.config, regular_due=True, validation_due=False)
+        end = execute(self, boundary, self.step)
+        return end.saved or end.artifact

@@ -1,1 +1,0 @@
-"""The effect bindings of each shipped transaction, one module per table in ``machines/``."""
