@@ -1,5 +1,5 @@
-"""The wheel's package list names every package of the source tree (a package left out of
-``pyproject.toml`` would be missing from a non-editable install)."""
+"""Packaging: the wheel finds every package by itself (no hand-kept list), ships the tables and
+specs inside the package, and the frameworks stay extras."""
 
 from __future__ import annotations
 
@@ -9,15 +9,24 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_every_package_is_listed_in_pyproject() -> None:
-    """Each directory under statecraft/ with an __init__.py is in [tool.setuptools] packages."""
-    config = tomllib.loads((REPO / "pyproject.toml").read_text())
-    listed = set(config["tool"]["setuptools"]["packages"])
-    found = {
-        ".".join(init.parent.relative_to(REPO).parts)
-        for init in (REPO / "statecraft").rglob("__init__.py")
-    }
-    assert found - listed == set(), f"add to pyproject.toml packages: {sorted(found - listed)}"
+def test_packages_are_found_not_listed() -> None:
+    """pyproject.toml discovers the packages (``packages.find``), and every directory of modules
+    under statecraft/ is a regular package that discovery finds."""
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert setuptools["packages"] == {"find": {"include": ["statecraft", "statecraft.*"]}}
+    missing = sorted(
+        str(folder.relative_to(REPO))
+        for folder in {module.parent for module in (REPO / "statecraft").rglob("*.py")}
+        if not (folder / "__init__.py").is_file()
+    )
+    assert missing == [], f"add an __init__.py (with a docstring saying what it owns) to {missing}"
+
+
+def test_tables_and_specs_ship_inside_the_package() -> None:
+    """statecraft/_machines and statecraft/_specs are links to the top-level machines/ and
+    specs/, so a wheel carries the very files reviewers read."""
+    assert (REPO / "statecraft" / "_machines").resolve() == REPO / "machines"
+    assert (REPO / "statecraft" / "_specs").resolve() == REPO / "specs"
 
 
 _FRAMEWORKS = ("pytorch_lightning", "lightning", "lightning_fabric", "transformers", "accelerate")
