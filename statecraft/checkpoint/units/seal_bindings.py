@@ -26,7 +26,7 @@ from typing import Any, BinaryIO
 
 import attrs
 
-import statecraft
+from statecraft._version import __version__
 from statecraft.checkpoint.kernel.manifest import FileEntry
 from statecraft.checkpoint.units.adopt import settle_unit
 from statecraft.checkpoint.units.manifest import (
@@ -264,7 +264,7 @@ def commit_manifest(ctx: UnitSealContext) -> None:
         step=ctx.step,
         files=dict(sorted(ctx.records.items())),
         meta=dict(ctx.meta),
-        writer={"statecraft": statecraft.__version__},
+        writer={"statecraft": __version__},
     )
     try:
         ctx.store.create_exclusive(ctx.path(UNIT_MANIFEST_NAME), manifest.encode())
