@@ -8,7 +8,7 @@ import tomllib
 
 import attrs
 
-from statecraft.checkpoint.direct import bindings as bindings
+from statecraft.checkpoint.direct import bindings
 from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS, load_machine
 from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import Bindings, Machine, load_spec, parse_table

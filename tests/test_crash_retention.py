@@ -20,7 +20,7 @@ from statecraft.checkpoint.kernel.retention_records import (
     RetentionAction,
     WeightsOnlyRecord,
 )
-from statecraft.checkpoint.retention.run import bindings as bindings
+from statecraft.checkpoint.retention import bindings
 from statecraft.checkpoint.retention.scan import OPTIMIZER_ENTRIES
 from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import Bindings, Machine, load_spec, parse_table

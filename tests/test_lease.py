@@ -219,7 +219,7 @@ class TestFence:
         )
         save(store, 4, salt=0)[0].raise_for_failure()  # the "other writer" commits iter 4
         before = tree_sha256(run / "checkpoints")
-        from statecraft.checkpoint.save import bindings as bindings
+        from statecraft.checkpoint.save import bindings
         bindings.stage_payloads(ctx)
         ctx.writer.prepare(ctx.plan, store)  # this save prepared before the other committed
         with pytest.raises(IterationCommittedError) as caught:
