@@ -10,7 +10,7 @@ from checkpoint_runs import RUN, committed_run, flip_tensor_bit, private_copy
 from validation_runs import METRICS, PENDING, save_pending, write_evaluated, write_published
 from validation_runs import checkpoints_of as pending_checkpoints
 
-from statecraft.checkpoint.kernel import catalog as catalog_module
+from statecraft.checkpoint.kernel import catalog_verified as catalog_module
 from statecraft.checkpoint.kernel.catalog import (
     CheckpointState,
     LatestState,

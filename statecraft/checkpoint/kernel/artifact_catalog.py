@@ -1,6 +1,8 @@
 """The artifact catalog: which partial artifacts an attempt holds, and in what state.
 
-The counterpart of :mod:`statecraft.checkpoint.kernel.catalog` for ``<run>/checkpoint_artifacts/``.
+The counterpart of :mod:`statecraft.checkpoint.kernel.catalog` for ``<run>/checkpoint_artifacts/``:
+the same listing (:func:`~statecraft.checkpoint.kernel.catalog.list_directories`), each
+directory classified as an artifact (an artifact has its own manifest and states).
 An artifact is never a resume source, but it constrains resume: a committed artifact at
 ``iter_N`` means the run reached step ``N`` after the full checkpoints it holds, so a resume
 from an older full checkpoint would train into a save collision at ``N`` (the resume rules:
@@ -27,13 +29,14 @@ import attrs
 
 from statecraft.checkpoint.kernel.artifact_release import read_release, release_path
 from statecraft.checkpoint.kernel.artifact_verify import VerifiedArtifact, verify_artifact
+from statecraft.checkpoint.kernel.catalog import list_directories
 from statecraft.checkpoint.kernel.layout import (
     ARTIFACT_MANIFEST_NAME,
     ARTIFACTS_DIR,
     MANIFEST_NAME,
     iter_dirname,
 )
-from statecraft.checkpoint.kernel.verify import LEVELS, list_iterations
+from statecraft.checkpoint.kernel.verify import LEVELS
 from statecraft.errors import CheckpointError
 from statecraft.storage.base import Store
 from statecraft.storage.filesystem import Filesystem, OsFilesystem
@@ -201,12 +204,10 @@ def scan_artifacts(
         )
     if store is None:
         return ArtifactCatalog(None, level)
-    entries = []
-    for iteration in list_iterations(store):
-        stat = store.stat(iter_dirname(iteration))
-        if stat is None or not stat.is_dir:
-            continue
-        entries.append(_classify(store, iteration, level=level, writer=writer))
+    entries = (
+        _classify(store, iteration, level=level, writer=writer)
+        for iteration in list_directories(store)
+    )
     return ArtifactCatalog(store, level, tuple(entries))
 
 
