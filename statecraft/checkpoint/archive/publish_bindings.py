@@ -1,5 +1,7 @@
-"""The effect bindings of the ``publish`` machine (``machines/publish.toml``), and
-:func:`publish_artifact`, the one operation the trainer and ``statecraft archive publish`` use.
+"""The effect bindings of the ``publish`` machine (``machines/publish.toml``). The operation
+that runs it, :func:`~statecraft.checkpoint.archive.publish.publish_artifact` (the one the
+trainer and ``statecraft archive publish`` use), and the records the effects share
+(:mod:`statecraft.checkpoint.archive.publish_context`) are re-exported here.
 
 An artifact (``checkpoint_artifacts/iter_N/``, committed by ``.posttrain-checkpoint-artifact.json``)
 is archived to ``destination.artifact_prefix(N)``. The table is the order: hash the local
@@ -30,21 +32,18 @@ from __future__ import annotations
 import hashlib
 import logging
 import sys
-import time
-
-import attrs
 
 from statecraft.checkpoint.archive.declaration import (
     DECLARATION_NAME,
     ArchiveDeclaration,
     decode_declaration,
 )
-from statecraft.checkpoint.archive.destination import ArchiveDestination
 from statecraft.checkpoint.archive.inventory import ArchiveEntry, archived_files
 from statecraft.checkpoint.archive.marker import UploadedMarker, marker_path, write_marker
-from statecraft.checkpoint.fencing.lease import WriterLease
+from statecraft.checkpoint.archive.publish import publish_artifact
+from statecraft.checkpoint.archive.publish_context import PublishContext, PublishReport
 from statecraft.checkpoint.kernel.artifact_manifest import decode_artifact_manifest
-from statecraft.checkpoint.kernel.layout import ARTIFACT_MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.kernel.layout import ARTIFACT_MANIFEST_NAME
 from statecraft.engine import Bindings
 from statecraft.engine.tagging import Role, collect_bindings, effect, observer
 from statecraft.errors import (
@@ -53,7 +52,6 @@ from statecraft.errors import (
     ObjectRequestError,
     PreconditionFailed,
 )
-from statecraft.storage.base import Store
 from statecraft.storage.digest import file_digests
 
 __all__ = [
@@ -68,90 +66,6 @@ log = logging.getLogger("statecraft.publish")
 #: how often an accepted probe is repeated before the server is judged to ignore
 #: ``If-None-Match`` (a probe retried after a transient failure may be resolved as "ours")
 _PROBES = 2
-
-
-@attrs.frozen
-class PublishReport:
-    """A completed publish.
-
-    Attributes:
-        iteration: the artifact's ``iter_N``.
-        files: archived files (the manifest included).
-        uploaded / skipped: payloads PUT by this run / found remotely with the declared size
-            and sha256 (the manifest counts as uploaded when this run created it).
-        bytes_uploaded: bytes this run sent.
-        seconds: wall time.
-        remote_prefix: the archive's key prefix (``<artifacts prefix>/iter_N``).
-        marker: the receipt written locally.
-    """
-
-    iteration: int
-    files: int
-    uploaded: int
-    skipped: int
-    bytes_uploaded: int
-    seconds: float
-    remote_prefix: str
-    marker: UploadedMarker
-
-
-@attrs.define
-class PublishContext:
-    """One publish of artifact ``iteration``.
-
-    Attributes:
-        artifacts: the ``checkpoint_artifacts`` root store.
-        destination: the bucket and the checkpoints-root prefix.
-        lease: this process's writer lease, checked before the receipt is written.
-        entries: every local file with size and sha256 (filled by ``hash_local``).
-        manifest_bytes: the local artifact manifest's bytes (filled by ``hash_local``).
-        declaration: the inventory, as declared (filled by ``hash_local``).
-        resumed: the declaration already existed (an earlier run declared it).
-        observed / problem: what ``observe_publish`` found, and why when uncommitted.
-        uploaded / skipped / bytes_uploaded: this run's counters.
-        marker: the receipt, once written.
-    """
-
-    artifacts: Store
-    iteration: int
-    destination: ArchiveDestination
-    lease: WriterLease | None = None
-    entries: tuple[ArchiveEntry, ...] = ()
-    manifest_bytes: bytes = b""
-    declaration: ArchiveDeclaration | None = None
-    resumed: bool = False
-    observed: str = ""
-    problem: str = ""
-    uploaded: int = 0
-    skipped: int = 0
-    bytes_uploaded: int = 0
-    marker: UploadedMarker | None = None
-
-    @property
-    def iter_dir(self) -> str:
-        return iter_dirname(self.iteration)
-
-    @property
-    def where(self) -> str:
-        return f"{self.artifacts.describe()}/{self.iter_dir}"
-
-    @property
-    def remote_prefix(self) -> str:
-        return self.destination.artifact_prefix(self.iteration)
-
-    def key(self, relative: str) -> str:
-        return f"{self.remote_prefix}/{relative}"
-
-    def uri(self, relative: str = "") -> str:
-        return self.destination.uri(self.key(relative) if relative else self.remote_prefix)
-
-    @property
-    def declared(self) -> ArchiveDeclaration:
-        if self.declaration is None:
-            raise ArchiveError(
-                self.where, "a publish step ran before hash_local", "This is a bug in the table."
-            )
-        return self.declaration
 
 
 # ----------------------------------------------------------------------------- observe
@@ -435,56 +349,3 @@ def refuse_uncommitted(ctx: PublishContext) -> None:
 def publish_bindings() -> Bindings:
     """The bindings of this module's table, collected from the tags above."""
     return collect_bindings(sys.modules[__name__])
-
-
-def publish_artifact(
-    artifacts: Store,
-    iteration: int,
-    destination: ArchiveDestination,
-    *,
-    lease: WriterLease | None = None,
-) -> PublishReport:
-    """Archive the committed artifact ``iteration`` of ``artifacts`` (the
-    ``checkpoint_artifacts`` root) to ``destination.artifact_prefix(iteration)`` by the
-    ``publish`` machine, and write its local ``.uploaded`` receipt.
-
-    Idempotent: a rerun after any failure or crash resumes the same archive (skipping what is
-    verified there) and finishes it.
-
-    Raises:
-        ArchiveError: the local artifact is not committed or not intact; the server does not
-            honour conditional writes; a remote object is missing or differs.
-        ArchiveMismatchError: the destination declares (or committed) a different inventory;
-            nothing was touched.
-        CheckpointCorruptError: the local manifest or the remote declaration is malformed.
-        ObjectRequestError: a request failed after the bounded retries (run it again).
-        WriterLeaseError: the lease was taken over before the receipt.
-    """
-    from statecraft.checkpoint.kernel.machines import shipped_machine
-
-    started = time.monotonic()
-    ctx = PublishContext(artifacts, iteration, destination, lease=lease)
-    shipped_machine("publish").recover(ctx).raise_for_failure()
-    if ctx.marker is None:  # pragma: no cover - the table ends in published only after it
-        raise ArchiveError(ctx.where, "the publish ended without a receipt", "Publish again.")
-    report = PublishReport(
-        iteration=iteration,
-        files=len(ctx.declared.files),
-        uploaded=ctx.uploaded,
-        skipped=ctx.skipped,
-        bytes_uploaded=ctx.bytes_uploaded,
-        seconds=time.monotonic() - started,
-        remote_prefix=ctx.remote_prefix,
-        marker=ctx.marker,
-    )
-    log.info(
-        "published %s to %s: %d files, %d uploaded, %d already there, %d bytes in %.2fs",
-        ctx.where,
-        ctx.uri(),
-        report.files,
-        report.uploaded,
-        report.skipped,
-        report.bytes_uploaded,
-        report.seconds,
-    )
-    return report

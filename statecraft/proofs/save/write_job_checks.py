@@ -2,9 +2,10 @@
 
 They judge with the independent oracle of :mod:`statecraft.proofs.oracle` (raw bytes, their
 own manifest parsing and hashing) and with the store operations the runs performed (the
-gate's log). An iteration is *exact* when it is a complete checkpoint of the full plan
-(:meth:`DiskView.problem` finds nothing) and holds no retention marker (``.retention-*``):
-only an exact iteration can resume exactly. Each check raises
+gate's log, read by :mod:`statecraft.proofs.save.write_job_io_order`). An iteration is
+*exact* (:mod:`statecraft.proofs.save.write_job_exact`) when it is a complete checkpoint of the
+full plan and holds no retention marker: only an exact iteration can resume exactly. Each check
+raises
 :class:`~statecraft.proofs.GuaranteeViolation` with what it found and calls
 ``ctx.exercised()`` when it asserted something in the state it was given.
 """
@@ -14,8 +15,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from statecraft.engine.crash import IoRecord
-from statecraft.proofs.oracle import CHECKPOINTS_ROOT, POINTER, DiskView, iteration_name
+from statecraft.proofs.oracle import POINTER, DiskView, iteration_name
 from statecraft.proofs.save.checks import before_view, world_view
+from statecraft.proofs.save.write_job_exact import MARKER_PREFIX, exact, exact_problem
+from statecraft.proofs.save.write_job_io_order import (
+    is_retention_op,
+    iteration_of,
+    paths,
+    retention_order_problem,
+    upload_order_problem,
+)
 from statecraft.proofs.save.write_job_scenarios import JobRun, WriteJobRecovery, WriteJobScenario
 from statecraft.proofs.scenario import CheckContext, GuaranteeViolation
 
@@ -32,10 +41,6 @@ __all__ = [
     "upload_between_durable_save_and_retention",
 ]
 
-_ROOT = CHECKPOINTS_ROOT + "/"
-_MARKER_PREFIX = ".retention-"
-_DECISION = ".retention-decision.json"
-
 
 def scenario_of(ctx: CheckContext) -> WriteJobScenario:
     return ctx.scenario
@@ -48,113 +53,7 @@ def recovery_of(ctx: CheckContext) -> WriteJobRecovery:
     return ctx.recovery
 
 
-def marked(view: DiskView, iteration: int) -> list[str]:
-    """The retention markers inside ``iter_N``."""
-    prefix = iteration_name(iteration) + "/"
-    return sorted(
-        p[len(prefix) :]
-        for p in view.files
-        if p.startswith(prefix) and p[len(prefix) :].startswith(_MARKER_PREFIX)
-    )
-
-
-def exact_problem(view: DiskView, iteration: int, files: Sequence[str]) -> str | None:
-    """Why ``iteration`` cannot resume exactly (``None``: it is complete and unmarked)."""
-    problem = view.problem(iteration, files)
-    if problem is not None:
-        return problem
-    markers = marked(view, iteration)
-    if markers:
-        return f"{iteration_name(iteration)} holds retention markers {markers}"
-    return None
-
-
-def exact(view: DiskView, files: Sequence[str]) -> list[int]:
-    """The exact iterations of ``view``, oldest first."""
-    return [i for i in view.iterations() if exact_problem(view, i, files) is None]
-
-
 # ---------------------------------------------------------------------------- io order
-def _iteration_of(path: str) -> str | None:
-    """``iter_<9 digits>`` a path lies in (or is), relative to the checkpoints root."""
-    if not path.startswith(_ROOT):
-        return None
-    head = path[len(_ROOT) :].split("/", 1)[0]
-    return head if head.startswith("iter_") else None
-
-
-def _paths(record: IoRecord) -> tuple[str, ...]:
-    if record.op in ("rename", "link"):
-        src, _, dst = record.target.partition(" -> ")
-        return (src, dst)
-    if record.target.startswith("/"):
-        return (record.target,)
-    return ()  # write / fsync of a handle
-
-
-def _is_retention_op(record: IoRecord, target: int) -> bool:
-    """The operation marks, prunes or removes a name of another iteration than ``target``,
-    or writes the decision record (or its temporary). Removing a temporary a crashed writer
-    left in the root is the save's sweep, not retention."""
-    for path in _paths(record):
-        name = path[len(_ROOT) :] if path.startswith(_ROOT) else ""
-        if record.op == "unlink" and "/" not in name and ".tmp-" in name:
-            continue
-        if name.startswith((_DECISION, "." + _DECISION)):
-            return True
-        where = _iteration_of(path)
-        if where is not None and where != iteration_name(target):
-            return True
-    return False
-
-
-def _durable_point(log: Sequence[IoRecord], target: int) -> int | None:
-    """Index (in ``log``) just past the operation that made the save of ``target`` durable:
-    the fsync of the checkpoints directory after the rename onto ``latest_checkpoint.txt``
-    (``None`` when the log holds no such pair: the save did not publish the pointer)."""
-    pointer = _ROOT + POINTER
-    renamed = None
-    for k, record in enumerate(log):
-        if record.op == "rename" and record.target.endswith(" -> " + pointer):
-            renamed = k
-        elif renamed is not None and record.op == "fsync_dir" and record.target == CHECKPOINTS_ROOT:
-            return k + 1
-    return None
-
-
-def _order_problem(log: Sequence[IoRecord], run: JobRun, who: str) -> str | None:
-    for k, target in enumerate(run.targets):
-        start = run.starts[k]
-        end = run.starts[k + 1] if k + 1 < len(run.starts) else None
-        window = [r for r in log if r.index >= start and (end is None or r.index < end)]
-        first = next((j for j, r in enumerate(window) if _is_retention_op(r, target)), None)
-        if first is None:
-            continue
-        durable = _durable_point(window, target)
-        saved_ops = [j for j, r in enumerate(window) if not _is_retention_op(r, target)]
-        if durable is None:
-            # The save found iter_N committed with latest naming it (a redone job): its
-            # reconcile made it durable; retention must still follow every save operation.
-            touching = [
-                j
-                for j in saved_ops
-                if any(_iteration_of(p) == iteration_name(target) for p in _paths(window[j]))
-            ]
-            durable = (touching[-1] + 1) if touching else 0
-            if run.durable_at[k] is None:
-                return (
-                    f"{who}: the job of iter {target} ran retention (#{window[first].index} "
-                    f"{window[first].op} {window[first].target}) but never reported durable"
-                )
-        if first < durable:
-            r = window[first]
-            return (
-                f"{who}: the job of iter {target} ran retention operation #{r.index} {r.op} "
-                f"{r.target} before its save was durable (latest durably naming iter {target})"
-            )
-    return None
-
-
 def retention_after_durable_save(ctx: CheckContext) -> None:
     """WRITE-JOB-ORDER: no store operation of a job's retention comes before the operation
     that made its save durable (the fsync of the checkpoints directory after the rename onto
@@ -169,46 +68,9 @@ def retention_after_durable_save(ctx: CheckContext) -> None:
         if run is None or not run.targets:
             continue
         ctx.exercised()
-        problem = _order_problem(log, run, who)
+        problem = retention_order_problem(log, run, who)
         if problem is not None:
             raise GuaranteeViolation(problem)
-
-
-def _is_upload_op(record: IoRecord, target: int) -> bool:
-    """A bucket request, or a write of ``iter_N/.uploaded`` (the receipt or its temporary;
-    the save's sweep of a dead writer's temporary is the save's)."""
-    if record.op in ("put", "delete"):
-        return True
-    if record.op not in ("open_write", "rename", "link"):
-        return False
-    inside = _ROOT + iteration_name(target) + "/"
-    return any(p.startswith(inside) and ".uploaded" in p[len(inside) :] for p in _paths(record))
-
-
-def _upload_order_problem(log: Sequence[IoRecord], run: JobRun, who: str) -> str | None:
-    for k, target in enumerate(run.targets):
-        start = run.starts[k]
-        end = run.starts[k + 1] if k + 1 < len(run.starts) else None
-        window = [r for r in log if r.index >= start and (end is None or r.index < end)]
-        uploads = [r for r in window if _is_upload_op(r, target)]
-        if not uploads:
-            continue
-        durable_at = run.durable_at[k]
-        if durable_at is None or uploads[0].index < durable_at:
-            r = uploads[0]
-            return (
-                f"{who}: the job of iter {target} sent #{r.index} {r.op} {r.target} before its "
-                "save was durable"
-            )
-        retention = [r for r in window if _is_retention_op(r, target)]
-        early = [r for r in retention if r.index < uploads[-1].index]
-        if early:
-            r = early[0]
-            return (
-                f"{who}: the job of iter {target} ran retention operation #{r.index} {r.op} "
-                f"{r.target} before its upload finished (#{uploads[-1].index})"
-            )
-    return None
 
 
 def upload_between_durable_save_and_retention(ctx: CheckContext) -> None:
@@ -225,7 +87,7 @@ def upload_between_durable_save_and_retention(ctx: CheckContext) -> None:
         if run is None or not run.targets or not scenario_of(ctx).upload:
             continue
         ctx.exercised()
-        problem = _upload_order_problem(log, run, who)
+        problem = upload_order_problem(log, run, who)
         if problem is not None:
             raise GuaranteeViolation(problem)
 
@@ -243,7 +105,7 @@ def retention_touches_only_after_durable(ctx: CheckContext) -> None:
         start = run.starts[k]
         end = run.starts[k + 1] if k + 1 < len(run.starts) else None
         window = [r for r in ctx.io_log if r.index >= start and (end is None or r.index < end)]
-        if not any(_is_retention_op(r, target) for r in window):
+        if not any(is_retention_op(r, target) for r in window):
             continue
         ctx.exercised()
         latest = now.pointer()
@@ -339,7 +201,7 @@ def pending_validations_untouched(ctx: CheckContext) -> None:
             touching = [
                 r
                 for r in log
-                if any(_iteration_of(p) == iteration_name(iteration) for p in _paths(r))
+                if any(iteration_of(p) == iteration_name(iteration) for p in paths(r))
             ]
             if touching:
                 r = touching[0]
@@ -432,5 +294,5 @@ def recovery_reaches_decided_end(ctx: CheckContext) -> None:
     for path, data in before.files.items():
         name = path.rsplit("/", 1)[-1]
         changed = path in now.files and now.files[path] != data
-        if path.startswith("iter_") and changed and not name.startswith(_MARKER_PREFIX):
+        if path.startswith("iter_") and changed and not name.startswith(MARKER_PREFIX):
             raise GuaranteeViolation(f"{path} existed before the run and changed")
