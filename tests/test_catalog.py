@@ -13,6 +13,7 @@ from validation_runs import checkpoints_of as pending_checkpoints
 from statecraft.checkpoint.kernel import catalog_verified as catalog_module
 from statecraft.checkpoint.kernel.catalog import (
     CheckpointState,
+    Depth,
     LatestState,
     classify,
     scan,
@@ -98,6 +99,40 @@ class TestStates:
         """A level that is not manifest / size / digest is refused, listing the levels."""
         with pytest.raises(CheckpointError, match=r"one of \['manifest', 'size', 'digest'\]"):
             scan(store_of(out), level="quick")
+
+
+class TestDepths:
+    def test_the_cheap_depths_open_no_bulk_file(
+        self, out: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Depth STAT (retention's reading) sees a missing file but not a same-size bit flip,
+        and never verifies; depth LISTING reads no manifest (a committed iteration is
+        UNREAD); both carry each directory's listing."""
+        (checkpoints(out) / iter_dirname(4) / MANIFEST_NAME).unlink()
+        flip_tensor_bit(checkpoints(out) / iter_dirname(6) / "model.pt")
+        (checkpoints(out) / iter_dirname(2) / "optim.pt").unlink()
+
+        def refuse(*_: object, **__: object) -> None:
+            raise AssertionError("a cheap depth verified a checkpoint")
+
+        monkeypatch.setattr(catalog_module, "verify_checkpoint", refuse)
+        stat = {e.iteration: e for e in scan(store_of(out), depth=Depth.STAT).entries()}
+        assert {i: e.state for i, e in stat.items()} == {
+            8: CheckpointState.COMMITTED,
+            6: CheckpointState.COMMITTED,
+            4: CheckpointState.PARTIAL,
+            2: CheckpointState.CORRUPT,
+        }
+        assert "optim.pt is missing" in stat[2].reason
+        assert MANIFEST_NAME in stat[8].names
+        listing = scan(store_of(out), depth=Depth.LISTING)
+        assert [e.state for e in listing.entries()] == [
+            CheckpointState.UNREAD,
+            CheckpointState.UNREAD,
+            CheckpointState.PARTIAL,
+            CheckpointState.UNREAD,
+        ]
+        assert listing.pick().chosen is None
 
 
 class TestLatest:
