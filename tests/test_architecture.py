@@ -20,9 +20,6 @@ MAX_LINES = 400
 
 #: Cycles still being taken apart (each entry: the sorted modules of one cycle). Empty when done.
 KNOWN_CYCLES: list[list[str]] = [
-    ["statecraft.storage.base", "statecraft.storage.digest"],
-    ["statecraft.storage.local", "statecraft.storage.local_writer"],
-    ["statecraft.storage.s3", "statecraft.storage.s3_transfer"],
     [
         "statecraft.checkpoint.config.load",
         "statecraft.checkpoint.config.schema",
@@ -58,9 +55,7 @@ KNOWN_OVERSIZE: set[str] = {
     "statecraft/checkpoint/facade/boundary_run.py",
     "statecraft/checkpoint/archive/fetch_bindings.py",
     "statecraft/cli/demo_train.py",
-    "statecraft/storage/s3.py",
     "statecraft/proofs/save/write_job_checks.py",
-    "statecraft/storage/objects.py",
     "statecraft/integrations/hf.py",
     "statecraft/checkpoint/direct/resume.py",
     "statecraft/checkpoint/facade/checkpointer.py",
