@@ -21,12 +21,6 @@ MAX_LINES = 400
 #: Cycles still being taken apart (each entry: the sorted modules of one cycle). Empty when done.
 KNOWN_CYCLES: list[list[str]] = [
     [
-        "statecraft.checkpoint.config.load",
-        "statecraft.checkpoint.config.schema",
-        "statecraft.checkpoint.config.support",
-    ],
-    ["statecraft.checkpoint.async_writes.isolation", "statecraft.checkpoint.async_writes.staging"],
-    [
         "statecraft.checkpoint.facade.attempt_open",
         "statecraft.checkpoint.facade.boundary_run",
         "statecraft.checkpoint.facade.boundary_step",
