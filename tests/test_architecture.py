@@ -31,12 +31,6 @@ KNOWN_CYCLES: list[list[str]] = [
         "statecraft.checkpoint.facade.stopping",
         "statecraft.checkpoint.facade.validation_resume",
     ],
-    [
-        "statecraft.cli.bench.async_save",
-        "statecraft.cli.bench.report",
-        "statecraft.cli.bench.save",
-        "statecraft.cli.bench.sweep",
-    ],
 ]
 
 #: Modules still over the limit, being split. Empty when done.
