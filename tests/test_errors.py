@@ -129,3 +129,14 @@ class TestStructuredFields:
         assert type(copy) is CheckpointCorruptError
         assert (str(copy), copy.fields) == (str(error), error.fields)
         assert pickle.dumps(error, protocol=2) == old
+
+    @pytest.mark.parametrize("cls", _error_classes(), ids=lambda cls: cls.__name__)
+    def test_every_error_class_pickles(self, cls: type[StatecraftError]) -> None:
+        """Every error class, also those that are both a ``RuntimeError`` and an ``OSError``
+        (``ArchiveMismatchError``, ``UnitNotCommittedError``), round-trips with its fields."""
+        error = errors._rebuild(cls, "what happened", {"path": "iter_1", "problems": ["a"]})
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is cls
+        assert str(copy) == "what happened"
+        assert copy.fields == {"path": "iter_1", "problems": ["a"]}
+        assert copy.path == "iter_1"

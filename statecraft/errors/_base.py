@@ -9,8 +9,14 @@ __all__ = ["StatecraftError"]
 
 
 def _rebuild(cls: type[StatecraftError], message: str, fields: dict[str, Any]) -> StatecraftError:
-    """Unpickle an error without calling its ``__init__`` (whose signature may differ)."""
-    error = cls.__new__(cls)
+    """Unpickle an error without calling its ``__init__`` (whose signature may differ).
+
+    An error that is also an ``OSError`` (``ArchiveMismatchError`` is a ``CheckpointError``, so a
+    ``RuntimeError``, and a ``FileExistsError``) is made by ``OSError.__new__``: the first
+    ``__new__`` on its MRO is ``RuntimeError``'s, which Python refuses for an ``OSError`` layout.
+    """
+    maker: type[BaseException] = OSError if issubclass(cls, OSError) else Exception
+    error = maker.__new__(cls)
     Exception.__init__(error, message)
     error._set_fields(fields)
     return error
