@@ -41,12 +41,10 @@ KNOWN_OVERSIZE: set[str] = {
     "statecraft/checkpoint/archive/publish_bindings.py",
     "statecraft/checkpoint/facade/boundary_run.py",
     "statecraft/checkpoint/archive/fetch_bindings.py",
-    "statecraft/cli/demo_train.py",
     "statecraft/proofs/save/write_job_checks.py",
     "statecraft/integrations/hf.py",
     "statecraft/checkpoint/direct/resume.py",
     "statecraft/checkpoint/facade/checkpointer.py",
-    "statecraft/cli/inspect/report.py",
 }
 
 
