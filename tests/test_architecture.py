@@ -42,7 +42,6 @@ KNOWN_OVERSIZE: set[str] = {
     "statecraft/checkpoint/facade/boundary_run.py",
     "statecraft/checkpoint/archive/fetch_bindings.py",
     "statecraft/proofs/save/write_job_checks.py",
-    "statecraft/integrations/hf.py",
     "statecraft/checkpoint/direct/resume.py",
     "statecraft/checkpoint/facade/checkpointer.py",
 }
