@@ -1,4 +1,5 @@
-"""The error hierarchy (statecraft.errors): one module, structured fields, picklable."""
+"""The error hierarchy (statecraft.errors): one package, one public module, structured fields,
+picklable."""
 
 from __future__ import annotations
 
@@ -33,13 +34,13 @@ def _error_classes() -> list[type[StatecraftError]]:
     ]
 
 
-class TestOneModule:
-    def test_no_error_class_is_defined_outside_errors_py(self) -> None:
-        """Every class deriving from a statecraft error is defined in statecraft/errors.py."""
+class TestOnePackage:
+    def test_no_error_class_is_defined_outside_the_errors_package(self) -> None:
+        """Every class deriving from a statecraft error is defined in statecraft/errors/."""
         names = {cls.__name__ for cls in _error_classes()}
         outside = []
         for path in PACKAGE.rglob("*.py"):
-            if path.name == "errors.py" and path.parent == PACKAGE:
+            if path.parent == PACKAGE / "errors":
                 continue
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.ClassDef):
@@ -47,6 +48,15 @@ class TestOneModule:
                     if bases & names:
                         outside.append(f"{path.relative_to(PACKAGE)}:{node.name}")
         assert outside == []
+
+    def test_the_public_module_exports_every_name_sorted(self) -> None:
+        """``__all__`` is sorted, names every error class, and each name is importable from
+        ``statecraft.errors`` under that public module name (what pickles and tracebacks show)."""
+        assert errors.__all__ == sorted(errors.__all__)
+        assert {cls.__name__ for cls in _error_classes()} <= set(errors.__all__)
+        for name in errors.__all__:
+            assert getattr(errors, name).__module__ == "statecraft.errors", name
+        assert errors._rebuild.__module__ == "statecraft.errors"
 
     def test_every_error_has_a_code_and_a_builtin_base(self) -> None:
         """Each error has its own code and also derives from a builtin exception type."""
@@ -97,3 +107,36 @@ class TestStructuredFields:
         assert type(copy) is type(error)
         assert str(copy) == str(error)
         assert copy.fields == error.fields
+
+    def test_a_pickle_names_only_the_public_module(self) -> None:
+        """An error pickles by ``statecraft.errors.<Class>`` (and ``statecraft.errors._rebuild``),
+        never by a private module of the package, so it loads whatever the package's layout."""
+        data = pickle.dumps(ConfigError([ConfigIssue("save_every", -1, "an int >= 0")]))
+        assert b"statecraft.errors._" not in data.replace(b"statecraft.errors._rebuild", b"")
+
+    def test_a_pickle_written_before_the_package_split_still_loads(self) -> None:
+        """Bytes pickled when ``statecraft.errors`` was one file load to the same class and
+        fields, and pickling the same error again writes the very same bytes."""
+        old = (
+            b"\x80\x02cstatecraft.errors\n_rebuild\nq\x00cstatecraft.errors\nCheckpointCorruptError"
+            b"\nq\x01X\x22\x00\x00\x00iter_2/model.pt: is missing. Look.q\x02}q\x03(X\x04\x00\x00"
+            b"\x00pathq\x04X\x0f\x00\x00\x00iter_2/model.ptq\x05X\x07\x00\x00\x00problemq\x06X\n"
+            b"\x00\x00\x00is missingq\x07u\x87q\x08Rq\t}q\n(X\x06\x00\x00\x00fieldsq\x0bh\x03h"
+            b"\x04h\x05h\x06h\x07ub."
+        )
+        error = CheckpointCorruptError("iter_2/model.pt", "is missing", "Look.")
+        copy = pickle.loads(old)
+        assert type(copy) is CheckpointCorruptError
+        assert (str(copy), copy.fields) == (str(error), error.fields)
+        assert pickle.dumps(error, protocol=2) == old
+
+    @pytest.mark.parametrize("cls", _error_classes(), ids=lambda cls: cls.__name__)
+    def test_every_error_class_pickles(self, cls: type[StatecraftError]) -> None:
+        """Every error class, also those that are both a ``RuntimeError`` and an ``OSError``
+        (``ArchiveMismatchError``, ``UnitNotCommittedError``), round-trips with its fields."""
+        error = errors._rebuild(cls, "what happened", {"path": "iter_1", "problems": ["a"]})
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is cls
+        assert str(copy) == "what happened"
+        assert copy.fields == {"path": "iter_1", "problems": ["a"]}
+        assert copy.path == "iter_1"

@@ -58,9 +58,8 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
 try:
     from transformers import TrainerCallback
@@ -74,14 +73,20 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from statecraft.checkpoint.units import (
     UnitReport,
-    UnitVerdict,
-    newest_committed,
     prune_unit,
     seal_unit,
     verify_unit,
 )
-from statecraft.errors import UnitDamagedError, UnitError, UnitNotCommittedError
-from statecraft.logs import LOGGER_NAME
+from statecraft.errors import UnitError
+from statecraft.integrations.hf_folders import (
+    LOG,
+    checkpoint_folders,
+    folder_store,
+    folders_in,
+    last_committed_checkpoint,
+    raise_not_committed,
+    verified_checkpoint,
+)
 from statecraft.storage.local import LocalStore
 
 __all__ = [
@@ -94,105 +99,6 @@ __all__ = [
 
 #: the ``framework`` recorded in every manifest this module seals
 FRAMEWORK = "hf-trainer"
-
-_LOG = logging.getLogger(f"{LOGGER_NAME}.hf")
-_CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
-
-
-def checkpoint_folders(output_dir: str | os.PathLike[str]) -> list[tuple[int, str]]:
-    """The ``checkpoint-N`` directories directly under ``output_dir`` as ``(N, name)``, newest
-    (largest N) first; ``[]`` when ``output_dir`` does not exist (it is not created). Ordering
-    is by N, never by mtime (the Trainer's rotation sorts by mtime)."""
-    output_dir = os.fspath(output_dir)
-    if not os.path.isdir(output_dir):
-        return []
-    return _folders(_store(output_dir))
-
-
-def _folders(store: LocalStore) -> list[tuple[int, str]]:
-    found = []
-    for name in store.list(""):
-        match = _CHECKPOINT_RE.match(name)
-        stat = store.stat(name) if match is not None else None
-        if match is not None and stat is not None and stat.is_dir:
-            found.append((int(match.group(1)), name))
-    return sorted(found, reverse=True)
-
-
-def _store(output_dir: str) -> LocalStore:
-    return LocalStore(os.path.abspath(output_dir))
-
-
-def last_committed_checkpoint(
-    output_dir: str | os.PathLike[str], *, deep: bool = True, log: logging.Logger | None = None
-) -> str | None:
-    """The newest ``output_dir/checkpoint-N`` (by N) that verifies, to pass as
-    ``trainer.train(resume_from_checkpoint=...)``; ``None`` when there is none (a fresh start:
-    ``resume_from_checkpoint=None`` trains from scratch).
-
-    Every newer folder passed over is logged at WARNING with its reason (no commit manifest: a
-    save that was killed; a file whose size or digest differs: damage). No name or byte is
-    changed on disk; the folder returned is fsynced (a commit a killed process left in the
-    page cache is made durable before the Trainer relies on it).
-
-    Args:
-        output_dir: the Trainer's ``args.output_dir``.
-        deep: digest every file (default); ``False`` checks sizes only.
-        log: where the passed-over folders are reported (default ``statecraft.hf``).
-    """
-    output_dir = os.fspath(output_dir)
-    if not os.path.isdir(output_dir):
-        return None
-    store = _store(output_dir)
-    folders = _folders(store)
-    if not folders:
-        return None
-    logger = log if log is not None else _LOG
-    verdict, passed = newest_committed(store, [name for _, name in folders], deep=deep, log=logger)
-    if verdict is None:
-        logger.warning(
-            "no committed checkpoint in %s (%d folder(s) passed over); starting from scratch",
-            output_dir,
-            len(passed),
-        )
-        return None
-    return os.path.join(output_dir, verdict.unit)
-
-
-def verified_checkpoint(path: str | os.PathLike[str], *, deep: bool = True) -> str:
-    """``path`` itself when it is a committed ``checkpoint-N`` folder that verifies, to pass as
-    ``resume_from_checkpoint`` when the user names one explicitly.
-
-    Raises:
-        UnitNotCommittedError: the folder is absent or has no commit manifest (a save that did
-            not finish); nothing was read.
-        UnitDamagedError: the manifest does not decode, or a file it names is missing or
-            differs in size or digest.
-    """
-    path = os.path.abspath(os.fspath(path))
-    verdict = verify_unit(_store(os.path.dirname(path)), os.path.basename(path), deep=deep)
-    if not verdict.committed:
-        _raise_for(path, verdict)
-    return path
-
-
-def _raise_for(path: str, verdict: UnitVerdict) -> NoReturn:
-    fix = (
-        "resume from the newest committed checkpoint instead: "
-        "resume_from_checkpoint=last_committed_checkpoint(output_dir)"
-    )
-    if verdict.state == "damaged":
-        raise UnitDamagedError(
-            f"{path} is damaged ({verdict.reason}); it is never loaded. {fix}",
-            path=path,
-            reason=verdict.reason,
-        )
-    raise UnitNotCommittedError(
-        f"{path} is not a committed checkpoint ({verdict.state}: {verdict.reason}); "
-        f"it may be a save that was killed part way. {fix}",
-        path=path,
-        reason=verdict.reason,
-    )
 
 
 def _distributed() -> Any:
@@ -255,7 +161,7 @@ class StatecraftCallback(TrainerCallback):
     """
 
     def __init__(self, *, log: logging.Logger | None = None) -> None:
-        self.log = log if log is not None else _LOG
+        self.log = log if log is not None else LOG
         self.save_total_limit: int | None = None
         self.reports: list[UnitReport] = []
         self._took_over = False
@@ -294,7 +200,7 @@ class StatecraftCallback(TrainerCallback):
         if not folders:
             return
         newest = folders[0][1]  # newest first
-        verdict = verify_unit(_store(output_dir), newest, deep=False)
+        verdict = verify_unit(folder_store(output_dir), newest, deep=False)
         if verdict.state != "committed":
             self.log.warning(
                 "%s is %s (%s): Trainer.train(resume_from_checkpoint=True) would pick it "
@@ -319,13 +225,13 @@ class StatecraftCallback(TrainerCallback):
         folders = checkpoint_folders(output_dir)
         if not folders:
             return
-        store = _store(output_dir)  # output_dir exists: it holds the folders
+        store = folder_store(output_dir)  # output_dir exists: it holds the folders
         if resume_step > 0:
             resumed = f"{PREFIX_CHECKPOINT_DIR}-{resume_step}"
             if any(name == resumed for _, name in folders):
                 verdict = verify_unit(store, resumed, deep=True)
                 if not verdict.committed:
-                    _raise_for(os.path.join(output_dir, resumed), verdict)
+                    raise_not_committed(os.path.join(output_dir, resumed), verdict)
         newer = [
             verify_unit(store, name, deep=False) for step, name in folders if step > resume_step
         ]
@@ -365,7 +271,7 @@ class StatecraftCallback(TrainerCallback):
 
     def _seal(self, output_dir: str, step: int, best: str | None) -> None:
         unit = f"{PREFIX_CHECKPOINT_DIR}-{step}"
-        store = _store(output_dir)
+        store = folder_store(output_dir)
         saved = store.stat(unit) if os.path.isdir(output_dir) else None
         if saved is None or not saved.is_dir:
             raise UnitError(
@@ -406,7 +312,7 @@ class StatecraftCallback(TrainerCallback):
         best_name = os.path.basename(os.path.normpath(best)) if best else None
         retire: list[str] = []
         aged: list[str] = []  # committed or damaged, oldest first
-        for older_step, name in sorted(_folders(store)):
+        for older_step, name in sorted(folders_in(store)):
             if older_step >= step:
                 continue
             verdict = verify_unit(store, name, deep=False)

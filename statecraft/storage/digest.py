@@ -30,7 +30,7 @@ import mmap
 import os
 import threading
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import attrs
 import xxhash
@@ -38,13 +38,11 @@ import xxhash
 from statecraft.errors import SpecialFileError, StoreError
 from statecraft.storage.filesystem import open_regular
 
-if TYPE_CHECKING:  # base.py imports Digest from here
-    from statecraft.storage.base import Store
-
 __all__ = [
     "ALGORITHMS",
     "SAVE_ALGORITHM",
     "Digest",
+    "ReadableStore",
     "StreamDigest",
     "file_digest",
     "file_digests",
@@ -164,6 +162,16 @@ class StreamDigest:
         return next(iter(self.digests().values()))
 
 
+class ReadableStore(Protocol):
+    """The two reads :func:`file_digests` needs of a store: every
+    :class:`~statecraft.storage.base.Store` has them (``base`` builds its records on
+    :class:`Digest`, so this module names only what it reads, not the whole store)."""
+
+    def local_path(self, path: str) -> str | None: ...
+
+    def open_read(self, path: str) -> BinaryIO: ...
+
+
 class _ReadAhead:
     """A helper thread that reads the file with large ``pread`` calls a few chunks ahead of the
     hasher, so the disk stays busy while the hasher works through pages already cached (a
@@ -247,7 +255,7 @@ def _hash_stream(handle: Any, stream: StreamDigest) -> None:
     stream.join()
 
 
-def file_digests(store: Store, path: str, algorithms: Iterable[str]) -> dict[str, Digest]:
+def file_digests(store: ReadableStore, path: str, algorithms: Iterable[str]) -> dict[str, Digest]:
     """Digests of the stored file ``path`` for every algorithm in ``algorithms``, in one pass.
 
     A local file (``store.local_path`` is a path) is hashed through ``mmap`` with kernel
@@ -276,7 +284,7 @@ def file_digests(store: Store, path: str, algorithms: Iterable[str]) -> dict[str
     return stream.digests()
 
 
-def file_digest(store: Store, path: str, algorithm: str = SAVE_ALGORITHM) -> Digest:
+def file_digest(store: ReadableStore, path: str, algorithm: str = SAVE_ALGORITHM) -> Digest:
     """The ``algorithm`` digest of stored file ``path`` (see :func:`file_digests`).
 
     Example:

@@ -7,16 +7,15 @@ from __future__ import annotations
 import errno
 import os
 import posixpath
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from statecraft.errors import DiskFullError, StoreConflictError, StoreError
 from statecraft.storage.base import FileRecord, check_relative_path
+from statecraft.storage.deferred import DeferredPublications
 from statecraft.storage.digest import StreamDigest
+from statecraft.storage.filesystem import Filesystem
 
-if TYPE_CHECKING:  # local.py imports this module
-    from statecraft.storage.local import LocalStore
-
-__all__ = ["LocalAtomicWriter"]
+__all__ = ["LocalAtomicWriter", "WriterHome"]
 
 # Small writes (pickle opcodes, zip headers) are coalesced into one write call of up to
 # _BUFFER_BYTES; writes of at least _DIRECT_BYTES (a tensor's storage) go straight through
@@ -28,11 +27,29 @@ _DIRECT_BYTES = 64 << 10
 _WRITEBACK_BYTES = 4 << 20  # start device writeback once this much is written since the last
 
 
+class WriterHome(Protocol):
+    """What a :class:`LocalAtomicWriter` needs of the store it writes into: a
+    :class:`~statecraft.storage.local.LocalStore` (which builds its writers here, so this
+    module names the parts it uses instead of importing the store)."""
+
+    fs: Filesystem
+    deferred: DeferredPublications
+
+    def describe(self) -> str:
+        """Where the store points, for messages."""
+
+    def abspath(self, path: str) -> str:
+        """The absolute filesystem path of store path ``path``."""
+
+    def next_token(self) -> int:
+        """A number not handed out before, for a fresh temporary name."""
+
+
 class LocalAtomicWriter:
     """A file being written under a temporary name (see ``storage.base.AtomicWriter``)."""
 
     def __init__(
-        self, store: LocalStore, path: str, *, exclusive: bool, defer_sync: bool = False
+        self, store: WriterHome, path: str, *, exclusive: bool, defer_sync: bool = False
     ) -> None:
         self.path = check_relative_path(path)
         self.record: FileRecord | None = None

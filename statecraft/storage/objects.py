@@ -1,29 +1,27 @@
-"""Object-store semantics: a bucket client interface, a simulated bucket, and the ``Store``
-adapter over any bucket.
+"""``ObjectStore``: the :class:`~statecraft.storage.base.Store` adapter over any bucket.
 
 Semantics modelled (DESIGN.md §4): a PUT is atomic per key and then strongly consistent;
 there is no rename and no multi-key atomicity; ``If-None-Match: *`` (create only if absent)
 and ``If-Match: <etag>`` (replace only that version) are the only compare-and-swap. A request
 whose response never arrived is indeterminate: it may or may not have taken effect, so
-recovery must look. The crash harness covers both outcomes of a request in flight at a crash
-(crash before the request = not applied; crash before the next request = applied) and injects
-the third case, "applied but the client saw an error", as a ``LOST_RESPONSE`` fault.
+recovery must look.
+
+The bucket protocols and records live in :mod:`statecraft.storage.bucket`, the simulated
+bucket of the crash harness in :mod:`statecraft.storage.sim_bucket`; both are re-exported
+here, where callers have always found them.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
-from typing import BinaryIO, Protocol
+from typing import BinaryIO
 
-import attrs
-
-from statecraft.engine.crash import FaultKind, IoGate
 from statecraft.errors import ObjectRequestError, PreconditionFailed, StoreConflictError, StoreError
-from statecraft.storage.base import FileRecord, Store, check_range, check_relative_path
+from statecraft.storage.base import FileRecord, check_range, check_relative_path
+from statecraft.storage.bucket import ArchiveBucket, BucketClient, ObjectInfo, RemoteObject
 from statecraft.storage.digest import StreamDigest
 from statecraft.storage.filesystem import FileStat
-from statecraft.storage.s3_credentials import S3Identity
+from statecraft.storage.sim_bucket import SIM_IDENTITY, SimBucket
 
 __all__ = [
     "SIM_IDENTITY",
@@ -36,227 +34,6 @@ __all__ = [
     "RemoteObject",
     "SimBucket",
 ]
-
-
-@attrs.frozen
-class ObjectInfo:
-    size: int
-    etag: str
-
-
-@attrs.frozen
-class RemoteObject:
-    """What a HEAD says of an object: size, etag, and the sha256 statecraft stored in its
-    metadata when it wrote it (``""`` for an object written by someone else)."""
-
-    size: int
-    etag: str
-    sha256: str
-
-
-#: the identity every :class:`SimBucket` reports (the crash harness's one bucket)
-SIM_IDENTITY = S3Identity("sim", "sim-bucket", "sim")
-
-
-class BucketClient(Protocol):
-    """The operations statecraft needs of one bucket."""
-
-    def put(
-        self, key: str, data: bytes, *, if_none_match: bool = False, if_match: str | None = None
-    ) -> str:
-        """Store ``data`` under ``key`` atomically; returns the new etag.
-
-        Raises:
-            PreconditionFailed: the condition did not hold; nothing changed.
-            ObjectRequestError: the request failed or its outcome is unknown.
-        """
-
-    def get(self, key: str) -> bytes:
-        """The object's bytes; ``FileNotFoundError`` when absent."""
-
-    def head(self, key: str) -> ObjectInfo | None: ...
-
-    def list(self, prefix: str) -> list[str]:
-        """Every key starting with ``prefix``, sorted."""
-
-    def delete(self, key: str) -> None: ...
-
-
-class ArchiveBucket(BucketClient, Protocol):
-    """A bucket the archive transactions (upload, publish, fetch, prune-verified, ``objects``)
-    talk to: :class:`SimBucket` under the crash harness, :class:`~statecraft.storage.s3.S3Bucket`
-    in production. Every object statecraft writes carries the sha256 of its bytes in its
-    metadata, so a HEAD proves size and digest without reading the body.
-    """
-
-    def identity(self) -> S3Identity:
-        """Endpoint authority, bucket and key id (never the secret): what markers bind."""
-
-    def describe(self) -> str:
-        """``s3://<bucket> at <endpoint>`` for messages."""
-
-    def stat(self, key: str) -> RemoteObject | None:
-        """Size, etag and stored sha256 of ``key``; ``None`` when absent.
-
-        Raises:
-            ObjectRequestError: the request failed after the bounded retries.
-        """
-
-    def upload_from(
-        self,
-        key: str,
-        store: Store,
-        path: str,
-        *,
-        sha256: str | None = None,
-        if_none_match: bool = False,
-    ) -> str:
-        """Upload the file ``path`` of ``store`` to ``key`` (streamed, multipart when large);
-        returns the etag. ``sha256`` (hex), when the caller hashed the file already, is what
-        the metadata records; otherwise the upload computes it.
-
-        Raises:
-            FileNotFoundError: ``path`` is not in ``store``.
-            PreconditionFailed: ``if_none_match`` and another object holds ``key``.
-            ObjectRequestError: the request failed after the bounded retries (its outcome may be
-                unknown: look before concluding).
-        """
-
-    def download_into(self, key: str, store: Store, path: str) -> RemoteObject:
-        """Write the object's bytes to ``path`` of ``store`` atomically (a temporary, fsynced,
-        renamed); returns what was fetched. The bytes are checked against the size and the
-        stored sha256 (when there is one) before the file is placed.
-
-        Raises:
-            FileNotFoundError: no such key.
-            ObjectRequestError: the request failed, the object changed mid-download, or the
-                bytes did not match its size or stored sha256 (nothing placed).
-        """
-
-
-class SimBucket:
-    """An in-memory bucket with S3's per-key semantics and conditional writes.
-
-    Every mutating request passes the optional gate (a crash point). A bucket survives every
-    crash kind: it is remote.
-    """
-
-    def __init__(self, *, gate: IoGate | None = None) -> None:
-        self.gate = gate
-        self.objects: dict[str, tuple[bytes, str]] = {}
-        self.sha256: dict[str, str] = {}
-        self._version = 0
-
-    def __repr__(self) -> str:
-        return f"SimBucket(objects={len(self.objects)})"
-
-    def _request(self, op: str, key: str) -> FaultKind | None:
-        if self.gate is None:
-            return None
-        fault = self.gate.before_io(op, key)
-        if fault is None:
-            return None
-        if fault.kind is FaultKind.LOST_RESPONSE:
-            return fault.kind
-        raise ObjectRequestError(f"injected {fault.kind.value} on {op} {key!r} (not applied)")
-
-    def put(
-        self, key: str, data: bytes, *, if_none_match: bool = False, if_match: str | None = None
-    ) -> str:
-        fault = self._request("put", key)
-        current = self.objects.get(key)
-        if if_none_match and current is not None:
-            raise PreconditionFailed(f"If-None-Match: * refused: {key!r} exists")
-        if if_match is not None and (current is None or current[1] != if_match):
-            raise PreconditionFailed(f"If-Match: {if_match} refused for {key!r}")
-        self._version += 1
-        etag = f'"{hashlib.md5(data).hexdigest()}-{self._version}"'
-        self.objects[key] = (bytes(data), etag)
-        self.sha256[key] = hashlib.sha256(data).hexdigest()
-        if fault is FaultKind.LOST_RESPONSE:
-            raise ObjectRequestError(f"put {key!r}: response lost (the object WAS written)")
-        return etag
-
-    def get(self, key: str) -> bytes:
-        if key not in self.objects:
-            raise FileNotFoundError(f"no object {key!r}")
-        return self.objects[key][0]
-
-    def get_range(self, key: str, start: int, length: int) -> bytes:
-        """``length`` bytes of the object from ``start`` (fewer at its end), like a ranged GET.
-
-        Raises:
-            ValueError: a negative ``start`` or ``length``.
-            FileNotFoundError: no such key.
-        """
-        if start < 0 or length < 0:
-            raise ValueError(f"get_range({key!r}, {start}, {length}): offsets must be >= 0")
-        return self.get(key)[start : start + length]
-
-    def head(self, key: str) -> ObjectInfo | None:
-        entry = self.objects.get(key)
-        return None if entry is None else ObjectInfo(len(entry[0]), entry[1])
-
-    def list(self, prefix: str) -> list[str]:
-        return sorted(k for k in self.objects if k.startswith(prefix))
-
-    def delete(self, key: str) -> None:
-        fault = self._request("delete", key)
-        self.objects.pop(key, None)
-        self.sha256.pop(key, None)
-        if fault is FaultKind.LOST_RESPONSE:
-            raise ObjectRequestError(f"delete {key!r}: response lost (the object WAS deleted)")
-
-    def copy(self) -> SimBucket:
-        """The bucket as it stands, detached from any gate (what survives a crash)."""
-        clone = SimBucket()
-        clone.objects = dict(self.objects)
-        clone.sha256 = dict(self.sha256)
-        clone._version = self._version
-        return clone
-
-    # -- the ArchiveBucket operations ----------------------------------------------------------
-
-    def identity(self) -> S3Identity:
-        return SIM_IDENTITY
-
-    def describe(self) -> str:
-        return "s3://sim-bucket at sim"
-
-    def stat(self, key: str) -> RemoteObject | None:
-        entry = self.objects.get(key)
-        if entry is None:
-            return None
-        return RemoteObject(len(entry[0]), entry[1], self.sha256.get(key, ""))
-
-    def upload_from(
-        self,
-        key: str,
-        store: Store,
-        path: str,
-        *,
-        sha256: str | None = None,
-        if_none_match: bool = False,
-    ) -> str:
-        data = store.read_bytes(path)
-        return self.put(key, data, if_none_match=if_none_match)
-
-    def download_into(self, key: str, store: Store, path: str) -> RemoteObject:
-        there = self.stat(key)
-        if there is None:
-            raise FileNotFoundError(f"no object {key!r}")
-        data = self.get(key)
-        if there.sha256 and hashlib.sha256(data).hexdigest() != there.sha256:
-            raise ObjectRequestError(f"get {key!r}: the bytes do not match the stored sha256")
-        store.write_atomic(path, data)
-        return there
-
-    def tamper(self, key: str, data: bytes) -> None:
-        """Replace ``key``'s bytes the way a foreign writer would (no sha256 metadata): what
-        the harness uses for "a remote object was altered"."""
-        self._version += 1
-        self.objects[key] = (bytes(data), f'"{hashlib.md5(data).hexdigest()}-{self._version}"')
-        self.sha256.pop(key, None)
 
 
 class ObjectAtomicWriter:

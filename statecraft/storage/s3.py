@@ -10,98 +10,34 @@ stored in its metadata) with what it sent, succeeding when they are equal and ra
 :class:`PreconditionFailed` otherwise. Large files go by multipart (``put_file``) with a bounded
 part size and concurrency; nothing relies on server-side copy. The secret key never appears in
 a log line or an error message (messages pass :meth:`S3Credentials.scrub` as a last guard).
+
+The client and the retry loop live in :mod:`statecraft.storage.s3_requests`, the multipart
+and ranged transfers in :mod:`statecraft.storage.s3_transfer`; this module is the bucket's
+operations.
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-import boto3
-from botocore.config import Config
-
-from statecraft.errors import ObjectRequestError, PreconditionFailed
+from statecraft.errors import ObjectRequestError
 from statecraft.storage.base import Store
-from statecraft.storage.objects import ObjectInfo, RemoteObject
-from statecraft.storage.s3_credentials import S3Credentials, S3Identity
-from statecraft.storage.s3_retry import (
-    Failure,
-    RetryPolicy,
-    TransferSettings,
-    classify,
-    request_error,
-)
+from statecraft.storage.bucket import ObjectInfo, RemoteObject
+from statecraft.storage.s3_requests import SHA256_METADATA, S3Requests
+from statecraft.storage.s3_retry import Failure, RetryPolicy, TransferSettings
+from statecraft.storage.s3_transfer import download_file, upload_bytes, upload_file
 
 __all__ = ["SHA256_METADATA", "RemoteObject", "RetryPolicy", "S3Bucket", "TransferSettings"]
 
-log = logging.getLogger(__name__)
-T = TypeVar("T")
 
-#: the user-metadata key holding the sha256 of the object's bytes (``x-amz-meta-sha256``)
-SHA256_METADATA = "sha256"
-
-
-class S3Bucket:
+class S3Bucket(S3Requests):
     """One bucket at an S3 endpoint, with the :class:`BucketClient` operations and streaming
-    transfers of large files.
-
-    Args:
-        credentials: endpoint, region and keys (:func:`load_credentials`).
-        bucket: the bucket name (DNS-style).
-        retry: attempts and backoff for every request.
-        transfer: multipart part size and concurrency.
-        connect_timeout_s, read_timeout_s: per-request socket timeouts.
-        list_page_size: keys asked for per LIST page (S3's maximum is 1000).
+    transfers of large files, over the client and retry loop of
+    :class:`~statecraft.storage.s3_requests.S3Requests` (whose arguments it takes).
     """
-
-    def __init__(
-        self,
-        credentials: S3Credentials,
-        bucket: str,
-        *,
-        retry: RetryPolicy | None = None,
-        transfer: TransferSettings | None = None,
-        connect_timeout_s: float = 5.0,
-        read_timeout_s: float = 60.0,
-        list_page_size: int = 1000,
-    ) -> None:
-        self.credentials = credentials
-        self.bucket = bucket
-        self.retry = retry or RetryPolicy()
-        self.transfer = transfer or TransferSettings()
-        self.list_page_size = list_page_size
-        config = Config(
-            request_checksum_calculation="when_required",
-            response_checksum_validation="when_required",
-            s3={"addressing_style": "path"},
-            retries={"total_max_attempts": 1, "mode": "standard"},
-            connect_timeout=connect_timeout_s,
-            read_timeout=read_timeout_s,
-            max_pool_connections=max(10, 2 * self.transfer.concurrency),
-        )
-        session = boto3.session.Session(
-            aws_access_key_id=credentials.aws_access_key_id,
-            aws_secret_access_key=credentials.aws_secret_access_key,
-            region_name=credentials.region,
-        )
-        self.client: Any = session.client(
-            "s3", endpoint_url=credentials.endpoint_url, config=config
-        )
-
-    def __repr__(self) -> str:
-        return f"S3Bucket({self.identity()})"
-
-    def identity(self) -> S3Identity:
-        """Endpoint authority, bucket and key id: what logs and markers name."""
-        return self.credentials.redacted(self.bucket)
-
-    def describe(self) -> str:
-        return f"s3://{self.bucket} at {self.credentials.endpoint_authority}"
 
     # -- the BucketClient operations ---------------------------------------------------------
 
@@ -133,8 +69,6 @@ class S3Bucket:
         ``If-Match`` replace is always one PUT. Raises as :meth:`put`."""
         condition = _condition(if_none_match, if_match)
         if if_match is None and len(data) > self.transfer.part_size:
-            from statecraft.storage.s3_transfer import upload_bytes
-
             return upload_bytes(self, key, data, if_none_match=if_none_match, sha256=sha256)
         sha = sha256 or hashlib.sha256(data).hexdigest()
 
@@ -191,23 +125,6 @@ class S3Bucket:
         remote = self.stat(key)
         return None if remote is None else ObjectInfo(remote.size, remote.etag)
 
-    def stat(self, key: str) -> RemoteObject | None:
-        """Size, etag and stored sha256 of ``key``; ``None`` when absent."""
-
-        def send() -> RemoteObject:
-            response = self.client.head_object(Bucket=self.bucket, Key=key)
-            meta = response.get("Metadata") or {}
-            return RemoteObject(
-                int(response["ContentLength"]),
-                str(response["ETag"]),
-                str(meta.get(SHA256_METADATA, "")),
-            )
-
-        try:
-            return self.call("head", key, send)
-        except FileNotFoundError:
-            return None
-
     def list(self, prefix: str) -> list[str]:
         """Every key starting with ``prefix``, sorted (all pages)."""
         keys: list[str] = []
@@ -260,9 +177,12 @@ class S3Bucket:
         ``sha256`` (hex) saves a hashing pass when the caller already knows it. Raises as
         :meth:`put`; a failed multipart upload is aborted.
         """
-        from statecraft.storage.s3_transfer import upload_file
-
-        return upload_file(self, key, Path(path), if_none_match=if_none_match, sha256=sha256)
+        file = Path(path)
+        if file.stat().st_size <= self.transfer.part_size:
+            return self.put_bytes(
+                key, file.read_bytes(), if_none_match=if_none_match, sha256=sha256
+            )
+        return upload_file(self, key, file, if_none_match=if_none_match, sha256=sha256)
 
     def download(self, key: str, path: str | os.PathLike[str]) -> RemoteObject:
         """Stream ``key`` into ``path`` (a sibling temporary, fsynced, then renamed), resuming
@@ -272,8 +192,6 @@ class S3Bucket:
             FileNotFoundError: no such key.
             ObjectRequestError: the request failed, or the object changed mid-download.
         """
-        from statecraft.storage.s3_transfer import download_file
-
         return download_file(self, key, Path(path))
 
     # -- the ArchiveBucket operations (objects.ArchiveBucket) -------------------------------
@@ -313,119 +231,6 @@ class S3Bucket:
             )
         store.write_atomic(path, data)
         return there
-
-    # -- the retry loop ----------------------------------------------------------------------
-
-    def conditional(
-        self,
-        op: str,
-        key: str,
-        send: Callable[[], str],
-        size: int,
-        sha256: str,
-        if_none_match: bool,
-        if_match: str | None,
-    ) -> str:
-        """Run a (possibly conditional) write; a 412 met after an earlier attempt failed is
-        resolved by comparing the object there with ``size`` and ``sha256``."""
-        state = {"failed": 0}
-
-        def on_failure(_: Failure) -> None:
-            state["failed"] += 1
-
-        try:
-            return self.call(op, key, send, on_failure=on_failure)
-        except PreconditionFailed:
-            if state["failed"]:
-                there = self.stat(key)
-                if there is not None and there.size == size and there.sha256 == sha256:
-                    log.info(
-                        "s3 %s %r at %s: an earlier attempt was applied (same size and "
-                        "sha256 there); done",
-                        op,
-                        key,
-                        self.identity(),
-                    )
-                    return there.etag
-            if if_none_match:
-                raise PreconditionFailed(
-                    f"If-None-Match: * refused: {key!r} exists in {self.describe()}"
-                ) from None
-            raise PreconditionFailed(
-                f"If-Match: {if_match} refused for {key!r} in {self.describe()}"
-            ) from None
-
-    def call(
-        self,
-        op: str,
-        key: str,
-        send: Callable[[], T],
-        *,
-        on_failure: Callable[[Failure], None] | None = None,
-    ) -> T:
-        """``send()`` with bounded retries.
-
-        Raises:
-            PreconditionFailed: a 412 (never retried).
-            FileNotFoundError: a 404 of the key.
-            ObjectRequestError: a failure that is not retried, or the last attempt's failure.
-        """
-        attempts = self.retry.attempts
-        for attempt in range(1, attempts + 1):
-            try:
-                return send()
-            except Exception as error:
-                failure = classify(error)
-                if failure is None:
-                    raise
-                if failure.precondition:
-                    raise PreconditionFailed(f"{op} {key!r}: precondition failed") from None
-                if failure.not_found and op != "head-bucket":
-                    raise FileNotFoundError(f"no object {key!r} in {self.describe()}") from None
-                if failure.not_found:
-                    raise FileNotFoundError(self.bucket) from None
-                if not failure.retryable or attempt == attempts:
-                    raise self.failed(op, key, failure, attempt) from None
-                if on_failure is not None:
-                    on_failure(failure)
-                pause = self.retry.delay(attempt)
-                log.warning(
-                    "s3 %s %r at %s: attempt %d/%d failed (%s); retrying in %.2f s",
-                    op,
-                    key,
-                    self.identity(),
-                    attempt,
-                    attempts,
-                    self.credentials.scrub(f"{failure.code} {failure.status}".strip()),
-                    pause,
-                )
-                time.sleep(pause)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def failed(self, op: str, key: str, failure: Failure, attempts: int) -> ObjectRequestError:
-        """The :class:`ObjectRequestError` for ``failure``, with the fix for its kind."""
-        source = self.credentials.source or "the credentials"
-        if failure.access_denied:
-            fix = (
-                f"Access denied to {self.describe()}: check aws_access_key_id and "
-                f"aws_secret_access_key in {source} and the key's permissions on the bucket"
-            )
-        elif failure.code == "NoSuchBucket":
-            fix = f"Bucket {self.bucket!r} does not exist: create it or fix the bucket name"
-        elif failure.status == 0:
-            fix = (
-                f"Check endpoint_url in {source} and that the service at "
-                f"{self.credentials.endpoint_authority} is running and reachable"
-            )
-        elif failure.retryable:
-            fix = "The service kept failing; try again later"
-        else:
-            fix = "The request was refused and not applied"
-        error = request_error(self.describe(), op, key, failure, attempts, fix)
-        scrubbed = self.credentials.scrub(str(error))
-        if scrubbed != str(error):
-            error.args = (scrubbed,)
-        return error
 
 
 def _condition(if_none_match: bool, if_match: str | None) -> dict[str, str]:

@@ -1,6 +1,8 @@
-"""Streaming transfers of large files for :class:`~statecraft.storage.s3.S3Bucket`.
+"""Streaming transfers of large files for :class:`~statecraft.storage.s3.S3Bucket`, through
+the client and retry loop of its :class:`~statecraft.storage.s3_requests.S3Requests`.
 
-Upload: a file up to ``part_size`` is one PUT; a larger one is a multipart upload of
+Upload: a file up to ``part_size`` is one PUT (``S3Bucket.put_file`` sends it); a larger one
+is a multipart upload of
 ``part_size`` parts read with ``pread``, at most ``concurrency`` in flight (the memory bound),
 each part retried on its own (re-sending a part number is idempotent), completed with the
 same condition a PUT would carry, and aborted on failure. A completion retried after an
@@ -28,14 +30,13 @@ import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from statecraft.errors import ObjectRequestError, PreconditionFailed, StoreError
+from statecraft.storage.bucket import RemoteObject
 from statecraft.storage.filesystem import OsFilesystem
+from statecraft.storage.s3_requests import SHA256_METADATA, S3Requests
 from statecraft.storage.s3_retry import Failure
-
-if TYPE_CHECKING:
-    from statecraft.storage.s3 import RemoteObject, S3Bucket
 
 __all__ = ["download_file", "file_sha256", "upload_bytes", "upload_file"]
 
@@ -65,15 +66,12 @@ def _hash_range(fd: int, digest: Any, start: int, end: int, view: memoryview) ->
 
 
 def upload_file(
-    bucket: S3Bucket, key: str, path: Path, *, if_none_match: bool, sha256: str | None
+    bucket: S3Requests, key: str, path: Path, *, if_none_match: bool, sha256: str | None
 ) -> str:
-    """Upload ``path`` to ``key`` (see the module contract); returns the etag."""
-    from statecraft.storage.s3 import SHA256_METADATA
-
+    """Upload ``path``, larger than one part, to ``key`` by multipart (see the module
+    contract); returns the etag."""
     size = path.stat().st_size
     settings = bucket.transfer
-    if size <= settings.part_size:
-        return bucket.put_bytes(key, path.read_bytes(), if_none_match=if_none_match, sha256=sha256)
     if if_none_match and bucket.stat(key) is not None:
         raise PreconditionFailed(f"If-None-Match: * refused: {key!r} exists in {bucket.describe()}")
     sha = sha256 or file_sha256(path, settings.chunk_size)
@@ -95,7 +93,7 @@ def upload_file(
 
 
 def _upload_parts(
-    bucket: S3Bucket, key: str, upload_id: str, path: Path, size: int
+    bucket: S3Requests, key: str, upload_id: str, path: Path, size: int
 ) -> list[dict[str, Any]]:
     with open(path, "rb") as f:
         fd = f.fileno()
@@ -113,7 +111,7 @@ def _upload_parts(
 
 
 def _send_parts(
-    bucket: S3Bucket,
+    bucket: S3Requests,
     key: str,
     upload_id: str,
     size: int,
@@ -163,14 +161,12 @@ def _send_parts(
 
 
 def upload_bytes(
-    bucket: S3Bucket, key: str, data: bytes, *, if_none_match: bool, sha256: str | None
+    bucket: S3Requests, key: str, data: bytes, *, if_none_match: bool, sha256: str | None
 ) -> str:
     """Upload ``data`` held in memory to ``key`` by multipart (``part_size`` parts, at most
     ``concurrency`` in flight), with the sha256 in its metadata and the same condition and
     completion rules as :func:`upload_file`; returns the etag. For data larger than one part
     (the caller sends smaller data by one PUT)."""
-    from statecraft.storage.s3 import SHA256_METADATA
-
     size = len(data)
     if if_none_match and bucket.stat(key) is not None:
         raise PreconditionFailed(f"If-None-Match: * refused: {key!r} exists in {bucket.describe()}")
@@ -195,7 +191,7 @@ def upload_bytes(
 
 
 def _complete(
-    bucket: S3Bucket,
+    bucket: S3Requests,
     key: str,
     upload_id: str,
     parts: list[dict[str, Any]],
@@ -235,7 +231,7 @@ def _complete(
         ) from None
 
 
-def _abort(bucket: S3Bucket, key: str, upload_id: str) -> None:
+def _abort(bucket: S3Requests, key: str, upload_id: str) -> None:
     """Best effort: a failed abort leaves parts the bucket's lifecycle rules reclaim."""
     try:
         bucket.call(
@@ -249,7 +245,7 @@ def _abort(bucket: S3Bucket, key: str, upload_id: str) -> None:
         pass
 
 
-def download_file(bucket: S3Bucket, key: str, path: Path) -> RemoteObject:
+def download_file(bucket: S3Requests, key: str, path: Path) -> RemoteObject:
     """Fetch ``key`` into ``path`` (see the module contract)."""
     there = bucket.stat(key)
     if there is None:
@@ -287,7 +283,7 @@ def download_file(bucket: S3Bucket, key: str, path: Path) -> RemoteObject:
 
 
 def _fetch_in_order(
-    bucket: S3Bucket,
+    bucket: S3Requests,
     fd: int,
     jobs: list[Callable[[], None]],
     ranges: list[tuple[int, int]],
@@ -322,7 +318,7 @@ def _fetch_in_order(
 
 
 def _range_fetcher(
-    bucket: S3Bucket, key: str, there: RemoteObject, fd: int, span: tuple[int, int]
+    bucket: S3Requests, key: str, there: RemoteObject, fd: int, span: tuple[int, int]
 ) -> Callable[[], None]:
     """A job fetching bytes ``span`` of the object into ``fd``; a retry after a dropped body
     asks only for the bytes not yet written."""
@@ -350,7 +346,7 @@ def _short_body() -> Exception:
     return bce.IncompleteReadError(actual_bytes=0, expected_bytes=1)
 
 
-def _check(bucket: S3Bucket, key: str, there: RemoteObject, size: int, sha: str) -> None:
+def _check(bucket: S3Requests, key: str, there: RemoteObject, size: int, sha: str) -> None:
     if size != there.size or (there.sha256 and sha != there.sha256):
         raise ObjectRequestError(
             f"{bucket.describe()}: {key!r} arrived as {size} bytes with sha256 {sha}; its "

@@ -18,13 +18,12 @@ import json
 import threading
 import types
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 import torch
 
-if TYPE_CHECKING:
-    from statecraft.checkpoint.async_writes.staging import Snapshot
+from statecraft.checkpoint.async_writes.snapshot import Snapshot
 
 __all__ = ["Attr", "KeyPath", "format_path", "isolation_problem"]
 

@@ -30,7 +30,6 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
-import attrs
 import torch
 
 from statecraft.checkpoint.async_writes.isolation import (
@@ -39,37 +38,9 @@ from statecraft.checkpoint.async_writes.isolation import (
     format_path,
     isolation_problem,
 )
+from statecraft.checkpoint.async_writes.snapshot import Snapshot, SnapshotUnsupported
 
 __all__ = ["Snapshot", "SnapshotUnsupported", "StagingBuffers", "isolation_problem"]
-
-
-class SnapshotUnsupported(Exception):
-    """A payload holds something the staging copy cannot take; ``reason`` names its key path
-    and why, in one line (``optim.pt["state"][0]["exp_avg"] is a sparse tensor``). Not an
-    error to report: the caller writes that save synchronously and logs the reason."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-@attrs.frozen
-class Snapshot:
-    """The staged copy of one save's payloads.
-
-    Attributes:
-        payloads: file name -> the copied payload (containers rebuilt, tensors in staging
-            buffers, other leaves deep-copied); what the write job serializes.
-        tensor_bytes: bytes of tensor storage in the copy (each shared storage once).
-        allocated_bytes: bytes of staging buffers this snapshot had to allocate (0 from the
-            second save on, when no shape, dtype or layout changed).
-        seconds: wall time of the copy on the calling thread.
-    """
-
-    payloads: dict[str, Any]
-    tensor_bytes: int
-    allocated_bytes: int
-    seconds: float
 
 
 def _unsupported_tensor(t: torch.Tensor) -> str | None:

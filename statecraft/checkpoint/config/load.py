@@ -5,6 +5,10 @@ overrides, broken cross-option rules) is collected and raised together as ONE
 :class:`~statecraft.errors.ConfigError` whose issues name each dotted knob. cattrs structures
 the mapping; each knob's checker (:mod:`statecraft.checkpoint.config.knobs`) runs as its
 structure hook.
+
+The functions take the root record class (``CheckpointConfig``, whose methods call them with
+``cls``) and walk its sections through their attrs fields, so this module never names the
+schema it loads.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, get_origin
+from typing import Any, Literal, TypeVar, get_origin
 
 import attrs
 import cattrs
@@ -21,28 +25,29 @@ from cattrs.errors import ClassValidationError, ForbiddenExtraKeysError
 from cattrs.gen import make_dict_structure_fn, override
 
 from statecraft.checkpoint.config.knobs import _CHECK, _Checker, _raise_if
-from statecraft.checkpoint.config.schema import _SECTIONS, CheckpointConfig
 from statecraft.errors import ConfigError, ConfigIssue
 
 __all__ = ["config_from_dict", "load_config", "unstructure"]
 
+C = TypeVar("C")
 
-def config_from_dict(data: Mapping[str, Any], *, source: str) -> CheckpointConfig:
-    """Build a config from a knob mapping (see :meth:`CheckpointConfig.from_dict`).
+
+def config_from_dict(root: type[C], data: Mapping[str, Any], *, source: str) -> C:
+    """Build a ``root`` config from a knob mapping (see :meth:`CheckpointConfig.from_dict`).
 
     Raises:
         ConfigError: every problem found, together, with ``source``.
     """
     try:
-        return _structure_section(CheckpointConfig, data, "")
+        return _structure_section(root, data, "")
     except _IssuesFound as exc:
         raise ConfigError(exc.issues, source=source) from None
 
 
 def load_config(
-    path: str | os.PathLike[str] | None, overrides: Sequence[str] = ()
-) -> CheckpointConfig:
-    """Read a YAML knob file (or defaults) and apply overrides (see
+    root: type[C], path: str | os.PathLike[str] | None, overrides: Sequence[str] = ()
+) -> C:
+    """Read a YAML knob file (or defaults) and apply overrides into a ``root`` config (see
     :meth:`CheckpointConfig.load`).
 
     Raises:
@@ -52,16 +57,16 @@ def load_config(
     data: dict[str, Any] = {} if path is None else _read_yaml(source)
     if overrides:
         source += " + overrides"
-    issues = _apply_overrides(data, overrides)
+    issues = _apply_overrides(root, data, overrides)
     try:
-        config = _structure_section(CheckpointConfig, data, "")
+        config = _structure_section(root, data, "")
     except _IssuesFound as exc:
         issues.extend(exc.issues)
     _raise_if(issues, source)
     return config
 
 
-def unstructure(config: CheckpointConfig) -> dict[str, Any]:
+def unstructure(config: Any) -> dict[str, Any]:
     """The knobs of ``config`` as plain JSON-able data."""
     return _CONVERTER.unstructure(config)
 
@@ -79,7 +84,7 @@ class _IssuesFound(Exception):
         self.issues = issues
 
 
-def _known_knobs(cls: type = CheckpointConfig) -> list[str]:
+def _known_knobs(cls: type) -> list[str]:
     """Every dotted leaf knob under ``cls``, in declaration order."""
     names: list[str] = []
     for f in attrs.fields(cls):
@@ -119,7 +124,7 @@ def _structure_section(cls: type, data: Any, prefix: str) -> Any:
         allowed = f"a mapping of knobs ({', '.join(_known_knobs(cls))})"
         raise _IssuesFound([ConfigIssue(path, data, allowed)])
     try:
-        return _STRUCTURE_FNS[cls](data, cls)
+        return _structure_fn(cls)(data, cls)
     except ClassValidationError as exc:
         raise _IssuesFound(_issues_from(exc, data, prefix)) from None
 
@@ -143,23 +148,32 @@ _CONVERTER.register_unstructure_hook_func(
     lambda t: t is tuple or get_origin(t) is tuple, lambda value: list(value)
 )
 _STRUCTURE_FNS: dict[type, Callable[[Any, Any], Any]] = {}
-for _cls in (*_SECTIONS, CheckpointConfig):
-    _overrides: dict[str, Any] = {
-        f.name: override(
-            struct_hook=_field_hook(f.metadata[_CHECK], _prefix(_cls) + f.name)
-            if _CHECK in f.metadata
-            else _section_hook(f.type, _prefix(f.type))
+
+
+def _structure_fn(cls: type) -> Callable[[Any, Any], Any]:
+    """cattrs' structuring function of config record ``cls``, built on first use and kept:
+    each knob's checker is its field's hook, each section field is structured by
+    :func:`_structure_section` under its own prefix."""
+    fn = _STRUCTURE_FNS.get(cls)
+    if fn is None:
+        overrides: dict[str, Any] = {
+            f.name: override(
+                struct_hook=_field_hook(f.metadata[_CHECK], _prefix(cls) + f.name)
+                if _CHECK in f.metadata
+                else _section_hook(f.type, _prefix(f.type))
+            )
+            for f in attrs.fields(cls)
+        }
+        fn = make_dict_structure_fn(
+            cls,
+            _CONVERTER,
+            _cattrs_forbid_extra_keys=True,
+            _cattrs_detailed_validation=True,
+            **overrides,
         )
-        for f in attrs.fields(_cls)
-    }
-    _STRUCTURE_FNS[_cls] = make_dict_structure_fn(
-        _cls,
-        _CONVERTER,
-        _cattrs_forbid_extra_keys=True,
-        _cattrs_detailed_validation=True,
-        **_overrides,
-    )
-    _CONVERTER.register_structure_hook(_cls, _section_hook(_cls, _prefix(_cls)))
+        _CONVERTER.register_structure_hook(cls, _section_hook(cls, _prefix(cls)))
+        _STRUCTURE_FNS[cls] = fn
+    return fn
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -232,21 +246,25 @@ def _stringy(cls: type, name: str) -> bool:
     return field.type is str or get_origin(field.type) is Literal
 
 
-def _locate(key: str) -> tuple[type, list[str]] | None:
-    """Return the class holding the last part of dotted ``key`` and its parts; None if unknown."""
-    cls: type = CheckpointConfig
+def _locate(root: type, key: str) -> tuple[type, list[str]] | None:
+    """Return the class holding the last part of dotted ``key`` (a knob of ``root``) and its
+    parts; None if unknown."""
+    cls: type = root
     parts = key.split(".")
     for part in parts[:-1]:
         field = attrs.fields_dict(cls).get(part)
         if field is None or _CHECK in field.metadata:
             return None
-        cls = field.type if isinstance(field.type, type) else CheckpointConfig
+        cls = field.type if isinstance(field.type, type) else root
     return (cls, parts) if parts[-1] in attrs.fields_dict(cls) else None
 
 
-def _apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> list[ConfigIssue]:
-    """Apply ``KNOB=VALUE`` overrides to ``data`` in place; return the malformed ones."""
-    known = ", ".join(_known_knobs())
+def _apply_overrides(
+    root: type, data: dict[str, Any], overrides: Sequence[str]
+) -> list[ConfigIssue]:
+    """Apply ``KNOB=VALUE`` overrides (knobs of ``root``) to ``data`` in place; return the
+    malformed ones."""
+    known = ", ".join(_known_knobs(root))
     if isinstance(overrides, str):
         return [ConfigIssue("overrides", overrides, "a list of KNOB=VALUE strings")]
     issues: list[ConfigIssue] = []
@@ -258,7 +276,7 @@ def _apply_overrides(data: dict[str, Any], overrides: Sequence[str]) -> list[Con
             continue
         key, _, text = item.partition("=")
         key = key.strip().removeprefix("rl.")
-        located = _locate(key)
+        located = _locate(root, key)
         if located is None:
             issues.append(ConfigIssue(key, item, f"a known knob (one of: {known})"))
             continue

@@ -42,6 +42,8 @@ from statecraft.checkpoint.config.knobs import (
     _signals,
     _text,
 )
+from statecraft.checkpoint.config.load import config_from_dict, load_config, unstructure
+from statecraft.checkpoint.config.support import require_supported
 from statecraft.errors import ConfigIssue
 
 __all__ = [
@@ -315,14 +317,10 @@ class CheckpointConfig:
                 plan) whose value would change behaviour this release cannot
                 deliver.
         """
-        from statecraft.checkpoint.config.support import require_supported
-
         return require_supported(self)
 
     def to_dict(self) -> dict[str, Any]:
         """Return the knobs as plain JSON-able data; :meth:`from_dict` rebuilds ``self`` from it."""
-        from statecraft.checkpoint.config.load import unstructure
-
         return unstructure(self)
 
     @classmethod
@@ -339,9 +337,7 @@ class CheckpointConfig:
             ConfigError: every problem found (unknown keys at any level, wrong types, values
                 out of range, broken cross-option rules), together, with ``source``.
         """
-        from statecraft.checkpoint.config.load import config_from_dict
-
-        return config_from_dict(data, source=source)
+        return config_from_dict(cls, data, source=source)
 
     @classmethod
     def load(
@@ -370,9 +366,7 @@ class CheckpointConfig:
             ...     ).checkpoint_components
             ('model', 'optimizer')
         """
-        from statecraft.checkpoint.config.load import load_config
-
-        return load_config(path, overrides)
+        return load_config(cls, path, overrides)
 
 
 _SECTIONS: tuple[type, ...] = (

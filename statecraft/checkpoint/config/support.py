@@ -22,15 +22,12 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import attrs
 
 from statecraft.checkpoint.config.knobs import _knob_value
 from statecraft.errors import NotSupportedYetError
-
-if TYPE_CHECKING:
-    from statecraft.checkpoint.config.schema import CheckpointConfig
 
 __all__ = ["Feature", "KnobNote", "KnobRequest", "declared_features", "require_supported"]
 
@@ -84,8 +81,10 @@ class Feature:
         """Every knob this declaration reads."""
         return tuple(r.knob for r in self.requests) + tuple(n.knob for n in self.notes)
 
-    def refusal(self, config: CheckpointConfig) -> NotSupportedYetError | None:
-        """The error for the first request ``config`` makes of this unbuilt feature, if any."""
+    def refusal(self, config: object) -> NotSupportedYetError | None:
+        """The error for the first request ``config`` (a
+        :class:`~statecraft.checkpoint.config.schema.CheckpointConfig`, read by dotted knob
+        name) makes of this unbuilt feature, if any."""
         if self.built:
             return None
         for request in self.requests:
@@ -94,7 +93,7 @@ class Feature:
                 return NotSupportedYetError(request.knob, value, request.what_to_do)
         return None
 
-    def warnings(self, config: CheckpointConfig) -> list[str]:
+    def warnings(self, config: object) -> list[str]:
         """The warning lines of the notes that apply to ``config``."""
         if self.built:
             return []
@@ -135,8 +134,11 @@ def declared_features(*modules: types.ModuleType) -> list[Feature]:
     return found
 
 
-def require_supported(config: CheckpointConfig) -> list[str]:
+def require_supported(config: object) -> list[str]:
     """Refuse knobs whose feature is not built yet; return warnings for safe defaults.
+
+    ``config`` is a :class:`~statecraft.checkpoint.config.schema.CheckpointConfig` (whose
+    ``require_supported`` method calls this); the declarations read it by dotted knob name.
 
     Returns:
         One warning line per default whose feature is absent but whose absence is safe, in

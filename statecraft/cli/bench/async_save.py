@@ -43,6 +43,11 @@ from collections.abc import Callable
 from typing import Any
 
 from statecraft.cli.bench.common import MIB, bench_root, check_positive, scratch
+from statecraft.cli.bench.targets import (
+    ASYNC_BLOCKING_TARGET,
+    ASYNC_DURABLE_TARGET,
+    ASYNC_STEP_TARGET,
+)
 from statecraft.errors import StatecraftError
 
 __all__ = [
@@ -52,10 +57,6 @@ __all__ = [
     "measure_async",
     "run_bench_async",
 ]
-
-ASYNC_BLOCKING_TARGET = 1.1  # statecraft async blocking / copy_ floor, from the 2nd save on
-ASYNC_STEP_TARGET = 0.10  # training-step slowdown while a background write is in flight
-ASYNC_DURABLE_TARGET = 1.1  # async time to durable / synchronous save
 
 
 def _row(samples: list[float]) -> dict[str, Any]:

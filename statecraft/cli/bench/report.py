@@ -3,7 +3,16 @@
 from __future__ import annotations
 
 from statecraft.cli.bench.common import MIB, PARTS
-from statecraft.cli.bench.save import RESUME_LOAD_TARGET, RESUME_RSS_TARGET, SAVE_RAW_TARGET
+from statecraft.cli.bench.targets import (
+    ASYNC_BLOCKING_TARGET,
+    ASYNC_DURABLE_TARGET,
+    ASYNC_STEP_TARGET,
+    RESUME_LOAD_TARGET,
+    RESUME_RSS_TARGET,
+    SAVE_RAW_TARGET,
+    SWEEP_BASELINE_TARGET,
+    SWEEP_RAW_TARGET,
+)
 
 __all__ = ["format_async", "format_engine", "format_save", "format_sweep"]
 
@@ -124,8 +133,6 @@ def format_engine(data: dict) -> str:
 
 def format_sweep(data: dict) -> str:
     """The human table of :func:`~statecraft.cli.bench.sweep.measure_save_sizes`'s result."""
-    from statecraft.cli.bench.sweep import SWEEP_BASELINE_TARGET, SWEEP_RAW_TARGET
-
     lines = [
         f"save sweep: model + AdamW state, median of {data['repeat']} interleaved runs",
         "baseline = the same files, each torch.save to a temporary + fsync + rename, then one "
@@ -178,12 +185,6 @@ def format_sweep(data: dict) -> str:
 
 def format_async(data: dict) -> str:
     """The human table of :func:`~statecraft.cli.bench.async_save.measure_async`'s result."""
-    from statecraft.cli.bench.async_save import (
-        ASYNC_BLOCKING_TARGET,
-        ASYNC_DURABLE_TARGET,
-        ASYNC_STEP_TARGET,
-    )
-
     b, d, st, r = data["blocking"], data["durable"], data["step"], data["ratios"]
 
     def ms(row: dict | None) -> str:

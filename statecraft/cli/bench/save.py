@@ -30,6 +30,7 @@ from statecraft.cli.bench.common import (
     scratch,
     state_bytes,
 )
+from statecraft.cli.bench.targets import RESUME_LOAD_TARGET, RESUME_RSS_TARGET, SAVE_RAW_TARGET
 
 __all__ = [
     "RESUME_LOAD_TARGET",
@@ -39,9 +40,6 @@ __all__ = [
     "run_bench_save",
 ]
 
-SAVE_RAW_TARGET = 0.95  # statecraft save throughput / raw write + fsync (issue 6)
-RESUME_LOAD_TARGET = 0.9  # verified resume / torch.load, warm and cold (issue 6)
-RESUME_RSS_TARGET = 1.2  # resume peak RSS increase / state size (DESIGN.md §7)
 LoadRun = tuple[float, list[tuple[str, float]]]
 
 

@@ -36,6 +36,7 @@ from typing import Any
 
 from statecraft.cli.bench.baselines import raw_write_bytes, torch_save_files
 from statecraft.cli.bench.common import GB, MIB, bench_root, scratch
+from statecraft.cli.bench.targets import SWEEP_BASELINE_TARGET, SWEEP_RAW_TARGET
 from statecraft.errors import ConfigError, ConfigIssue, StatecraftError
 
 __all__ = [
@@ -46,8 +47,6 @@ __all__ = [
     "run_bench_save_sizes",
 ]
 
-SWEEP_BASELINE_TARGET = 1.15  # statecraft save seconds / fair baseline seconds, every size
-SWEEP_RAW_TARGET = 0.95  # raw write seconds / statecraft save seconds, at 1 GiB
 _UNITS = {"": MIB, "b": 1, "kib": 1 << 10, "mib": MIB, "gib": 1 << 30}
 _SIZE_RE = re.compile(r"^\s*(\d+)\s*([a-z]*)\s*$", re.IGNORECASE)
 _WEIGHTS = 16  # the benchmark model: this many weight matrices, each with a bias vector

@@ -14,8 +14,8 @@ from statecraft.checkpoint.kernel.layout import (
     MANIFEST_NAME,
 )
 from statecraft.cli.inspect.archive import archive_note
+from statecraft.cli.inspect.checkpoints import PARTIAL
 from statecraft.cli.inspect.dcp import dcp_lines
-from statecraft.cli.inspect.report import PARTIAL
 from statecraft.cli.inspect.retention import file_note
 
 __all__ = ["render_text"]

@@ -2,9 +2,12 @@
 the checkpoint catalog (:func:`~statecraft.checkpoint.kernel.catalog.scan`), the artifact catalog
 (:mod:`.artifacts`) and the layout's RUN_TS rule
 (:func:`~statecraft.checkpoint.kernel.layout.list_attempts`), so a checkpoint shown ``committed``
-(or
-in a validation stage) is one resume (at that verification level) would accept, and "resume=auto
-would" is decided by resume's own rules."""
+(or in a validation stage) is one resume (at that verification level) would accept, and
+"resume=auto would" is decided by resume's own rules.
+
+This module finds what PATH is (an output root, a job, an attempt, a checkpoints or artifacts
+dir, one iteration or artifact) and assembles the attempts; the report of each
+``checkpoints/`` dir is :mod:`.checkpoints`'s."""
 
 from __future__ import annotations
 
@@ -12,14 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from statecraft.checkpoint.kernel.artifact_catalog import ArtifactCatalog
-from statecraft.checkpoint.kernel.catalog import (
-    Catalog,
-    CatalogEntry,
-    CheckpointState,
-    LatestState,
-    scan,
-)
+from statecraft.checkpoint.kernel.catalog import scan
 from statecraft.checkpoint.kernel.layout import (
     ARTIFACTS_DIR,
     CHECKPOINTS_DIR,
@@ -29,155 +25,18 @@ from statecraft.checkpoint.kernel.layout import (
     newest_attempt,
     parse_iter_dirname,
 )
-from statecraft.checkpoint.kernel.manifest import Manifest
-from statecraft.checkpoint.kernel.retention_records import RetentionDecision, read_decision
-from statecraft.checkpoint.kernel.verify import read_manifest
 from statecraft.checkpoint.resume.eval_load import find_runs
-from statecraft.checkpoint.resume.rules import (
-    artifact_refusal,
-    artifact_source_refusal,
-)
-from statecraft.cli.inspect.archive import archive_field
+from statecraft.checkpoint.resume.rules import artifact_source_refusal
 from statecraft.cli.inspect.artifacts import artifacts_of, artifacts_report, auto_record
-from statecraft.cli.inspect.dcp import dcp_report
+from statecraft.cli.inspect.checkpoints import COMMITTED, CORRUPT, PARTIAL, checkpoints_report
 from statecraft.cli.inspect.disk import FS as _FS
-from statecraft.cli.inspect.disk import file_records, files_on_disk, is_dir
-from statecraft.cli.inspect.retention import (
-    ROOT_FILES,
-    decision_report,
-    marked_refusal,
-    retention_fields,
-)
-from statecraft.errors import CheckpointError, InspectError
+from statecraft.cli.inspect.disk import is_dir
+from statecraft.errors import InspectError
 from statecraft.storage.local import LocalStore
 
 __all__ = ["COMMAND", "COMMITTED", "CORRUPT", "PARTIAL", "InspectError", "inspect_path"]
 
 COMMAND = "inspect"
-
-COMMITTED, PARTIAL, CORRUPT = (
-    CheckpointState.COMMITTED.value,
-    CheckpointState.PARTIAL.value,
-    CheckpointState.CORRUPT.value,
-)
-
-
-_ADOPTABLE = {state.value for state in CheckpointState if state.adoptable}
-_is_dir = is_dir
-
-
-def _iteration_report(
-    store: LocalStore, entry: CatalogEntry, decision: RetentionDecision | None = None
-) -> dict[str, Any]:
-    """One iteration's record: the catalog's state and reason, its files on disk, and its
-    retention fields (:func:`~.retention.retention_fields`)."""
-    name = entry.name
-    manifest: Manifest | None = entry.verified.manifest if entry.verified else None
-    if manifest is None and entry.state is not CheckpointState.PARTIAL:
-        try:
-            manifest = read_manifest(store, entry.iteration)
-        except (CheckpointError, OSError):
-            manifest = None
-    on_disk = files_on_disk(store, name) if store.stat(name) else {}
-    recorded = {n: f.size for n, f in manifest.files.items()} if manifest else {}
-    return {
-        "name": name,
-        "iteration": entry.iteration,
-        "path": store.abspath(name),
-        "kind": entry.kind,
-        "state": entry.state.value,
-        "stage": entry.state.validation_stage.value if entry.state.adoptable else None,
-        "reason": entry.reason or None,
-        "metrics": dict(entry.metrics) if entry.metrics is not None else None,
-        "notes": list(entry.notes),
-        "files": file_records(on_disk, recorded),
-        "total_bytes": sum(on_disk.values()),
-        "archive": archive_field(store, name) if on_disk else None,
-        "dcp": dcp_report(store, name) if on_disk else None,
-        **retention_fields(entry, decision),
-    }
-
-
-def _latest_report(catalog: Catalog, iterations: list[dict[str, Any]]) -> dict[str, Any]:
-    """What the catalog read from ``latest_checkpoint.txt``, worded for the report."""
-    latest = catalog.latest
-    if latest.state is LatestState.MISSING:
-        return {
-            "status": "missing",
-            "names": None,
-            "detail": f"no {LATEST_POINTER}; resume selects by verified manifests",
-        }
-    if latest.state is LatestState.GARBAGE:
-        why = latest.problem
-        return {
-            "status": "garbage",
-            "names": None,
-            "detail": f"unreadable ({why}); resume ignores it and selects by verified manifests",
-        }
-    named = latest.iteration
-    if named is None:  # pragma: no cover - OK and DANGLING always name one
-        raise CheckpointError("latest pointer state without an iteration")
-    name = iter_dirname(named)
-    if latest.state is LatestState.DANGLING:
-        return {
-            "status": "dangling",
-            "names": name,
-            "detail": f"names {name}, which does not exist; resume ignores it",
-        }
-    present = {it["iteration"]: it for it in iterations}
-    detail = f"names {name} ({present[named]['state']})"
-    newer = [
-        it["name"] for it in iterations if it["iteration"] > named and it["state"] in _ADOPTABLE
-    ]
-    if newer:
-        detail += f"; newer committed {', '.join(newer)} not yet named (pointer update pending)"
-    return {"status": "ok", "names": name, "detail": detail}
-
-
-def _checkpoints_report(
-    path: Path, level: str, artifacts: ArtifactCatalog, *, only: int | None = None
-) -> dict[str, Any]:
-    store = LocalStore(str(path.resolve()), fs=_FS)
-    catalog = scan(store, level=level, keep_payloads=False)
-    decision = read_decision(store)
-    numbers = [n for n in catalog.iterations if only is None or n == only]
-    iterations = [_iteration_report(store, catalog.entry(n), decision) for n in numbers]
-    extras = sorted(
-        n
-        for n in store.list("")
-        if parse_iter_dirname(n) is None and n != LATEST_POINTER and n not in ROOT_FILES
-    )
-    report: dict[str, Any] = {
-        "path": store.root,
-        "latest": _latest_report(catalog, iterations) if only is None else None,
-        "iterations": iterations,
-        "other_entries": extras,
-        "total_bytes": sum(it["total_bytes"] for it in iterations),
-        "auto": auto_record(catalog, artifacts, level) if only is None else None,
-        "explicit": None,
-        "retention": decision_report(decision),
-    }
-    if only is not None and iterations:
-        it = iterations[0]
-        entry = catalog.entry(it["iteration"])
-        refusal = artifact_refusal(
-            artifacts.newest_with_manifest(),
-            source=f"resume={it['path']}",
-            checkpoint=entry.verified.location if entry.verified else None,
-            iteration=entry.iteration,
-        )
-        accepted = it["state"] in _ADOPTABLE and refusal is None
-        marked = marked_refusal(store, entry, path=it["path"])
-        if marked is not None:  # resume refuses a marked iteration before verifying it
-            reason = f"resume={it['path']} would be refused: {marked}"
-        elif accepted:
-            reason = f"resume={it['path']} would load {it['name']} (verify={level})"
-        elif refusal is not None and it["state"] in _ADOPTABLE:
-            reason = f"resume={it['path']} would be refused: {refusal}"
-        else:
-            reason = f"resume={it['path']} would fail (no fallback): {it['reason']}"
-        report["explicit"] = {"accepted": accepted, "reason": reason}
-    return report
 
 
 def _attempt_entry(
@@ -196,13 +55,13 @@ def _attempt_entry(
     artifacts = artifacts_of(run_dir, level)
     where = checkpoints_dir or run_dir / CHECKPOINTS_DIR
     checkpoints = None
-    if only_artifact is None and _is_dir(where):
-        checkpoints = _checkpoints_report(where, level, artifacts, only=only)
+    if only_artifact is None and is_dir(where):
+        checkpoints = checkpoints_report(where, level, artifacts, only=only)
     return {
         "run_ts": run_ts,
         "legacy": legacy,
         "path": str(run_dir.resolve()),
-        "has_artifacts": _is_dir(run_dir / ARTIFACTS_DIR),
+        "has_artifacts": is_dir(run_dir / ARTIFACTS_DIR),
         "artifacts": artifacts_report(artifacts, only=only_artifact),
         "checkpoints": checkpoints,
     }
@@ -212,7 +71,7 @@ def _looks_like_checkpoints(path: Path) -> bool:
     if path.name == CHECKPOINTS_DIR or _FS.stat(str(path / LATEST_POINTER)) is not None:
         return True
     return any(
-        parse_iter_dirname(name) is not None and _is_dir(path / name)
+        parse_iter_dirname(name) is not None and is_dir(path / name)
         for name in _FS.listdir(str(path))
     )
 
@@ -222,7 +81,7 @@ def _run_report(root: Path, job: Path, level: str) -> dict[str, Any]:
     iteration and latest pointer of the attempt ``resume=auto`` adopts."""
     project, group, name = job.relative_to(root).parts
     attempts = list_attempts(job, filesystem=_FS)
-    legacy = _is_dir(job / CHECKPOINTS_DIR)
+    legacy = is_dir(job / CHECKPOINTS_DIR)
     adopted = job if legacy else job / str(newest_attempt(job, filesystem=_FS))
     record: dict[str, Any] = {
         "run": f"{project}/{group}/{name}",
@@ -237,7 +96,7 @@ def _run_report(root: Path, job: Path, level: str) -> dict[str, Any]:
         "latest": None,
         "latest_status": "missing",
     }
-    if not _is_dir(adopted / CHECKPOINTS_DIR):
+    if not is_dir(adopted / CHECKPOINTS_DIR):
         return record
     catalog = scan(
         LocalStore(str((adopted / CHECKPOINTS_DIR).resolve()), fs=_FS),
@@ -356,7 +215,7 @@ def inspect_path(path: str | os.PathLike[str], *, verify: bool = False) -> dict[
         data["adoption_reason"] = "PATH is this attempt"
     else:
         attempts = list_attempts(target, filesystem=_FS)
-        legacy = _is_dir(target / CHECKPOINTS_DIR)
+        legacy = is_dir(target / CHECKPOINTS_DIR)
         runs = [] if attempts or legacy else find_runs(target, filesystem=_FS)
         if runs:
             data["kind"] = "root"
