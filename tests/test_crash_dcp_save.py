@@ -11,7 +11,7 @@ import attrs
 import pytest
 import torch.distributed.checkpoint as dcp
 
-from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS, load_machine
+from statecraft.checkpoint.kernel.machines import load_machine, machine_bindings
 from statecraft.checkpoint.kernel.verify import verify_checkpoint
 from statecraft.checkpoint.save.dcp_bindings import DcpSaveContext
 from statecraft.cli.crashcheck import crashcheck
@@ -93,7 +93,7 @@ def _write_shards_unsettled(ctx: DcpSaveContext) -> None:
 
 
 def _broken_machine() -> Machine:
-    bindings = MACHINE_BINDINGS["dcp_save"]().merged(
+    bindings = machine_bindings("dcp_save").merged(
         Bindings(effects={"write_shards": _write_shards_unsettled})
     )
     return Machine(load_machine("dcp_save").table, bindings)
