@@ -41,9 +41,7 @@ def _validation_before_the_commit() -> Machine:
     first = next(t for t in data["transitions"] if t.get("guard") == "evaluate_after")
     second = next(t for t in data["transitions"] if t["do"] == "evaluate_after_commit")
     first["do"], second["do"] = second["do"], first["do"]
-    return Machine(
-        parse_table(data, source="broken artifact table"), machine_bindings("artifact")
-    )
+    return Machine(parse_table(data, source="broken artifact table"), machine_bindings("artifact"))
 
 
 def _with_bindings(**effects) -> Machine:

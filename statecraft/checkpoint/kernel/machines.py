@@ -56,4 +56,3 @@ def machine_bindings(name: str) -> Bindings:
             f"shipped: {', '.join(shipped_machine_names())}"
         )
     return registry.load_bindings(load_table(path))
-
