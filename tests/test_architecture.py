@@ -53,7 +53,6 @@ KNOWN_OVERSIZE: set[str] = {
     "statecraft/errors.py",
     "statecraft/checkpoint/fencing/object_lease.py",
     "statecraft/checkpoint/direct/bindings.py",
-    "statecraft/writers/dcp_storage.py",
     "statecraft/checkpoint/archive/publish_bindings.py",
     "statecraft/checkpoint/facade/boundary_run.py",
     "statecraft/checkpoint/archive/fetch_bindings.py",

@@ -25,11 +25,9 @@ from statecraft.proofs.save.dcp_scenarios import (
 )
 from statecraft.resources import spec_path
 from statecraft.storage import CrashKind, LocalStore, SimWorld
-from statecraft.writers.dcp_storage import (
-    METADATA_NAME,
-    StoreStorageWriter,
-    unwrap_checkpoint_exception,
-)
+from statecraft.writers.dcp_failures import unwrap_checkpoint_exception
+from statecraft.writers.dcp_storage import METADATA_NAME
+from statecraft.writers.dcp_store_writer import StoreStorageWriter
 
 SPEC = load_spec(spec_path("dcp_save"))
 FAST = ExploreOptions(extra_subsets=0, faults=False)
