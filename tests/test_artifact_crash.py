@@ -16,7 +16,7 @@ from statecraft.checkpoint.kernel.artifact_manifest import (
 )
 from statecraft.checkpoint.kernel.artifact_verify import verify_artifact
 from statecraft.checkpoint.kernel.layout import ARTIFACT_MANIFEST_NAME
-from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS, load_machine
+from statecraft.checkpoint.kernel.machines import load_machine, machine_bindings
 from statecraft.checkpoint.kernel.manifest import FileEntry
 from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import Bindings, Machine, load_spec, parse_table
@@ -41,13 +41,11 @@ def _validation_before_the_commit() -> Machine:
     first = next(t for t in data["transitions"] if t.get("guard") == "evaluate_after")
     second = next(t for t in data["transitions"] if t["do"] == "evaluate_after_commit")
     first["do"], second["do"] = second["do"], first["do"]
-    return Machine(
-        parse_table(data, source="broken artifact table"), MACHINE_BINDINGS["artifact"]()
-    )
+    return Machine(parse_table(data, source="broken artifact table"), machine_bindings("artifact"))
 
 
 def _with_bindings(**effects) -> Machine:
-    bindings = MACHINE_BINDINGS["artifact"]().merged(Bindings(effects=effects))
+    bindings = machine_bindings("artifact").merged(Bindings(effects=effects))
     return Machine(load_machine("artifact").table, bindings)
 
 
@@ -165,7 +163,7 @@ class TestBrokenVariantsAreCaught:
         (commit, then evaluate) are caught: a failed evaluation leaves it committed."""
         machine = Machine(
             load_machine("artifact").table,
-            MACHINE_BINDINGS["artifact"]().merged(
+            machine_bindings("artifact").merged(
                 Bindings(
                     guards={
                         "evaluate_first": lambda ctx: False,

@@ -111,6 +111,59 @@ class TestMachinesCommand:
                 f"docs/diagrams/{table.stem}.mmd"
             )
 
+    def test_table_lists_every_table(self, capsys) -> None:
+        """table --json lists every table of machines/ with its files, and the markdown."""
+        code, out = run_json(capsys, "machines", "table")
+        assert code == 0
+        assert set(out) == ENVELOPE_KEYS
+        assert out["command"] == "machines table"
+        assert out["status"] == "ok"
+        rows = out["data"]["machines"]
+        assert [r["machine"] for r in rows] == sorted(p.stem for p in machines_dir().glob("*.toml"))
+        save = next(r for r in rows if r["machine"] == "save")
+        assert save == {
+            "machine": "save",
+            "table": "machines/save.toml",
+            "bindings": "statecraft/checkpoint/save/bindings.py",
+            "contract": "specs/save.toml",
+            "diagram": "diagrams/save.mmd",
+        }
+        for row in rows:  # every path it names exists in the repository
+            for key in ("table", "bindings", "contract"):
+                assert (REPO / row[key]).is_file(), row
+            assert (REPO / "docs" / row["diagram"]).is_file(), row
+        assert out["data"]["markdown"].splitlines()[0] == (
+            "| machine | table | bindings | contract | diagram |"
+        )
+
+    def test_table_reports_a_broken_table(self, capsys, tmp_path) -> None:
+        """A table that does not load is left out of the table and named; the exit code is 1."""
+        (tmp_path / "save.toml").write_text((machines_dir() / "save.toml").read_text())
+        (tmp_path / "broken.toml").write_text("name = [")
+        code, out = run_json(capsys, "machines", "table", "--machines-dir", str(tmp_path))
+        assert code == 1
+        assert out["status"] == "error"
+        assert [r["machine"] for r in out["data"]["machines"]] == ["save"]
+        assert [e["code"] for e in out["errors"]] == ["machine_definition"]
+        assert "broken.toml" in out["errors"][0]["message"]
+
+    def test_docs_machines_table_is_in_step_with_the_tables(self, capsys) -> None:
+        """The table of docs/machines.md between its markers is exactly what
+        `statecraft machines table` prints now."""
+        from statecraft.cli.machines import TABLE_BEGIN, TABLE_END
+
+        assert main(["machines", "table"]) == 0
+        printed = capsys.readouterr().out
+        doc = (REPO / "docs" / "machines.md").read_text()
+        for marker in (TABLE_BEGIN, TABLE_END):
+            assert doc.count(marker) == 1, f"docs/machines.md must hold {marker} once"
+        region = doc.split(TABLE_BEGIN + "\n", 1)[1].split(TABLE_END, 1)[0]
+        assert region == printed, (
+            "docs/machines.md's machine table differs from the tables in machines/: regenerate "
+            f"it with `statecraft machines table` and paste the output between {TABLE_BEGIN} "
+            f"and {TABLE_END}"
+        )
+
 
 class TestCrashcheckCommand:
     def test_unknown_machine_exits_2(self, capsys) -> None:

@@ -11,7 +11,7 @@ import attrs
 import pytest
 import torch.distributed.checkpoint as dcp
 
-from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS, load_machine
+from statecraft.checkpoint.kernel.machines import load_machine, machine_bindings
 from statecraft.checkpoint.kernel.verify import verify_checkpoint
 from statecraft.checkpoint.save.dcp_bindings import DcpSaveContext
 from statecraft.cli.crashcheck import crashcheck
@@ -25,11 +25,9 @@ from statecraft.proofs.save.dcp_scenarios import (
 )
 from statecraft.resources import spec_path
 from statecraft.storage import CrashKind, LocalStore, SimWorld
-from statecraft.writers.dcp_storage import (
-    METADATA_NAME,
-    StoreStorageWriter,
-    unwrap_checkpoint_exception,
-)
+from statecraft.writers.dcp_failures import unwrap_checkpoint_exception
+from statecraft.writers.dcp_storage import METADATA_NAME
+from statecraft.writers.dcp_store_writer import StoreStorageWriter
 
 SPEC = load_spec(spec_path("dcp_save"))
 FAST = ExploreOptions(extra_subsets=0, faults=False)
@@ -93,7 +91,7 @@ def _write_shards_unsettled(ctx: DcpSaveContext) -> None:
 
 
 def _broken_machine() -> Machine:
-    bindings = MACHINE_BINDINGS["dcp_save"]().merged(
+    bindings = machine_bindings("dcp_save").merged(
         Bindings(effects={"write_shards": _write_shards_unsettled})
     )
     return Machine(load_machine("dcp_save").table, bindings)

@@ -9,7 +9,7 @@ import tomllib
 import attrs
 
 from statecraft.checkpoint.direct import bindings
-from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS, load_machine
+from statecraft.checkpoint.kernel.machines import load_machine, machine_bindings
 from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import Bindings, Machine, load_spec, parse_table
 from statecraft.proofs import ExploreOptions, explore
@@ -27,7 +27,7 @@ FAST = ExploreOptions(extra_subsets=0, faults=False)
 
 
 def _with_bindings(**effects) -> Machine:
-    merged = MACHINE_BINDINGS["direct_save"]().merged(Bindings(effects=effects))
+    merged = machine_bindings("direct_save").merged(Bindings(effects=effects))
     return Machine(load_machine("direct_save").table, merged)
 
 
@@ -38,7 +38,7 @@ def _swapped(first: str, second: str) -> Machine:
     b = next(t for t in data["transitions"] if t["do"] == second)
     a["do"], b["do"] = b["do"], a["do"]
     table = parse_table(data, source="broken direct_save table")
-    return Machine(table, MACHINE_BINDINGS["direct_save"]())
+    return Machine(table, machine_bindings("direct_save"))
 
 
 def _scenario(name: str, machine: Machine) -> DirectScenario:

@@ -14,7 +14,7 @@ import pytest
 
 from statecraft.checkpoint.kernel.components import ComponentPlan
 from statecraft.checkpoint.kernel.layout import iter_dirname
-from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS
+from statecraft.checkpoint.kernel.machines import machine_bindings
 from statecraft.checkpoint.stop.bindings import EmergencyContext
 from statecraft.checkpoint.stop.emergency_plan import StepCoverage, decide_emergency
 from statecraft.checkpoint.stop.records import StopDecision, signal_reason
@@ -51,7 +51,7 @@ def _table(edit: Callable[[dict], None]) -> dict:
 
 
 def _machine(data: dict, **effects: Callable[[EmergencyContext], None]) -> Machine:
-    bindings = MACHINE_BINDINGS["emergency"]().merged(Bindings(effects=effects))
+    bindings = machine_bindings("emergency").merged(Bindings(effects=effects))
     return Machine(parse_table(data, source="broken emergency table"), bindings)
 
 

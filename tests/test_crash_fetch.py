@@ -8,7 +8,7 @@ import tomllib
 
 import attrs
 
-from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS, load_machine
+from statecraft.checkpoint.kernel.machines import load_machine, machine_bindings
 from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import Bindings, Machine, load_spec, parse_table
 from statecraft.errors import ArchiveError
@@ -27,7 +27,7 @@ def _scenario(name: str, **changes) -> FetchScenario:
 
 
 def _with_bindings(**effects) -> Machine:
-    bindings = MACHINE_BINDINGS["fetch"]().merged(Bindings(effects=effects))
+    bindings = machine_bindings("fetch").merged(Bindings(effects=effects))
     return Machine(load_machine("fetch").table, bindings)
 
 
@@ -38,7 +38,7 @@ def _placed_before_verified() -> Machine:
     verify = next(t for t in data["transitions"] if t["do"] == "verify_staged")
     place = next(t for t in data["transitions"] if t["do"] == "place_fetched")
     verify["do"], place["do"] = place["do"], verify["do"]
-    return Machine(parse_table(data, source="broken fetch table"), MACHINE_BINDINGS["fetch"]())
+    return Machine(parse_table(data, source="broken fetch table"), machine_bindings("fetch"))
 
 
 def _size_only(ctx) -> None:

@@ -9,7 +9,7 @@ import pytest
 from statecraft.checkpoint.archive import publish_bindings as publish
 from statecraft.checkpoint.archive.declaration import DECLARATION_NAME
 from statecraft.checkpoint.kernel.layout import ARTIFACT_MANIFEST_NAME
-from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS, load_machine
+from statecraft.checkpoint.kernel.machines import load_machine, machine_bindings
 from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import Bindings, Machine, load_spec
 from statecraft.errors import ArchiveError, PreconditionFailed
@@ -31,7 +31,7 @@ FAST = ExploreOptions(extra_subsets=0, faults=False)
 def _with(**bindings) -> Machine:
     effects = {k: v for k, v in bindings.items() if not k.startswith("observe")}
     observers = {k: v for k, v in bindings.items() if k.startswith("observe")}
-    merged = MACHINE_BINDINGS["publish"]().merged(Bindings(effects=effects, observers=observers))
+    merged = machine_bindings("publish").merged(Bindings(effects=effects, observers=observers))
     return Machine(load_machine("publish").table, merged)
 
 

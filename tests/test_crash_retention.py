@@ -11,7 +11,7 @@ import attrs
 import pytest
 
 from statecraft.checkpoint.kernel.layout import MANIFEST_NAME, iter_dirname
-from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS, load_machine
+from statecraft.checkpoint.kernel.machines import load_machine, machine_bindings
 from statecraft.checkpoint.kernel.retention_records import (
     INVALIDATED_MARKER,
     WEIGHTS_ONLY_MARKER,
@@ -45,7 +45,7 @@ def scenario(name: str, machine: Machine | None = None) -> RetentionScenario:
 
 
 def with_effects(**effects) -> Machine:
-    merged = MACHINE_BINDINGS["retention"]().merged(Bindings(effects=effects))
+    merged = machine_bindings("retention").merged(Bindings(effects=effects))
     return Machine(load_machine("retention").table, merged)
 
 
@@ -54,7 +54,7 @@ def with_swapped_effects(a: str, b: str) -> Machine:
     for t in data["transitions"]:
         t["do"] = {a: b, b: a}.get(t["do"], t["do"])
     table = parse_table(data, source="broken retention table")
-    return Machine(table, MACHINE_BINDINGS["retention"]())
+    return Machine(table, machine_bindings("retention"))
 
 
 class TestShippedMachine:

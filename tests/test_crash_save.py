@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS, load_machine
+from statecraft.checkpoint.kernel.machines import load_machine, machine_bindings
 from statecraft.checkpoint.resume.bindings import verify_checkpoint
 from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import Bindings, Machine, load_spec, parse_table
@@ -72,7 +72,7 @@ def _save_table_with_swapped_effects(a: str, b: str) -> Machine:
             t["do"] = b
         elif t["do"] == b:
             t["do"] = a
-    return Machine(parse_table(data, source="broken save table"), MACHINE_BINDINGS["save"]())
+    return Machine(parse_table(data, source="broken save table"), machine_bindings("save"))
 
 
 def _resume_adopting_unverified() -> Machine:
@@ -101,7 +101,7 @@ def _resume_adopting_unverified() -> Machine:
                 },
             )
 
-    bindings = MACHINE_BINDINGS["resume"]().merged(
+    bindings = machine_bindings("resume").merged(
         Bindings(effects={"verify_next_candidate": verify_next_candidate})
     )
     return Machine(load_machine("resume").table, bindings)

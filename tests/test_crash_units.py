@@ -10,7 +10,7 @@ import tomllib
 
 import attrs
 
-from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS
+from statecraft.checkpoint.kernel.machines import machine_bindings
 from statecraft.checkpoint.units import prune_unit, unit_files
 from statecraft.checkpoint.units.prune_bindings import UnitPruneContext
 from statecraft.checkpoint.units.seal_bindings import UnitSealContext
@@ -46,7 +46,7 @@ def _table(name: str, swap: tuple[str, str] | None = None) -> dict:
 
 
 def _machine(name: str, data: dict, **effects) -> Machine:
-    bindings = MACHINE_BINDINGS[name]()
+    bindings = machine_bindings(name)
     if effects:
         bindings = bindings.merged(Bindings(effects=effects))
     return Machine(parse_table(data, source=f"broken {name} table"), bindings)
@@ -76,7 +76,7 @@ def retire_before_commit() -> Machine:
         "unit_seal",
         data,
         retire_units=_trusting_retire,
-        write_payloads=MACHINE_BINDINGS["unit_seal"]().effects["write_payloads"],
+        write_payloads=machine_bindings("unit_seal").effects["write_payloads"],
     )
 
 

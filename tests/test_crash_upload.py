@@ -9,7 +9,7 @@ import tomllib
 import attrs
 
 from statecraft.checkpoint.archive import upload_bindings
-from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS, load_machine
+from statecraft.checkpoint.kernel.machines import load_machine, machine_bindings
 from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import Bindings, Machine, load_spec, parse_table
 from statecraft.proofs import ExploreOptions, explore
@@ -26,7 +26,7 @@ FAST = ExploreOptions(extra_subsets=0, faults=False)
 
 
 def _with_bindings(**effects) -> Machine:
-    bindings = MACHINE_BINDINGS["upload"]().merged(Bindings(effects=effects))
+    bindings = machine_bindings("upload").merged(Bindings(effects=effects))
     return Machine(load_machine("upload").table, bindings)
 
 
@@ -36,7 +36,7 @@ def _swapped(first: str, second: str) -> Machine:
     a = next(t for t in data["transitions"] if t["do"] == first)
     b = next(t for t in data["transitions"] if t["do"] == second)
     a["do"], b["do"] = b["do"], a["do"]
-    return Machine(parse_table(data, source="broken upload table"), MACHINE_BINDINGS["upload"]())
+    return Machine(parse_table(data, source="broken upload table"), machine_bindings("upload"))
 
 
 def _scenario(name: str, machine: Machine) -> UploadScenario:

@@ -9,7 +9,7 @@ import tomllib
 import attrs
 import pytest
 
-from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS
+from statecraft.checkpoint.kernel.machines import machine_bindings
 from statecraft.checkpoint.retention.run import run_retention
 from statecraft.checkpoint.save.write_job_bindings import WriteJobContext
 from statecraft.cli import main
@@ -51,7 +51,7 @@ def _trusting_apply_retention(ctx: WriteJobContext) -> None:
 def prune_before_durable() -> Machine:
     """The wrong variant: apply_retention before save_checkpoint, with a retention effect that
     does not refuse (what a table-ordering bug does when nothing else guards it)."""
-    bindings = MACHINE_BINDINGS["write_job"]().merged(
+    bindings = machine_bindings("write_job").merged(
         Bindings(effects={"apply_retention": _trusting_apply_retention})
     )
     return _swapped("write_job", "save_checkpoint", "apply_retention", bindings)
@@ -59,7 +59,7 @@ def prune_before_durable() -> Machine:
 
 def latest_before_commit() -> Machine:
     """The wrong save: latest_checkpoint.txt advanced before the manifest is committed."""
-    return _swapped("save", "commit_manifest", "advance_latest", MACHINE_BINDINGS["save"]())
+    return _swapped("save", "commit_manifest", "advance_latest", machine_bindings("save"))
 
 
 def scenario(name: str, **changes) -> WriteJobScenario:
@@ -134,7 +134,7 @@ class TestUploadInTheWriteJob:
         """A table that runs retention before the upload of the new checkpoint is caught (the
         receipt retention with require_uploaded needs comes too late)."""
         machine = _swapped(
-            "write_job", "upload_archive", "apply_retention", MACHINE_BINDINGS["write_job"]()
+            "write_job", "upload_archive", "apply_retention", machine_bindings("write_job")
         )
         broken = scenario(
             "one-job-upload-then-keep-model-1-require-uploaded", machine_factory=lambda: machine

@@ -42,10 +42,10 @@ KILLED = "iter_000000004"
 def _die_inside_shard_write() -> None:
     """In this child only: the first bytes of this rank's shard of iteration 4 reach the
     temporary file, then the process SIGKILLs itself (a node lost mid-save)."""
-    from statecraft.writers import dcp_storage
+    from statecraft.writers import dcp_store_writer
 
-    original_file = dcp_storage.StoreStorageWriter._write_file
-    original_write = dcp_storage._ItemStream.write
+    original_file = dcp_store_writer.StoreStorageWriter._write_file
+    original_write = dcp_store_writer._ItemStream.write
 
     def write_file(self: Any, name: str, items: Any, planner: Any) -> Any:
         if KILLED in self.path:
@@ -55,10 +55,10 @@ def _die_inside_shard_write() -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
                 return 0  # pragma: no cover
 
-            dcp_storage._ItemStream.write = dying  # type: ignore[method-assign]
+            dcp_store_writer._ItemStream.write = dying  # type: ignore[method-assign]
         return original_file(self, name, items, planner)
 
-    dcp_storage.StoreStorageWriter._write_file = write_file  # type: ignore[method-assign]
+    dcp_store_writer.StoreStorageWriter._write_file = write_file  # type: ignore[method-assign]
 
 
 def _full_state(model: Any, optimizer: Any) -> dict[str, Any]:

@@ -20,11 +20,9 @@ from statecraft.errors import CheckpointCorruptError, CheckpointError
 from statecraft.storage.base import Store
 from statecraft.storage.local import LocalStore
 from statecraft.storage.objects import ObjectStore, SimBucket
-from statecraft.writers.dcp_storage import (
-    StoreStorageReader,
-    StoreStorageWriter,
-    unwrap_checkpoint_exception,
-)
+from statecraft.writers.dcp_failures import unwrap_checkpoint_exception
+from statecraft.writers.dcp_store_reader import StoreStorageReader
+from statecraft.writers.dcp_store_writer import StoreStorageWriter
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 

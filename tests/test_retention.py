@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.config.schema import UploadConfig
 from statecraft.checkpoint.fencing.lease import LEASE_NAME, LEASE_SCHEMA, LeaseRecord, acquire_lease
-from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS, load_machine
+from statecraft.checkpoint.kernel.machines import load_machine, machine_bindings
 from statecraft.checkpoint.kernel.retention_records import (
     INVALIDATED_MARKER,
     RETENTION_DECISION,
@@ -467,7 +467,7 @@ class TestRetentionRefusals:
         def sweep_the_newest(ctx) -> None:
             ctx.fenced.delete_tree("iter_000000004")
 
-        merged = MACHINE_BINDINGS["retention"]().merged(
+        merged = machine_bindings("retention").merged(
             Bindings(effects={"sweep_garbage": sweep_the_newest})
         )
         broken = Machine(load_machine("retention").table, merged)

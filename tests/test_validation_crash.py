@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS, load_machine
+from statecraft.checkpoint.kernel.machines import load_machine, machine_bindings
 from statecraft.checkpoint.validation import bindings as v
 from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import Bindings, Machine, load_spec, parse_table
@@ -33,14 +33,14 @@ def _table_with_swapped_effects(a: str, b: str) -> Callable[[], Machine]:
             elif t["do"] == b:
                 t["do"] = a
         table = parse_table(data, source=f"broken validation table ({a} <-> {b})")
-        return Machine(table, MACHINE_BINDINGS["validation"]())
+        return Machine(table, machine_bindings("validation"))
 
     return build
 
 
 def _with_effects(**effects: Callable[[v.ValidationContext], None]) -> Callable[[], Machine]:
     def build() -> Machine:
-        bindings = MACHINE_BINDINGS["validation"]().merged(Bindings(effects=effects))
+        bindings = machine_bindings("validation").merged(Bindings(effects=effects))
         return Machine(load_machine("validation").table, bindings)
 
     return build
@@ -71,7 +71,7 @@ def _observe_ignoring_records(ctx: v.ValidationContext) -> str:
 
 
 def _observer_broken() -> Machine:
-    bindings = MACHINE_BINDINGS["validation"]().merged(
+    bindings = machine_bindings("validation").merged(
         Bindings(observers={"observe_validation": _observe_ignoring_records})
     )
     return Machine(load_machine("validation").table, bindings)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from statecraft.checkpoint.kernel.layout import LATEST_POINTER, format_latest
-from statecraft.checkpoint.kernel.machines import MACHINE_BINDINGS, load_machine
+from statecraft.checkpoint.kernel.machines import load_machine, machine_bindings
 from statecraft.checkpoint.kernel.retention_records import INVALIDATED_MARKER
 from statecraft.checkpoint.retention.policies import LatestN
 from statecraft.checkpoint.retention.run import RetentionPlan
@@ -70,7 +70,7 @@ def swapped_table() -> Machine:
         elif t["do"] == "apply_retention":
             t["do"] = "save_checkpoint"
     table = parse_table(data, source="retention-first write job table")
-    return Machine(table, MACHINE_BINDINGS["write_job"]())
+    return Machine(table, machine_bindings("write_job"))
 
 
 class TestWriteJob:

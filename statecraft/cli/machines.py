@@ -1,8 +1,11 @@
-"""``statecraft machines check`` and ``statecraft machines draw NAME``.
+"""``statecraft machines check``, ``statecraft machines draw NAME`` and
+``statecraft machines table``.
 
-Both act on a machines directory (``--machines-dir``, default: the shipped ``machines/``) and
-``check`` on a specs directory too (``--specs-dir``, default: the shipped ``specs/``): the
-transactions are the tables found there, nothing is listed by hand.
+All act on a machines directory (``--machines-dir``, default: the shipped ``machines/``) and
+``check`` and ``table`` on a specs directory too (``--specs-dir``, default: the shipped
+``specs/``): the transactions are the tables found there, nothing is listed by hand.
+``table`` prints the markdown table of ``docs/machines.md`` (between its
+:data:`TABLE_BEGIN` / :data:`TABLE_END` markers; ``tests/test_cli.py`` keeps them equal).
 """
 
 from __future__ import annotations
@@ -14,7 +17,21 @@ from typing import Any
 from statecraft.cli.envelope import emit
 from statecraft.errors import StatecraftError
 
-__all__ = ["check_transactions", "resolve_dirs", "run_machines_check", "run_machines_draw"]
+__all__ = [
+    "TABLE_BEGIN",
+    "TABLE_END",
+    "check_transactions",
+    "machines_table",
+    "resolve_dirs",
+    "run_machines_check",
+    "run_machines_draw",
+    "run_machines_table",
+]
+
+#: the markers around the generated table in ``docs/machines.md``
+TABLE_BEGIN = "<!-- begin: statecraft machines table -->"
+TABLE_END = "<!-- end: statecraft machines table -->"
+_TABLE_COLUMNS = ("machine", "table", "bindings", "contract", "diagram")
 
 
 def resolve_dirs(args: argparse.Namespace) -> tuple[Path, Path]:
@@ -141,4 +158,71 @@ def run_machines_draw(args: argparse.Namespace) -> int:
         as_json=args.json,
         data={"name": args.name, "mermaid": diagram},
         text=diagram,
+    )
+
+
+def machines_table(
+    machines_dir: Path, specs_dir: Path
+) -> tuple[list[dict[str, str]], list[tuple[str, str]]]:
+    """One row per table of ``machines_dir``, sorted by name: its table file, its bindings
+    module's file (as its dotted name spells it), its contract in ``specs_dir`` and its diagram,
+    as the repository lays them out (``machines/``, ``specs/``, ``docs/diagrams/``).
+
+    Returns:
+        ``(rows, errors)``: the rows of the tables that load, and an envelope error pair
+        (``machine_definition``) naming each table that does not, and why.
+    """
+    from statecraft.engine import load_table
+    from statecraft.engine.registry import transaction_names
+
+    rows: list[dict[str, str]] = []
+    errors: list[tuple[str, str]] = []
+    for name in transaction_names(machines_dir):
+        try:
+            table = load_table(machines_dir / f"{name}.toml")
+        except StatecraftError as exc:
+            errors.append(("machine_definition", str(exc)))
+            continue
+        bindings = table.bindings.replace(".", "/") + ".py" if table.bindings else "(none)"
+        has_spec = (specs_dir / f"{name}.toml").is_file()
+        rows.append(
+            {
+                "machine": name,
+                "table": f"machines/{name}.toml",
+                "bindings": bindings,
+                "contract": f"specs/{name}.toml" if has_spec else "(none)",
+                "diagram": f"diagrams/{name}.mmd",
+            }
+        )
+    return rows, errors
+
+
+def _markdown(rows: list[dict[str, str]]) -> str:
+    lines = ["| " + " | ".join(_TABLE_COLUMNS) + " |", "|---" * len(_TABLE_COLUMNS) + "|"]
+    for row in rows:
+        diagram = row["diagram"]
+        cells = [
+            row["machine"],
+            f"`{row['table']}`",
+            f"`{row['bindings']}`",
+            f"`{row['contract']}`",
+            f"[{diagram.rsplit('/', 1)[-1]}]({diagram})",
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def run_machines_table(args: argparse.Namespace) -> int:
+    """Print the markdown table of the transactions (``--json``: the rows and the markdown);
+    exit 1 when a table does not load (it is left out and named in the errors)."""
+    machines_dir, specs_dir = resolve_dirs(args)
+    rows, errors = machines_table(machines_dir, specs_dir)
+    markdown = _markdown(rows)
+    return emit(
+        "machines table",
+        as_json=args.json,
+        data={"machines": rows, "markdown": markdown},
+        errors=errors,
+        exit_code=1 if errors else 0,
+        text=markdown,
     )

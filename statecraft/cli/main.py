@@ -3,6 +3,7 @@
 Subcommands:
     machines check              static checks of every table and its contract (exit 1 on problems)
     machines draw NAME          mermaid diagram of one table on stdout
+    machines table              markdown table of the tables (docs/machines.md holds it)
     crashcheck [--machine M]    crash every transaction at every I/O boundary
                                 (machines and crashcheck take --machines-dir/--specs-dir)
     demo                        train, SIGKILL, preempt, resume, compare bit-for-bit with a
@@ -138,6 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     _transaction_dirs(draw, specs=False)
     draw.add_argument("--json", action="store_true")
     draw.set_defaults(func=_lazy("statecraft.cli.machines", "run_machines_draw"))
+    table = msub.add_parser("table", help="markdown table of the tables (docs/machines.md)")
+    _transaction_dirs(table)
+    table.add_argument("--json", action="store_true")
+    table.set_defaults(func=_lazy("statecraft.cli.machines", "run_machines_table"))
 
     crash = sub.add_parser("crashcheck", help="crash every transaction at every I/O boundary")
     crash.add_argument("--machine", help="only this machine (default: every table)")

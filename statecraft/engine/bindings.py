@@ -13,16 +13,31 @@ Call contract:
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
 
-__all__ = ["Bindings", "Effect", "Guard", "Observer"]
+__all__ = ["Bindings", "Context", "Effect", "Guard", "Observer", "Role"]
 
-Effect = Callable[[Any], None]
-Guard = Callable[[Any], bool]
-Observer = Callable[[Any], str]
+#: The context object of one transaction, handed unchanged to every effect, guard and
+#: observation. ``Any`` on purpose: each machine has its own context class (``SaveContext``,
+#: ``ResumeContext``, ...) and its bindings declare that one, while the engine never looks
+#: inside it (it takes it as ``object``).
+Context = Any
+
+Effect = Callable[[Context], None]
+Guard = Callable[[Context], bool]
+Observer = Callable[[Context], str]
+
+
+class Role(enum.Enum):
+    """Which ranks run an effect (tagged with ``@effect(role=...)``,
+    :mod:`statecraft.engine.tagging`)."""
+
+    COORDINATOR = "coordinator"
+    EVERY_RANK = "every_rank"
 
 
 @attrs.frozen
@@ -32,9 +47,8 @@ class Bindings:
     effects: Mapping[str, Effect] = attrs.field(factory=dict)
     guards: Mapping[str, Guard] = attrs.field(factory=dict)
     observers: Mapping[str, Observer] = attrs.field(factory=dict)
-    #: effect name -> ``Role`` (``statecraft.engine.tagging``); an effect without an entry
-    #: runs on the coordinator.
-    roles: Mapping[str, Any] = attrs.field(factory=dict)
+    #: effect name -> its :class:`Role`; an effect without an entry runs on the coordinator.
+    roles: Mapping[str, Role] = attrs.field(factory=dict)
 
     def merged(self, other: Bindings) -> Bindings:
         """A new ``Bindings`` with ``other``'s entries overriding this one's (used by tests to

@@ -39,7 +39,12 @@ from typing import Any
 from statecraft.engine.table import Guard, MachineTable, StateSpec, TransitionSpec
 from statecraft.errors import MachineDefinitionError
 
-__all__ = ["load_table", "parse_table"]
+__all__ = ["TomlTable", "load_table", "parse_table"]
+
+#: A parsed TOML document (``tomllib.loads``). ``Any``: its values are checked key by key at run
+#: time by :func:`parse_table` (every problem reported at once), which the type checker cannot
+#: follow; what comes out is a typed :class:`MachineTable`.
+TomlTable = dict[str, Any]
 
 _TOP_KEYS = {
     "name",
@@ -73,14 +78,14 @@ def load_table(path: str | Path) -> MachineTable:
     return parse_table(data, source=str(path))
 
 
-def _expect(problems: list[str], where: str, value: Any, kind: type, what: str) -> bool:
+def _expect(problems: list[str], where: str, value: object, kind: type, what: str) -> bool:
     if isinstance(value, kind) and not (kind is str and not value):
         return True
     problems.append(f"{where}: expected {what}, got {value!r}")
     return False
 
 
-def parse_table(data: dict[str, Any], *, source: str = "<table>") -> MachineTable:
+def parse_table(data: TomlTable, *, source: str = "<table>") -> MachineTable:
     """Build a :class:`MachineTable` from parsed TOML data, checking its shape.
 
     Raises:
@@ -90,6 +95,8 @@ def parse_table(data: dict[str, Any], *, source: str = "<table>") -> MachineTabl
     problems: list[str] = []
     for key in sorted(set(data) - _TOP_KEYS):
         problems.append(f"unknown top-level key {key!r}; allowed: {sorted(_TOP_KEYS)}")
+    # Any (here and for the states and transitions below): checked by _expect; any failed
+    # check raises before the table is built
     name: Any = data.get("name")
     _expect(problems, "name", name, str, "a non-empty string naming the machine")
     initial: Any = data.get("initial")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
@@ -35,6 +35,7 @@ from statecraft.engine.tagging import collect_bindings
 from statecraft.errors import MachineDefinitionError, SpecError, StatecraftError
 
 __all__ = [
+    "ScenariosFactory",
     "Transaction",
     "discover",
     "import_object",
@@ -44,6 +45,12 @@ __all__ = [
     "scenarios_factory",
     "transaction_names",
 ]
+
+
+#: What a spec's ``scenarios`` key names: a callable returning the crash scenarios. ``Any``:
+#: a scenario is the proofs harness's type, a layer above the engine, which only hands the
+#: factory over.
+ScenariosFactory = Callable[[], Sequence[Any]]
 
 
 @attrs.frozen
@@ -67,7 +74,7 @@ class Transaction:
         """A machine running ``table`` with ``bindings`` (checked when built)."""
         return Machine(self.table, self.bindings)
 
-    def scenarios_factory(self) -> Callable[[], Sequence[Any]]:
+    def scenarios_factory(self) -> ScenariosFactory:
         """The callable the spec's ``scenarios`` key names.
 
         Raises:
@@ -81,7 +88,7 @@ def transaction_names(machines_dir: str | Path) -> list[str]:
     return sorted(p.stem for p in Path(machines_dir).glob("*.toml"))
 
 
-def import_object(path: str, *, what: str, source: str) -> Any:
+def import_object(path: str, *, what: str, source: str) -> Callable[..., object]:
     """Import ``module:attribute`` and return the attribute, which must be callable.
 
     Args:
@@ -97,7 +104,7 @@ def import_object(path: str, *, what: str, source: str) -> Any:
     if not module_name or not attr:
         raise SpecError(f"{source}: {what} {path!r} must be 'module:callable'")
     try:
-        value = getattr(importlib.import_module(module_name), attr)
+        value: object = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
         raise SpecError(
             f"{source}: cannot import the {what} {path!r}: {exc}; fix the module path or put "
@@ -108,7 +115,7 @@ def import_object(path: str, *, what: str, source: str) -> Any:
     return value
 
 
-def scenarios_factory(spec: Spec) -> Callable[[], Sequence[Any]]:
+def scenarios_factory(spec: Spec) -> ScenariosFactory:
     """The scenarios factory named by ``spec.scenarios``.
 
     Raises:
@@ -119,7 +126,8 @@ def scenarios_factory(spec: Spec) -> Callable[[], Sequence[Any]]:
             f"{spec.source}: no scenarios key; add scenarios = 'module:callable' naming the "
             "factory of the crash scenarios that exercise its guarantees"
         )
-    return import_object(spec.scenarios, what="scenarios factory", source=spec.source)
+    factory = import_object(spec.scenarios, what="scenarios factory", source=spec.source)
+    return cast(ScenariosFactory, factory)  # callable; its signature is the spec's promise
 
 
 def load_bindings(table: MachineTable) -> Bindings:

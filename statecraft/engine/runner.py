@@ -28,12 +28,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
 
 import attrs
 from transitions import Machine as _TransitionsMachine
 
-from statecraft.engine.bindings import Bindings
+from statecraft.engine.bindings import Bindings, Effect
 from statecraft.engine.checks import check_table
 from statecraft.engine.crash import CrashPlan, IoGate, SimulatedCrash
 from statecraft.engine.loader import load_table
@@ -44,10 +44,10 @@ from statecraft.errors import MachineRuntimeError
 __all__ = ["EffectCall", "Machine", "RunResult", "call_here"]
 
 #: ``call(effect_name, effect, ctx)`` runs one effect for a run (see the module docstring)
-EffectCall = Callable[[str, Callable[[Any], Any], Any], None]
+EffectCall = Callable[[str, Effect, object], None]
 
 
-def call_here(name: str, effect: Callable[[Any], Any], ctx: Any) -> None:
+def call_here(name: str, effect: Effect, ctx: object) -> None:
     """The default :data:`EffectCall`: run the effect in this process."""
     effect(ctx)
 
@@ -130,7 +130,7 @@ class Machine:
         )
 
     @classmethod
-    def from_file(cls, path: Any, bindings: Bindings) -> Machine:
+    def from_file(cls, path: str | Path, bindings: Bindings) -> Machine:
         """Load, check and bind the table at ``path``."""
         return cls(load_table(path), bindings)
 
@@ -142,7 +142,7 @@ class Machine:
         table = self.table
         return f"Machine({table.name!r}, states={len(table.states)}, source={table.source!r})"
 
-    def enabled(self, state: str, ctx: Any) -> TransitionSpec:
+    def enabled(self, state: str, ctx: object) -> TransitionSpec:
         """The single enabled transition out of ``state``.
 
         Raises:
@@ -168,7 +168,7 @@ class Machine:
 
     def run(
         self,
-        ctx: Any,
+        ctx: object,
         *,
         start: str | None = None,
         crash: CrashPlan | None = None,
@@ -222,7 +222,7 @@ class Machine:
     def _run(
         self,
         run: _Run,
-        ctx: Any,
+        ctx: object,
         state: str,
         start: str | None,
         crash: CrashPlan | None,
@@ -276,7 +276,7 @@ class Machine:
             observed=observed,
         )
 
-    def observe(self, ctx: Any) -> str:
+    def observe(self, ctx: object) -> str:
         """Classify durable storage with the table's observation binding.
 
         Raises:
@@ -296,7 +296,7 @@ class Machine:
 
     def recover(
         self,
-        ctx: Any,
+        ctx: object,
         *,
         crash: CrashPlan | None = None,
         gate: IoGate | None = None,

@@ -8,16 +8,22 @@ absent). Callers own their error types: the checkpoint package raises
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
+from jsonschema.protocols import Validator
 
-__all__ = ["compile_schema", "instance_violations", "json_path", "schema_problems"]
+__all__ = ["JsonObject", "compile_schema", "instance_violations", "json_path", "schema_problems"]
+
+#: A parsed JSON object (``json.loads``). ``Any``: its values are JSON values of any shape and
+#: depth, checked against a JSON Schema at run time, not by the type checker.
+JsonObject = dict[str, Any]
 
 
-def schema_problems(schema: Any) -> list[str]:
+def schema_problems(schema: object) -> list[str]:
     """Why ``schema`` is not a valid JSON Schema of its dialect (empty when it is)."""
     if not isinstance(schema, dict | bool):
         return [f"a JSON Schema is an object or a boolean, got {type(schema).__name__}"]
@@ -29,7 +35,7 @@ def schema_problems(schema: Any) -> list[str]:
     return []
 
 
-def compile_schema(schema: Any) -> Any:
+def compile_schema(schema: object) -> Validator:
     """A validator for ``schema`` (checked first).
 
     Raises:
@@ -42,14 +48,14 @@ def compile_schema(schema: Any) -> Any:
     return cls(schema, format_checker=cls.FORMAT_CHECKER)
 
 
-def instance_violations(validator: Any, instance: Any) -> list[str]:
+def instance_violations(validator: Validator, instance: object) -> list[str]:
     """Every place ``instance`` breaks the validator's schema, as ``$.path: message`` lines,
     ordered by path (empty when it conforms)."""
     errors = sorted(validator.iter_errors(instance), key=lambda e: [str(p) for p in e.path])
     return [f"{json_path(e.absolute_path)}: {e.message}" for e in errors]
 
 
-def json_path(parts: Any) -> str:
+def json_path(parts: Iterable[object]) -> str:
     """``$.files['model.pt'].size`` style path of a sequence of keys and indices."""
     out = "$"
     for part in parts:

@@ -31,13 +31,19 @@ import json
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import attrs
 
+from statecraft.engine.schema import JsonObject
 from statecraft.errors import SpecError
 
-__all__ = ["CRASH_KINDS", "PHASES", "FormatFile", "Guarantee", "Spec", "load_spec"]
+__all__ = ["CRASH_KINDS", "PHASES", "Check", "FormatFile", "Guarantee", "Spec", "load_spec"]
+
+#: A guarantee's check: called with the crash harness's check context, raises
+#: ``GuaranteeViolation`` when the guarantee does not hold. ``Any``: that context is the proofs
+#: layer's type, above the engine, which only imports the check and hands it over.
+Check = Callable[[Any], None]
 
 SPEC_SCHEMA = "statecraft.spec.v1"
 PHASES = ("crashed", "recovered")
@@ -54,7 +60,7 @@ class Guarantee:
     at: tuple[str, ...] = PHASES
     kinds: tuple[str, ...] = CRASH_KINDS
 
-    def resolve(self) -> Callable[[Any], None]:
+    def resolve(self) -> Check:
         """Import the check callable named by ``check`` (``module:attribute``).
 
         Raises:
@@ -72,7 +78,7 @@ class Guarantee:
             ) from None
         if not callable(func):
             raise SpecError(f"guarantee {self.id}: {self.check!r} is not callable")
-        return func
+        return cast(Check, func)  # callable; its signature is the spec's promise
 
 
 @attrs.frozen
@@ -90,7 +96,7 @@ class FormatFile:
     name: str
     written_by: str
     doc: str = ""
-    schema: dict[str, Any] | None = None
+    schema: JsonObject | None = None
     schema_file: str | None = None
 
 

@@ -26,28 +26,22 @@ Roles say which ranks run an effect under ``torch.distributed``:
 
 from __future__ import annotations
 
-import enum
 import types
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import TypeVar, cast
 
 import attrs
 
-from statecraft.engine.bindings import Bindings
+from statecraft.engine.bindings import Bindings, Effect, Guard, Observer, Role
 from statecraft.errors import MachineDefinitionError
 
 __all__ = ["Role", "Tag", "collect_bindings", "effect", "guard", "observer", "tag_of"]
 
-F = TypeVar("F", bound=Callable[..., Any])
+#: a tagged callable, returned unchanged (of any signature: the table's static checks, not the
+#: type checker, match it to its kind)
+F = TypeVar("F", bound=Callable[..., object])
 
 _TAG_ATTRIBUTE = "__statecraft_tag__"
-
-
-class Role(enum.Enum):
-    """Which ranks run an effect."""
-
-    COORDINATOR = "coordinator"
-    EVERY_RANK = "every_rank"
 
 
 @attrs.frozen
@@ -91,13 +85,15 @@ def observer(name: str | None = None) -> Callable[[F], F]:
     return _tagger("observer", name, Role.COORDINATOR)
 
 
-def tag_of(function: Any) -> Tag | None:
+def tag_of(function: object) -> Tag | None:
     """The tag a decorator put on ``function``, if any."""
     tag = getattr(function, _TAG_ATTRIBUTE, None)
     return tag if isinstance(tag, Tag) else None
 
 
-def collect_bindings(*sources: types.ModuleType | Mapping[str, Any] | Iterable[Any]) -> Bindings:
+def collect_bindings(
+    *sources: types.ModuleType | Mapping[str, object] | Iterable[object],
+) -> Bindings:
     """Build the bindings of every tagged callable in ``sources``.
 
     Args:
@@ -107,11 +103,11 @@ def collect_bindings(*sources: types.ModuleType | Mapping[str, Any] | Iterable[A
     Raises:
         MachineDefinitionError: two callables claim the same kind and name.
     """
-    found: dict[tuple[str, str], tuple[Any, Tag]] = {}
+    found: dict[tuple[str, str], tuple[object, Tag]] = {}
     problems: list[str] = []
     for source in sources:
         if isinstance(source, types.ModuleType):
-            values: Iterable[Any] = vars(source).values()
+            values: Iterable[object] = vars(source).values()
         elif isinstance(source, Mapping):
             values = source.values()
         else:
@@ -130,20 +126,25 @@ def collect_bindings(*sources: types.ModuleType | Mapping[str, Any] | Iterable[A
             found[key] = (value, tag)
     if problems:
         raise MachineDefinitionError("bindings", problems)
-    by_kind: dict[str, dict[str, Any]] = {"effect": {}, "guard": {}, "observer": {}}
+    # A tag is put on callables only (``_tagger`` checks); their signatures are the table's
+    # static checks' business, so each is taken as the kind its tag names.
+    effects: dict[str, Effect] = {}
+    guards: dict[str, Guard] = {}
+    observers: dict[str, Observer] = {}
     roles: dict[str, Role] = {}
     for (kind, name), (value, tag) in sorted(found.items()):
-        by_kind[kind][name] = value
         if kind == "effect":
+            effects[name] = cast(Effect, value)
             roles[name] = tag.role
-    return Bindings(
-        effects=by_kind["effect"],
-        guards=by_kind["guard"],
-        observers=by_kind["observer"],
-        roles=roles,
-    )
+        elif kind == "guard":
+            guards[name] = cast(Guard, value)
+        elif kind == "observer":
+            observers[name] = cast(Observer, value)
+        else:  # a Tag built by hand with another kind (the decorators make only these three)
+            raise KeyError(kind)
+    return Bindings(effects=effects, guards=guards, observers=observers, roles=roles)
 
 
-def _where(value: Any) -> str:
+def _where(value: object) -> str:
     module = getattr(value, "__module__", "?")
     return f"{module}.{getattr(value, '__qualname__', repr(value))}"

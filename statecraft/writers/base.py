@@ -109,7 +109,7 @@ class Writer(abc.ABC):
             )
 
     @abc.abstractmethod
-    def write(self, store: Store, path: str, payload: Any) -> FileRecord:
+    def write(self, store: Store, path: str, payload: object) -> FileRecord:
         """Step 2 (the rank owning the entry): serialize ``payload`` to ``path`` atomically.
 
         Returns:
@@ -138,6 +138,8 @@ class Writer(abc.ABC):
         """What produced the bytes (library versions), for the manifest's ``writer`` field."""
 
     # ----------------------------------------------------------------- load side
+    # ``-> Any``: the payload is whatever was saved under ``path`` (a state dict, the trainer
+    # record, DCP ``Metadata``); the caller knows which and checks it, the writer cannot.
     @abc.abstractmethod
     def read(self, store: Store, path: str, *, mmap: bool = True) -> Any:
         """Load the payload at ``path`` (every rank; never writes).
@@ -147,10 +149,12 @@ class Writer(abc.ABC):
         """
 
 
-def tensor_bytes(payload: Any) -> int:
+def tensor_bytes(payload: object) -> int:
     """The bytes of every tensor in ``payload`` (nested dicts, lists, tuples): what its
     ``torch.save`` file needs at least."""
-    stack, total, seen = [payload], 0, set()
+    stack: list[object] = [payload]
+    total = 0
+    seen: set[tuple[int, int]] = set()
     while stack:
         item = stack.pop()
         if isinstance(item, torch.Tensor):

@@ -49,7 +49,9 @@ def _without_zip_crc() -> Iterator[None]:
     except ImportError:  # torch 2.4: no option; the CRC is computed
         yield
         return
-    with cast(Any, config).patch({"save.compute_crc32": False}):  # a dynamic ConfigModule
+    # Any: a ConfigModule grows its attributes (``patch`` among them) at import time, so its
+    # type has none of them.
+    with cast(Any, config).patch({"save.compute_crc32": False}):
         yield
 
 
@@ -66,7 +68,7 @@ class ConsolidatedWriter(Writer):
         """The serializer's version (the facade adds statecraft's own)."""
         return {"torch": str(torch.__version__)}
 
-    def write(self, store: Store, path: str, payload: Any) -> FileRecord:
+    def write(self, store: Store, path: str, payload: object) -> FileRecord:
         """Serialize ``payload`` to ``path`` atomically; returns size and digest. The file is
         opened with ``defer_sync`` (see :class:`~statecraft.writers.base.Writer`): it is
         durable once the store's next publication (the manifest's exclusive create) returns.
@@ -90,6 +92,7 @@ class ConsolidatedWriter(Writer):
             ) from None
         return writer.record  # type: ignore[return-value]
 
+    # ``-> Any``: whatever was saved (see Writer.read).
     def read(self, store: Store, path: str, *, mmap: bool = True) -> Any:
         """Load the payload at ``path`` with ``weights_only=True``.
 
@@ -110,7 +113,7 @@ class ConsolidatedWriter(Writer):
                     f"is a {exc.kind} where a torch.save file should be; it was not read",
                     "Replace it with the real file or resume from another checkpoint.",
                 ) from None
-        archive: Any = local
+        archive: str | bytes | None = local
         try:
             if local is not None:
                 return torch.load(local, weights_only=True, mmap=True, map_location="cpu")

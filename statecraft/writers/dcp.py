@@ -1,10 +1,12 @@
 """The DCP writer: ``model/`` and ``optim/`` as ``torch.distributed.checkpoint`` directories.
 
 A DCP checkpoint (``checkpoint_format=dcp``) holds its bulk components as DCP directories of
-per-rank shards plus ``.metadata`` (:mod:`statecraft.writers.dcp_storage`: our durability, item
-digests) and its control state (``trainer.pt``, ``data.pt``) as ``torch.save`` files, like the
-consolidated format. Sharding and resharding are DCP's own (``DefaultSavePlanner`` /
-``DefaultLoadPlanner``); statecraft writes no sharding format of its own.
+per-rank shards plus ``.metadata`` (the layout: :mod:`statecraft.writers.dcp_storage`; our
+durability and item digests: :mod:`~statecraft.writers.dcp_store_writer` and
+:mod:`~statecraft.writers.dcp_store_reader`) and its control state (``trainer.pt``,
+``data.pt``) as ``torch.save`` files, like the consolidated format. Sharding and resharding are
+DCP's own (``DefaultSavePlanner`` / ``DefaultLoadPlanner``); statecraft writes no sharding
+format of its own.
 
 Call order of one save (the ``dcp_save`` machine, ``machines/dcp_save.toml``):
 
@@ -23,22 +25,28 @@ verification proves loadable without a target); of a control file, its payload.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
 from statecraft.errors import CheckpointError
 from statecraft.storage.base import FileRecord, Store
 from statecraft.writers.consolidated import ConsolidatedWriter
-from statecraft.writers.dcp_storage import (
-    StoreStorageReader,
-    StoreStorageWriter,
-    unwrap_checkpoint_exception,
-)
+from statecraft.writers.dcp_failures import unwrap_checkpoint_exception
+from statecraft.writers.dcp_store_reader import StoreStorageReader
+from statecraft.writers.dcp_store_writer import StoreStorageWriter
 
 __all__ = ["DcpWriter", "Gathering", "is_dcp_directory", "load_dcp_state", "save_dcp_state"]
+
+_T = TypeVar("_T")
+
+#: A state dict as DCP takes it: tensors, ``Stateful`` objects, numbers and nested containers
+#: under string keys (DCP's own ``STATE_DICT_TYPE`` is this with ``Any`` too: its values are
+#: whatever the model and the optimizer hold).
+StateDict = dict[str, Any]
 
 
 class Gathering(Protocol):
@@ -46,8 +54,8 @@ class Gathering(Protocol):
     (:class:`~statecraft.parallel.collectives.Collective` has it; the writers sit beside the
     parallel layer and do not import it)."""
 
-    def all_gather(self, value: Any) -> list[Any]:
-        """Every rank's ``value``, indexed by rank."""
+    def all_gather(self, value: _T) -> list[_T]:
+        """Every rank's ``value`` (each rank passes one of the same type), indexed by rank."""
 
 
 def _no_dist() -> bool:
@@ -58,7 +66,7 @@ def _no_dist() -> bool:
 def save_dcp_state(
     store: Store,
     path: str,
-    state_dict: dict[str, Any],
+    state_dict: StateDict,
     *,
     collective: Gathering,
     files_per_rank: int = 1,
@@ -82,7 +90,7 @@ def save_dcp_state(
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
-            dcp.save(state_dict, storage_writer=writer, no_dist=_no_dist())
+            dcp_save(state_dict, storage_writer=writer, no_dist=_no_dist())
     except BaseException as exc:  # DCP wraps every failure in CheckpointException
         inner = unwrap_checkpoint_exception(exc)
         if inner is exc:
@@ -94,7 +102,7 @@ def save_dcp_state(
     return merged
 
 
-def load_dcp_state(store: Store, path: str, target_state_dict: dict[str, Any]) -> None:
+def load_dcp_state(store: Store, path: str, target_state_dict: StateDict) -> None:
     """Fill ``target_state_dict`` in place from the DCP directory ``path`` of ``store``
     (every rank; resharding by DCP's load planner when the world size changed).
 
@@ -112,7 +120,7 @@ def load_dcp_state(store: Store, path: str, target_state_dict: dict[str, Any]) -
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
-            dcp.load(target_state_dict, storage_reader=reader, no_dist=_no_dist())
+            dcp_load(target_state_dict, storage_reader=reader, no_dist=_no_dist())
     except BaseException as exc:
         inner = unwrap_checkpoint_exception(exc)
         if not isinstance(inner, Exception):  # a crash or an interrupt: as it is
@@ -151,6 +159,7 @@ class DcpWriter(ConsolidatedWriter):
     def writer_info(self) -> dict[str, str]:
         return {"torch": str(torch.__version__), "dcp": "torch.distributed.checkpoint"}
 
+    # ``-> Any``: DCP ``Metadata`` or whatever a control file holds (see Writer.read).
     def read(self, store: Store, path: str, *, mmap: bool = True) -> Any:
         """A DCP directory: its parsed ``Metadata`` (every item's place and digest; the
         tensors are loaded by :func:`load_dcp_state` into a target). A file: its payload.

@@ -18,12 +18,16 @@ cut only at a sentence or word boundary.
 from __future__ import annotations
 
 import io
+import os
 import pickletools
 import re
 import zipfile
-from typing import Any
 
-__all__ = ["explain_load_failure", "plain_text"]
+__all__ = ["Archive", "explain_load_failure", "plain_text"]
+
+#: a ``torch.save`` file as :func:`explain_load_failure` may read it: a local path, its bytes,
+#: or ``None`` (not available)
+Archive = str | os.PathLike[str] | bytes | bytearray | None
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _GLOBAL = re.compile(r"Unsupported global: GLOBAL ([\w.]+)")
@@ -52,8 +56,10 @@ def plain_text(text: str, *, limit: int = _LIMIT) -> str:
     return head.rsplit(" ", 1)[0] + " ..."
 
 
-def _pickle_bytes(archive: Any) -> bytes | None:
+def _pickle_bytes(archive: Archive) -> bytes | None:
     """The ``data.pkl`` record of a ``torch.save`` zip (a path or the file's bytes)."""
+    if archive is None:
+        return None
     try:
         source = io.BytesIO(archive) if isinstance(archive, bytes | bytearray) else archive
         with zipfile.ZipFile(source) as z:
@@ -63,7 +69,7 @@ def _pickle_bytes(archive: Any) -> bytes | None:
         return None
 
 
-def _numpy_scalar_type(archive: Any) -> str | None:
+def _numpy_scalar_type(archive: Archive) -> str | None:
     """``numpy.<dtype>`` of the first NumPy scalar in the pickle, read from its opcodes (the
     dtype code is the first short string after the scalar's global), or ``None``."""
     data = _pickle_bytes(archive)
@@ -101,7 +107,7 @@ def _conversion(type_name: str) -> str:
     return "float(x) / torch.tensor(x)"
 
 
-def _refused_global(name: str, archive: Any) -> str:
+def _refused_global(name: str, archive: Archive) -> str:
     """The sentence for a global the weights-only unpickler refused."""
     if name in _NUMPY_SCALAR:
         found = _numpy_scalar_type(archive)
@@ -124,7 +130,7 @@ def _refused_global(name: str, archive: Any) -> str:
     )
 
 
-def explain_load_failure(exc: BaseException, archive: Any = None) -> str:
+def explain_load_failure(exc: BaseException, archive: Archive = None) -> str:
     """One readable line saying why loading a ``torch.save`` file failed.
 
     Args:

@@ -54,7 +54,8 @@ from statecraft.parallel.collectives import Collective
 from statecraft.parallel.rank0 import on_rank_zero
 from statecraft.storage.base import Store
 from statecraft.storage.digest import Digest
-from statecraft.writers.dcp_storage import StoreStorageReader, unwrap_checkpoint_exception
+from statecraft.writers.dcp_failures import unwrap_checkpoint_exception
+from statecraft.writers.dcp_store_reader import StoreStorageReader
 
 __all__ = [
     "DirectCheckpoint",

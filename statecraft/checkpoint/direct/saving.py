@@ -58,7 +58,8 @@ from statecraft.parallel.coordinated import rank_zero_effects
 from statecraft.parallel.rank0 import on_rank_zero
 from statecraft.storage.base import FileRecord, Store
 from statecraft.storage.digest import Digest
-from statecraft.writers.dcp_storage import StoreStorageWriter, unwrap_checkpoint_exception
+from statecraft.writers.dcp_failures import unwrap_checkpoint_exception
+from statecraft.writers.dcp_store_writer import StoreStorageWriter
 
 __all__ = [
     "DirectStorageWriter",

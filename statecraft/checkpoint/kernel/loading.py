@@ -60,7 +60,7 @@ from statecraft.errors import (
 )
 from statecraft.writers.base import Writer
 from statecraft.writers.dcp import load_dcp_state
-from statecraft.writers.dcp_storage import StoreStorageReader
+from statecraft.writers.dcp_store_reader import StoreStorageReader
 
 __all__ = [
     "PRISTINE_GROUPS",

@@ -8,13 +8,12 @@ directories.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator, Mapping
 
 from statecraft.engine import Bindings, Machine, load_table, registry
 from statecraft.errors import StatecraftError
 from statecraft.resources import machine_path, machines_dir
 
-__all__ = ["MACHINE_BINDINGS", "load_machine", "machine_bindings", "shipped_machine_names"]
+__all__ = ["load_machine", "machine_bindings", "shipped_machine_names"]
 
 
 def shipped_machine_names() -> list[str]:
@@ -57,23 +56,3 @@ def machine_bindings(name: str) -> Bindings:
             f"shipped: {', '.join(shipped_machine_names())}"
         )
     return registry.load_bindings(load_table(path))
-
-
-class _ShippedBindings(Mapping[str, Callable[[], Bindings]]):
-    """Read-only view: shipped machine name -> factory of its bindings, derived from the
-    tables on every access (kept for callers of the former hand-kept dict)."""
-
-    def __getitem__(self, name: str) -> Callable[[], Bindings]:
-        if name not in shipped_machine_names():
-            raise KeyError(name)
-        return lambda: machine_bindings(name)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(shipped_machine_names())
-
-    def __len__(self) -> int:
-        return len(shipped_machine_names())
-
-
-#: shipped machine name -> factory of its bindings (derived from ``machines/``, read-only).
-MACHINE_BINDINGS: Mapping[str, Callable[[], Bindings]] = _ShippedBindings()

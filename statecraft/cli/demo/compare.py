@@ -75,14 +75,14 @@ def _differences(a: Any, b: Any, path: str) -> list[str]:
 def _load(directory: Path, name: str) -> Any:
     """A ``*.pt`` file's payload, or a DCP component directory's full state (every rank's
     shards, read and digest-checked by
-    :class:`~statecraft.writers.dcp_storage.StoreStorageReader`)."""
+    :class:`~statecraft.writers.dcp_store_reader.StoreStorageReader`)."""
     if name.endswith(".pt"):
         return torch.load(directory / name, weights_only=True, map_location="cpu")
     from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
     from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
     from statecraft.storage.local import LocalStore
-    from statecraft.writers.dcp_storage import StoreStorageReader
+    from statecraft.writers.dcp_store_reader import StoreStorageReader
 
     state: dict[str, Any] = {}
     _load_state_dict(
