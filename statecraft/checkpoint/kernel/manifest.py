@@ -78,22 +78,21 @@ class FileEntry:
     digest: Digest
 
 
+def _v1_entry(entry: Any) -> Any:
+    """A v1 file entry in the v2 shape (``sha256`` -> ``digest``); other shapes are left for
+    structuring to report."""
+    if not isinstance(entry, dict) or "sha256" not in entry or "digest" in entry:
+        return entry
+    rest = {k: v for k, v in entry.items() if k != "sha256"}
+    return {**rest, "digest": {"algorithm": "sha256", "value": entry["sha256"]}}
+
+
 def _upgrade(raw: dict[str, Any]) -> dict[str, Any]:
-    """A v1 document in the v2 shape (``sha256`` -> ``digest``; other shapes are left for
-    structuring to report), refused when a digest algorithm is unknown to this release."""
+    """A v1 document in the v2 shape, refused when a digest algorithm is unknown to this
+    release."""
     files = raw.get("files")
     if raw["schema"] == MANIFEST_SCHEMA_V1 and isinstance(files, dict):
-        files = {
-            name: (
-                {
-                    **{k: v for k, v in e.items() if k != "sha256"},
-                    "digest": {"algorithm": "sha256", "value": e["sha256"]},
-                }
-                if isinstance(e, dict) and "sha256" in e and "digest" not in e
-                else e
-            )
-            for name, e in files.items()
-        }
+        files = {name: _v1_entry(entry) for name, entry in files.items()}
         raw = {**raw, "files": files}
     unknown = [
         f"{name}: digest algorithm {e['digest']['algorithm']!r} (known: {sorted(ALGORITHMS)})"

@@ -195,14 +195,28 @@ class RecordCodec(Generic[T]):
                 "levels deep",
             ) from None
 
-    def read(self, store: Store, path: str) -> T:
+    def read(self, store: Store, path: str, *, unreadable_is_damage: bool = False) -> T:
         """The record stored at ``path`` of ``store`` (named ``<store>/<path>``).
+
+        Args:
+            unreadable_is_damage: a file there that cannot be read (a special file, an I/O
+                error) is refused like a damaged record, for records whose presence alone
+                counts (a retention marker); otherwise that error propagates.
 
         Raises:
             FileNotFoundError: there is none.
             CheckpointCorruptError: as :meth:`decode`.
         """
-        return self.decode(store.read_bytes(path), source=f"{store.describe()}/{path}")
+        source = f"{store.describe()}/{path}"
+        try:
+            data = store.read_bytes(path)
+        except FileNotFoundError:
+            raise
+        except Exception as exc:
+            if not unreadable_is_damage:
+                raise
+            raise self._refuse(source, f"cannot be read ({exc})") from None
+        return self.decode(data, source=source)
 
     def _refuse(self, source: str, problem: str, fix: str | None = None) -> Exception:
         return self.error(source, _named(self.what, problem), self.fix if fix is None else fix)
