@@ -15,19 +15,16 @@ endpoint, key id or secret)::
 
 from __future__ import annotations
 
-import json
 import posixpath
 import re
 from collections.abc import Iterable
-from typing import Any
 
 import attrs
 
 from statecraft.checkpoint.archive.inventory import ArchiveEntry
 from statecraft.checkpoint.kernel.layout import ARTIFACT_MANIFEST_NAME
-from statecraft.checkpoint.kernel.manifest import strict_converter, structure_record
-from statecraft.checkpoint.kernel.schemas import encode_conforming, schema_violations
-from statecraft.errors import CheckpointCorruptError, CheckpointError
+from statecraft.checkpoint.kernel.records import record_codec
+from statecraft.errors import CheckpointError
 from statecraft.storage.objects import BucketClient
 
 __all__ = [
@@ -44,7 +41,6 @@ DECLARATION_SCHEMA = "statecraft.archive-declaration.v1"
 #: its JSON schema (named by ``specs/publish.toml``), enforced on encode and decode.
 DECLARATION_SCHEMA_FILE = "archive-declaration.schema.json"
 
-_converter = strict_converter()
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _FIX = (
     "The declaration is immutable and statecraft never replaces it: inspect it; if it is not a "
@@ -123,17 +119,7 @@ class ArchiveDeclaration:
             CheckpointError: the record is invalid (a bug in the code that built it); nothing
                 is written.
         """
-        problems = self.problems()
-        if problems:
-            raise CheckpointError(
-                f"refusing to write the archive declaration of iteration {self.iteration}: "
-                + "; ".join(problems)
-            )
-        return encode_conforming(
-            _converter.unstructure(self),
-            DECLARATION_SCHEMA_FILE,
-            what=f"the archive declaration of iteration {self.iteration}",
-        )
+        return _CODEC.encode(self, what=f"the archive declaration of iteration {self.iteration}")
 
     def differences(self, other: ArchiveDeclaration) -> list[str]:
         """How ``other`` (say, the one found remotely) differs from this one, per file."""
@@ -156,6 +142,16 @@ class ArchiveDeclaration:
         return out
 
 
+_CODEC = record_codec(
+    ArchiveDeclaration,
+    schema=DECLARATION_SCHEMA,
+    what="archive declaration",
+    fix=_FIX,
+    schema_file=DECLARATION_SCHEMA_FILE,
+    problems=ArchiveDeclaration.problems,
+)
+
+
 def decode_declaration(data: bytes, *, source: str) -> ArchiveDeclaration:
     """Parse and validate declaration bytes.
 
@@ -164,36 +160,7 @@ def decode_declaration(data: bytes, *, source: str) -> ArchiveDeclaration:
             :meth:`ArchiveDeclaration.problems` refuses, or anything the JSON schema refuses;
             the message names ``source`` and the problem, and says what to do.
     """
-    try:
-        raw: Any = json.loads(data)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise CheckpointCorruptError(
-            source, f"archive declaration is not valid JSON ({type(exc).__name__}: {exc})", _FIX
-        ) from None
-    if not isinstance(raw, dict) or raw.get("schema") != DECLARATION_SCHEMA:
-        found = raw.get("schema") if isinstance(raw, dict) else type(raw).__name__
-        raise CheckpointCorruptError(
-            source,
-            f"archive declaration schema is {found!r}, expected {DECLARATION_SCHEMA!r}",
-            _FIX,
-        )
-    violations = schema_violations(DECLARATION_SCHEMA_FILE, raw)
-    if violations:
-        raise CheckpointCorruptError(
-            source,
-            f"archive declaration violates specs/{DECLARATION_SCHEMA_FILE}: "
-            + "; ".join(violations),
-            _FIX,
-        )
-    declaration = structure_record(
-        _converter, raw, ArchiveDeclaration, source=source, what="archive declaration", fix=_FIX
-    )
-    problems = declaration.problems()
-    if problems:
-        raise CheckpointCorruptError(
-            source, "archive declaration values are invalid: " + "; ".join(problems), _FIX
-        )
-    return declaration
+    return _CODEC.decode(data, source=source)
 
 
 def read_declaration(

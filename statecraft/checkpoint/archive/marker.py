@@ -21,14 +21,12 @@ marker (:func:`~statecraft.checkpoint.archive.inventory.is_receipt_name`).
 
 from __future__ import annotations
 
-import json
 from typing import Literal
 
 import attrs
 
 from statecraft.checkpoint.archive.inventory import ArchiveEntry
-from statecraft.checkpoint.kernel.manifest import strict_converter, structure_record
-from statecraft.checkpoint.kernel.schemas import encode_conforming, json_text_violations
+from statecraft.checkpoint.kernel.records import record_codec
 from statecraft.errors import CheckpointCorruptError
 from statecraft.storage.base import Store
 from statecraft.storage.s3_credentials import S3Identity
@@ -52,7 +50,6 @@ MARKER_SCHEMA = "statecraft.archive-marker.v1"
 MARKER_SCHEMA_FILE = "archive-marker.schema.json"
 MarkerKind = Literal["checkpoint", "artifact"]
 
-_converter = strict_converter()
 _FIX = "Move the marker aside and run the upload again (the local copy is kept)."
 
 
@@ -108,13 +105,20 @@ class UploadedMarker:
         Raises:
             CheckpointError: the marker breaks the schema (nothing is written).
         """
-        raw = _converter.unstructure(self)
-        return encode_conforming(
-            raw, MARKER_SCHEMA_FILE, what=f"the archive marker of iteration {self.iteration}"
-        )
+        return _CODEC.encode(self, what=f"the archive marker of iteration {self.iteration}")
 
     def entry(self, path: str) -> ArchiveEntry | None:
         return next((e for e in self.files if e.path == path), None)
+
+
+_CODEC = record_codec(
+    UploadedMarker,
+    schema=MARKER_SCHEMA,
+    what="archive marker",
+    fix=_FIX,
+    schema_file=MARKER_SCHEMA_FILE,
+    schema_first=False,
+)
 
 
 @attrs.frozen
@@ -142,24 +146,7 @@ def decode_marker(data: bytes, *, source: str) -> UploadedMarker | LegacyMarker:
         if len(lines) <= 1 and "\ufffd" not in text:
             return LegacyMarker(lines[0].strip() if lines else "")
         raise CheckpointCorruptError(source, "is neither a JSON marker nor one line of text", _FIX)
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise CheckpointCorruptError(source, f"is not valid JSON ({exc.msg})", _FIX) from None
-    if not isinstance(raw, dict) or raw.get("schema") != MARKER_SCHEMA:
-        found = raw.get("schema") if isinstance(raw, dict) else type(raw).__name__
-        raise CheckpointCorruptError(
-            source, f"schema is {found!r}, expected {MARKER_SCHEMA!r}", _FIX
-        )
-    marker: UploadedMarker = structure_record(
-        _converter, raw, UploadedMarker, source=source, what="archive marker", fix=_FIX
-    )
-    violations = json_text_violations(MARKER_SCHEMA_FILE, text)
-    if violations:
-        raise CheckpointCorruptError(
-            source, f"violates specs/{MARKER_SCHEMA_FILE}: {'; '.join(violations)}", _FIX
-        )
-    return marker
+    return _CODEC.decode(data, source=source)
 
 
 def read_marker(store: Store, directory: str) -> UploadedMarker | LegacyMarker:

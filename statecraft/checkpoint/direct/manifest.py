@@ -25,18 +25,16 @@ Example::
 
 from __future__ import annotations
 
-import json
 import re
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
 
 import attrs
 
 from statecraft.checkpoint.kernel.layout import MANIFEST_NAME, iter_dirname
-from statecraft.checkpoint.kernel.manifest import FileEntry, strict_converter, structure_record
-from statecraft.checkpoint.kernel.schemas import encode_conforming, json_text_violations
+from statecraft.checkpoint.kernel.manifest import FileEntry
+from statecraft.checkpoint.kernel.records import record_codec
 from statecraft.errors import CheckpointCorruptError
 from statecraft.storage.base import FileRecord
 
@@ -60,8 +58,6 @@ CONTROL_DIR = ".posttrain/generations"
 DEFAULT_COMPONENTS: dict[str, str] = {"model": "model", "optim": "optim"}
 _SEGMENT_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 _MAX_MANIFEST_BYTES = 16 << 20
-
-_converter = strict_converter()
 
 
 def _segment(value: str, what: str) -> str:
@@ -223,11 +219,21 @@ class DirectManifest:
             CheckpointError: the record breaks ``specs/direct-manifest.schema.json`` (a bug in
                 the code that built it); nothing is written.
         """
-        return encode_conforming(
-            _converter.unstructure(self),
-            DIRECT_MANIFEST_SCHEMA_FILE,
-            what=f"the direct manifest of iteration {self.iteration}",
-        )
+        return _CODEC.encode(self, what=f"the direct manifest of iteration {self.iteration}")
+
+
+_CODEC = record_codec(
+    DirectManifest,
+    schema=DIRECT_MANIFEST_SCHEMA,
+    fix=(
+        "The iteration is not a committed direct checkpoint: resume from another iteration "
+        "(or move this iter_* prefix aside)"
+    ),
+    schema_file=DIRECT_MANIFEST_SCHEMA_FILE,
+    max_bytes=_MAX_MANIFEST_BYTES,
+    not_json="is not JSON",
+    wrong_schema="is not a {expected} record (schema {found!r})",
+)
 
 
 def decode_direct_manifest(
@@ -244,35 +250,11 @@ def decode_direct_manifest(
             fields, a path that is not relative, a malformed digest), or another iteration;
             the message names ``source`` and the fix.
     """
-    fix = (
-        "The iteration is not a committed direct checkpoint: resume from another iteration "
-        "(or move this iter_* prefix aside)"
-    )
-    if len(data) > _MAX_MANIFEST_BYTES:
-        raise CheckpointCorruptError(source, f"is over {_MAX_MANIFEST_BYTES} bytes", fix)
-    try:
-        raw: Any = json.loads(data)
-    except (ValueError, RecursionError) as exc:
-        raise CheckpointCorruptError(source, f"is not JSON ({exc})", fix) from None
-    schema = raw.get("schema") if isinstance(raw, dict) else type(raw).__name__
-    if schema != DIRECT_MANIFEST_SCHEMA:
-        raise CheckpointCorruptError(
-            source, f"is not a {DIRECT_MANIFEST_SCHEMA} record (schema {schema!r})", fix
-        )
-    violations = json_text_violations(DIRECT_MANIFEST_SCHEMA_FILE, bytes(data))
-    if violations:
-        raise CheckpointCorruptError(
-            source,
-            f"violates specs/{DIRECT_MANIFEST_SCHEMA_FILE}: {'; '.join(violations)}",
-            fix,
-        )
-    manifest = structure_record(
-        _converter, raw, DirectManifest, source=source, what="the direct manifest", fix=fix
-    )
+    manifest = _CODEC.decode(data, source=source)
     if iteration is not None and manifest.iteration != iteration:
         raise CheckpointCorruptError(
             source,
             f"names iteration {manifest.iteration} but lies in {iter_dirname(iteration)}",
-            fix,
+            _CODEC.fix,
         )
     return manifest

@@ -7,23 +7,26 @@
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 
 import attrs
 import cattrs
 
+from statecraft.checkpoint.kernel.records import record_codec
 from statecraft.errors import WriterLeaseError
 from statecraft.storage.base import Store
 
-__all__ = ["LEASE_NAME", "LEASE_SCHEMA", "LeaseRecord", "pid_alive", "read_lease"]
+__all__ = ["LEASE_NAME", "LEASE_SCHEMA", "LeaseRecord", "lease_error", "pid_alive", "read_lease"]
 
 LEASE_NAME = ".statecraft-writer.lease"
 LEASE_SCHEMA = "statecraft.writer-lease.v1"
 _MAX_LEASE_BYTES = 64 << 10
 
-_converter = cattrs.Converter(forbid_extra_keys=True)
+
+def lease_error(where: str, problem: str, fix: str) -> WriterLeaseError:
+    """The :class:`WriterLeaseError` of a lease record that does not decode."""
+    return WriterLeaseError(f"{where}: {problem}. {fix}", path=where)
 
 
 @attrs.frozen
@@ -39,7 +42,7 @@ class LeaseRecord:
     created: str
 
     def encode(self) -> bytes:
-        return (json.dumps(_converter.unstructure(self), sort_keys=True, indent=2) + "\n").encode()
+        return _CODEC.encode(self, what=LEASE_NAME)
 
     @classmethod
     def decode(cls, data: bytes, where: str) -> LeaseRecord:
@@ -48,22 +51,7 @@ class LeaseRecord:
         Raises:
             WriterLeaseError: not JSON, another schema, or fields missing / of the wrong type.
         """
-        try:
-            raw = json.loads(data.decode("utf-8"))
-            record = _converter.structure(raw, cls)
-        except (ValueError, TypeError, KeyError, cattrs.BaseValidationError) as exc:
-            raise WriterLeaseError(
-                f"{where}: the writer lease does not parse ({type(exc).__name__}: {exc}); "
-                "expected a statecraft.writer-lease.v1 record. Remove it only if no other "
-                "process writes this attempt",
-                path=where,
-            ) from None
-        if record.schema != LEASE_SCHEMA:
-            raise WriterLeaseError(
-                f"{where}: writer lease schema {record.schema!r}, expected {LEASE_SCHEMA!r}",
-                path=where,
-            )
-        return record
+        return _CODEC.decode(data, source=where)
 
     def describe(self) -> str:
         return (
@@ -79,6 +67,17 @@ class LeaseRecord:
             "generation": self.generation,
             "since": self.created,
         }
+
+
+_CODEC = record_codec(
+    LeaseRecord,
+    schema=LEASE_SCHEMA,
+    what="the writer lease",
+    fix="Remove it only if no other process writes this attempt",
+    indent=2,
+    error=lease_error,
+    converter=cattrs.Converter(forbid_extra_keys=True),  # its ints and strs as it always read
+)
 
 
 def pid_alive(record: LeaseRecord) -> bool:

@@ -11,14 +11,12 @@ converted from and to unix seconds by :func:`iso_utc` / :func:`parse_iso_utc`.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from typing import Any
 
 import attrs
 
-from statecraft.checkpoint.kernel.manifest import strict_converter
-from statecraft.checkpoint.kernel.schemas import encode_conforming, json_text_violations
-from statecraft.errors import WriterLeaseError
+from statecraft.checkpoint.fencing.lease_record import lease_error
+from statecraft.checkpoint.kernel.records import record_codec
 
 __all__ = [
     "OBJECT_LEASE_NAME",
@@ -35,8 +33,6 @@ OBJECT_LEASE_NAME = ".statecraft-lease.json"
 OBJECT_LEASE_SCHEMA = "statecraft.object-lease.v1"
 OBJECT_LEASE_SCHEMA_FILE = "object-lease.schema.json"
 _MAX_LEASE_BYTES = 64 << 10
-
-_converter = strict_converter()
 
 
 def iso_utc(seconds: float) -> str:
@@ -95,9 +91,7 @@ class ObjectLeaseRecord:
         Raises:
             CheckpointError: the record breaks the schema (a bug); nothing is written.
         """
-        return encode_conforming(
-            _converter.unstructure(self), OBJECT_LEASE_SCHEMA_FILE, what=OBJECT_LEASE_NAME
-        )
+        return _CODEC.encode(self, what=OBJECT_LEASE_NAME)
 
     def describe(self) -> str:
         state = "released" if self.released else f"expires {self.expires}"
@@ -135,49 +129,39 @@ class ObjectLeaseRecord:
         }
 
 
+def _date_problems(record: ObjectLeaseRecord) -> list[str]:
+    """Its times that are not ISO 8601 date-times with a UTC offset."""
+    problems = []
+    for name in ("acquired", "renewed", "expires"):
+        try:
+            parse_iso_utc(getattr(record, name))
+        except ValueError as exc:
+            problems.append(f"{name}: {exc}")
+    return problems
+
+
+_CODEC = record_codec(
+    ObjectLeaseRecord,
+    schema=OBJECT_LEASE_SCHEMA,
+    what="the lease object",
+    fix=(
+        "It is not a lease statecraft wrote: make sure no job writes under this root, then "
+        "take the root over deliberately (statecraft lease takeover <root>)"
+    ),
+    schema_file=OBJECT_LEASE_SCHEMA_FILE,
+    max_bytes=_MAX_LEASE_BYTES,
+    not_json="is not JSON",
+    error=lease_error,
+    problems=_date_problems,
+)
+
+
 def decode_object_lease(data: bytes, where: str) -> ObjectLeaseRecord:
     """Parse the lease object's bytes (``where`` names it in messages).
 
     Raises:
-        WriterLeaseError: too large, not JSON, another schema, or anything
-            ``specs/object-lease.schema.json`` refuses (unknown, missing or mistyped fields);
-            the fix says how to clear it deliberately.
+        WriterLeaseError: too large, not JSON, another schema, anything
+            ``specs/object-lease.schema.json`` refuses (unknown, missing or mistyped fields),
+            or a time that is not ISO 8601 UTC; the fix says how to clear it deliberately.
     """
-    fix = (
-        "It is not a lease statecraft wrote: make sure no job writes under this root, then "
-        "take the root over deliberately (statecraft lease takeover <root>)"
-    )
-    if len(data) > _MAX_LEASE_BYTES:
-        raise WriterLeaseError(
-            f"{where}: the lease object is over {_MAX_LEASE_BYTES} bytes. {fix}", path=where
-        )
-    try:
-        raw = json.loads(data.decode("utf-8"))
-    except ValueError as exc:
-        raise WriterLeaseError(
-            f"{where}: the lease object is not JSON ({exc}). {fix}", path=where
-        ) from None
-    schema = raw.get("schema") if isinstance(raw, dict) else None
-    if schema != OBJECT_LEASE_SCHEMA:
-        raise WriterLeaseError(
-            f"{where}: lease schema {schema!r}, expected {OBJECT_LEASE_SCHEMA!r}. {fix}",
-            path=where,
-        )
-    violations = json_text_violations(OBJECT_LEASE_SCHEMA_FILE, bytes(data))
-    if violations:
-        raise WriterLeaseError(
-            f"{where}: the lease object violates specs/{OBJECT_LEASE_SCHEMA_FILE}: "
-            f"{'; '.join(violations)}. {fix}",
-            path=where,
-        )
-    try:
-        record = _converter.structure(raw, ObjectLeaseRecord)
-        record.expires_at  # noqa: B018 - the date must parse
-        parse_iso_utc(record.acquired)
-        parse_iso_utc(record.renewed)
-    except Exception as exc:
-        raise WriterLeaseError(
-            f"{where}: the lease object does not parse ({type(exc).__name__}: {exc}). {fix}",
-            path=where,
-        ) from None
-    return record
+    return _CODEC.decode(data, source=where)

@@ -17,16 +17,14 @@ Schema ``statecraft.artifact-manifest.v1``::
 
 from __future__ import annotations
 
-import json
 import math
-from typing import Any
 
 import attrs
 
 from statecraft.checkpoint.kernel.components import ComponentPlan
 from statecraft.checkpoint.kernel.layout import ARTIFACT_MANIFEST_NAME, iter_dirname
-from statecraft.checkpoint.kernel.manifest import FileEntry, strict_converter, structure_record
-from statecraft.checkpoint.kernel.schemas import encode_conforming, schema_violations
+from statecraft.checkpoint.kernel.manifest import FileEntry
+from statecraft.checkpoint.kernel.records import record_codec
 from statecraft.errors import CheckpointCorruptError, CheckpointError
 from statecraft.storage.base import Store
 
@@ -41,7 +39,6 @@ __all__ = [
 ARTIFACT_MANIFEST_SCHEMA = "statecraft.artifact-manifest.v1"
 #: its JSON schema (named by ``specs/artifact.toml``), enforced on encode and decode.
 ARTIFACT_MANIFEST_SCHEMA_FILE = "artifact.manifest.schema.json"
-_converter = strict_converter()
 _FIX = "The artifact is not usable; move it aside (it is never a resume source)."
 
 
@@ -103,17 +100,18 @@ class ArtifactManifest:
                 ``specs/artifact.manifest.schema.json`` (a bug in the code that built it);
                 nothing is written.
         """
-        problems = self.problems()
-        if problems:
-            raise CheckpointError(
-                f"refusing to write the artifact manifest of iteration {self.iteration}: "
-                + "; ".join(problems)
-            )
-        return encode_conforming(
-            _converter.unstructure(self),
-            ARTIFACT_MANIFEST_SCHEMA_FILE,
-            what=f"the artifact manifest of iteration {self.iteration}",
-        )
+        return _CODEC.encode(self, what=f"the artifact manifest of iteration {self.iteration}")
+
+
+_CODEC = record_codec(
+    ArtifactManifest,
+    schema=ARTIFACT_MANIFEST_SCHEMA,
+    what="artifact manifest",
+    fix=_FIX,
+    schema_file=ARTIFACT_MANIFEST_SCHEMA_FILE,
+    schema_first=False,
+    problems=ArtifactManifest.problems,
+)
 
 
 def decode_artifact_manifest(data: bytes, *, source: str) -> ArtifactManifest:
@@ -125,36 +123,7 @@ def decode_artifact_manifest(data: bytes, *, source: str) -> ArtifactManifest:
             anything ``specs/artifact.manifest.schema.json`` refuses (checked last); the
             message names ``source`` and the problem.
     """
-    try:
-        raw: Any = json.loads(data)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise CheckpointCorruptError(
-            source, f"artifact manifest is not valid JSON ({type(exc).__name__}: {exc})", _FIX
-        ) from None
-    if not isinstance(raw, dict) or raw.get("schema") != ARTIFACT_MANIFEST_SCHEMA:
-        found = raw.get("schema") if isinstance(raw, dict) else type(raw).__name__
-        raise CheckpointCorruptError(
-            source,
-            f"artifact manifest schema is {found!r}, expected {ARTIFACT_MANIFEST_SCHEMA!r}",
-            _FIX,
-        )
-    manifest = structure_record(
-        _converter, raw, ArtifactManifest, source=source, what="artifact manifest", fix=_FIX
-    )
-    problems = manifest.problems()
-    if problems:
-        raise CheckpointCorruptError(
-            source, "artifact manifest values are invalid: " + "; ".join(problems), _FIX
-        )
-    violations = schema_violations(ARTIFACT_MANIFEST_SCHEMA_FILE, raw)
-    if violations:
-        raise CheckpointCorruptError(
-            source,
-            f"artifact manifest violates specs/{ARTIFACT_MANIFEST_SCHEMA_FILE}: "
-            + "; ".join(violations),
-            _FIX,
-        )
-    return manifest
+    return _CODEC.decode(data, source=source)
 
 
 def read_artifact_manifest(store: Store, iteration: int) -> ArtifactManifest:

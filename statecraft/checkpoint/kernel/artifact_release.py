@@ -9,19 +9,15 @@ manifest stays, and so does its ``.uploaded`` marker). It holds no key id and no
 
 from __future__ import annotations
 
-import json
-
 import attrs
 
-from statecraft.checkpoint.kernel.manifest import strict_converter, structure_record
-from statecraft.errors import CheckpointCorruptError
+from statecraft.checkpoint.kernel.records import record_codec
 from statecraft.storage.base import Store
 
 __all__ = ["RELEASE_NAME", "RELEASE_SCHEMA", "ReleaseRecord", "read_release", "release_path"]
 
 RELEASE_NAME = ".archive-released.json"
 RELEASE_SCHEMA = "statecraft.archive-release.v1"
-_converter = strict_converter()
 
 
 @attrs.frozen
@@ -43,7 +39,15 @@ class ReleaseRecord:
     schema: str = RELEASE_SCHEMA
 
     def encode(self) -> bytes:
-        return (json.dumps(_converter.unstructure(self), sort_keys=True, indent=1) + "\n").encode()
+        return _CODEC.encode(self, what=f"the release record of iteration {self.iteration}")
+
+
+_CODEC = record_codec(
+    ReleaseRecord,
+    schema=RELEASE_SCHEMA,
+    what="release record",
+    fix="The artifact's payloads may be gone; fetch it back with statecraft archive fetch.",
+)
 
 
 def release_path(directory: str) -> str:
@@ -57,16 +61,4 @@ def read_release(store: Store, directory: str) -> ReleaseRecord:
         FileNotFoundError: none.
         CheckpointCorruptError: not a valid v1 record.
     """
-    path = release_path(directory)
-    source = f"{store.describe()}/{path}"
-    fix = "The artifact's payloads may be gone; fetch it back with statecraft archive fetch."
-    try:
-        raw = json.loads(store.read_bytes(path))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise CheckpointCorruptError(source, "is not valid JSON", fix) from None
-    if not isinstance(raw, dict) or raw.get("schema") != RELEASE_SCHEMA:
-        raise CheckpointCorruptError(source, f"is not a {RELEASE_SCHEMA} record", fix)
-    record: ReleaseRecord = structure_record(
-        _converter, raw, ReleaseRecord, source=source, what="release record", fix=fix
-    )
-    return record
+    return _CODEC.read(store, release_path(directory))

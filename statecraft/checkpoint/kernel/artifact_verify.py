@@ -35,8 +35,9 @@ import attrs
 
 from statecraft.checkpoint.kernel.artifact_manifest import ArtifactManifest, read_artifact_manifest
 from statecraft.checkpoint.kernel.layout import ARTIFACT_MANIFEST_NAME, MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.kernel.listed_files import first_listed_mismatch
 from statecraft.checkpoint.kernel.plan import CHECKPOINT_PLAN, TRAINER_ENTRY
-from statecraft.checkpoint.kernel.verify import LEVELS, ParsedPayloads, check_recorded_file
+from statecraft.checkpoint.kernel.verify import LEVELS, ParsedPayloads
 from statecraft.checkpoint.state import TrainerState
 from statecraft.errors import CheckpointCorruptError, CheckpointError
 from statecraft.storage.base import Store
@@ -167,15 +168,11 @@ def verify_artifact(
             f"{_MOVE_ASIDE}; it was edited by hand or written by another tool.",
         )
     wanted = [n for n in sorted(manifest.files) if only is None or n in only or n == TRAINER_ENTRY]
-    for file_name, entry in sorted(manifest.files.items()):
-        check_recorded_file(
-            store,
-            f"{name}/{file_name}",
-            entry,
-            digest=level == "digest" and file_name in wanted,
-            recorded_by="the artifact manifest",
-            fixes=(_REWRITE, _REWRITE, _REWRITE),
-        )
+    mismatch = first_listed_mismatch(
+        store, name, manifest.files, hashed=lambda n: level == "digest" and n in wanted
+    )
+    if mismatch is not None:
+        raise mismatch.error("the artifact manifest", fixes=(_REWRITE, _REWRITE, _REWRITE))
     trainer = None
     if TRAINER_ENTRY in manifest.files:
         payload = writer.read(store, f"{name}/{TRAINER_ENTRY}", mmap=False)

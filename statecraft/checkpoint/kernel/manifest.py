@@ -16,18 +16,17 @@ Schema versions (both are read; new manifests are written as v2):
 
 from __future__ import annotations
 
-import json
-from typing import Any, TypeVar
+from typing import Any
 
 import attrs
-import cattrs
 
-from statecraft.checkpoint.kernel.schemas import (
-    MANIFEST_SCHEMA_FILE,
-    encode_conforming,
-    json_text_violations,
+from statecraft.checkpoint.kernel.records import (
+    RecordProblem,
+    record_codec,
+    strict_converter,
+    structure_record,
 )
-from statecraft.errors import CheckpointCorruptError
+from statecraft.checkpoint.kernel.schemas import MANIFEST_SCHEMA_FILE
 from statecraft.storage.digest import ALGORITHMS, Digest
 
 __all__ = [
@@ -45,52 +44,7 @@ __all__ = [
 MANIFEST_SCHEMA = "statecraft.checkpoint-manifest.v2"
 MANIFEST_SCHEMA_V1 = "statecraft.checkpoint-manifest.v1"  # sha256 per file; read, never written
 READABLE_SCHEMAS = (MANIFEST_SCHEMA, MANIFEST_SCHEMA_V1)
-
-
-def _strict(kind: type) -> Any:
-    def structure(value: Any, _: type) -> Any:
-        if type(value) is not kind:
-            raise TypeError(f"expected {kind.__name__}, got {value!r}")
-        return value
-
-    return structure
-
-
-def strict_converter() -> cattrs.Converter:
-    """A converter for the JSON records statecraft writes: unknown keys are refused, and an
-    ``int``, ``bool`` or ``str`` field takes exactly that type (no ``"3"`` for 3, no ``true``
-    for 1, no ``1`` for true)."""
-    converter = cattrs.Converter(forbid_extra_keys=True)
-    for kind in (int, bool, str):  # bool after int: a bool field is not the int hook's
-        converter.register_structure_hook(kind, _strict(kind))
-    return converter
-
-
-T = TypeVar("T")
-_converter = strict_converter()
-
-
-def structure_record(
-    converter: cattrs.Converter, raw: Any, kind: type[T], *, source: str, what: str, fix: str
-) -> T:
-    """``raw`` (parsed JSON) structured as ``kind``.
-
-    Raises:
-        CheckpointCorruptError: a field is missing, unknown or of the wrong type; the message
-            names ``source``, ``what`` the record is and every malformed field (cattrs'
-            paths), and ends with ``fix``.
-    """
-    try:
-        return converter.structure(raw, kind)
-    except Exception as exc:
-        detail = (
-            "; ".join(cattrs.transform_error(exc))
-            if isinstance(exc, cattrs.BaseValidationError)
-            else str(exc)
-        )
-        raise CheckpointCorruptError(
-            source, f"{what} fields are malformed: {detail}", fix
-        ) from None
+_FIX = "The checkpoint is not usable; resume from another one or move it aside."
 
 
 @attrs.frozen
@@ -124,32 +78,36 @@ class FileEntry:
     digest: Digest
 
 
-def _v1_files_to_v2(files: Any) -> Any:
-    """A v1 ``files`` mapping in the v2 shape (``sha256`` -> ``digest``); other shapes are left
-    for the structuring step to report."""
-    if not isinstance(files, dict):
-        return files
-    out = {}
-    for name, entry in files.items():
-        if isinstance(entry, dict) and "sha256" in entry and "digest" not in entry:
-            entry = {k: v for k, v in entry.items() if k != "sha256"}
-            entry["digest"] = {"algorithm": "sha256", "value": files[name]["sha256"]}
-        out[name] = entry
-    return out
+def _v1_entry(entry: Any) -> Any:
+    """A v1 file entry in the v2 shape (``sha256`` -> ``digest``); other shapes are left for
+    structuring to report."""
+    if not isinstance(entry, dict) or "sha256" not in entry or "digest" in entry:
+        return entry
+    rest = {k: v for k, v in entry.items() if k != "sha256"}
+    return {**rest, "digest": {"algorithm": "sha256", "value": entry["sha256"]}}
 
 
-def _unknown_algorithms(files: Any) -> list[str]:
-    """``name: digest algorithm 'x'`` for every entry whose algorithm this release lacks."""
-    if not isinstance(files, dict):
-        return []
-    return [
-        f"{name}: digest algorithm {entry['digest']['algorithm']!r} (known: {sorted(ALGORITHMS)})"
-        for name, entry in files.items()
-        if isinstance(entry, dict)
-        and isinstance(entry.get("digest"), dict)
-        and isinstance(entry["digest"].get("algorithm"), str)
-        and entry["digest"]["algorithm"] not in ALGORITHMS
+def _upgrade(raw: dict[str, Any]) -> dict[str, Any]:
+    """A v1 document in the v2 shape, refused when a digest algorithm is unknown to this
+    release."""
+    files = raw.get("files")
+    if raw["schema"] == MANIFEST_SCHEMA_V1 and isinstance(files, dict):
+        files = {name: _v1_entry(entry) for name, entry in files.items()}
+        raw = {**raw, "files": files}
+    unknown = [
+        f"{name}: digest algorithm {e['digest']['algorithm']!r} (known: {sorted(ALGORITHMS)})"
+        for name, e in (files.items() if isinstance(files, dict) else ())
+        if isinstance(e, dict)
+        and isinstance(e.get("digest"), dict)
+        and isinstance(e["digest"].get("algorithm"), str)
+        and e["digest"]["algorithm"] not in ALGORITHMS
     ]
+    if unknown:
+        raise RecordProblem(
+            "values are invalid: " + ", ".join(unknown),
+            _FIX[:-1] + ", or upgrade statecraft if a newer release wrote it.",
+        )
+    return raw
 
 
 @attrs.frozen
@@ -178,15 +136,41 @@ class Manifest:
             CheckpointError: the manifest breaks ``specs/save.manifest.schema.json`` (a bug in
                 the code that built it); nothing is written.
         """
-        data = _converter.unstructure(self)
-        if self.schema == MANIFEST_SCHEMA_V1:  # a v1 manifest keeps its v1 shape
-            data["files"] = {
-                n: {"size": e["size"], "sha256": e["digest"]["value"]}
-                for n, e in data["files"].items()
-            }
-        return encode_conforming(
-            data, MANIFEST_SCHEMA_FILE, what=f"the manifest of iteration {self.iteration}"
-        )
+        what = f"the manifest of iteration {self.iteration}"
+        if self.schema != MANIFEST_SCHEMA_V1:
+            return _CODEC.encode(self, what=what)
+        data = _CODEC.converter.unstructure(self)  # a v1 manifest keeps its v1 shape
+        data["files"] = {
+            n: {"size": e["size"], "sha256": e["digest"]["value"]} for n, e in data["files"].items()
+        }
+        return _CODEC.encode_document(data, what=what)
+
+
+def _problems(manifest: Manifest) -> list[str]:
+    """Negative sizes, malformed digests (a v1 one not sha256), a negative iteration, no file."""
+    v1 = manifest.schema == MANIFEST_SCHEMA_V1
+    problems = [f"{n}: size {e.size}" for n, e in manifest.files.items() if e.size < 0] + [
+        f"{n}: digest {e.digest.value!r}"
+        for n, e in manifest.files.items()
+        if not e.digest.well_formed() or (v1 and e.digest.algorithm != "sha256")
+    ]
+    if manifest.iteration < 0 or not manifest.files:
+        problems.append(f"iteration {manifest.iteration}, {len(manifest.files)} files")
+    return problems
+
+
+#: the JSON schema is checked last, on the document as written (the v1 or v2 shape)
+_CODEC = record_codec(
+    Manifest,
+    schema=MANIFEST_SCHEMA,
+    readable=(MANIFEST_SCHEMA_V1,),
+    what="manifest",
+    fix=_FIX,
+    schema_file=MANIFEST_SCHEMA_FILE,
+    schema_first=False,
+    upgrade=_upgrade,
+    problems=_problems,
+)
 
 
 def decode_manifest(data: bytes, *, source: str) -> Manifest:
@@ -198,56 +182,4 @@ def decode_manifest(data: bytes, *, source: str) -> Manifest:
             anything else ``specs/save.manifest.schema.json`` refuses (checked last); the
             message names ``source`` and the problem.
     """
-    try:
-        return _decode_manifest(data, source=source)
-    except RecursionError:
-        raise CheckpointCorruptError(
-            source,
-            "manifest is nested too deeply to parse (RecursionError); a statecraft manifest "
-            "is a few levels deep",
-            "The checkpoint is not usable; resume from another one or move it aside.",
-        ) from None
-
-
-def _decode_manifest(data: bytes, *, source: str) -> Manifest:
-    fix = "The checkpoint is not usable; resume from another one or move it aside."
-    try:
-        raw: Any = json.loads(data)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise CheckpointCorruptError(source, f"manifest is not valid JSON ({exc})", fix) from None
-    if not isinstance(raw, dict) or raw.get("schema") not in READABLE_SCHEMAS:
-        found = raw.get("schema") if isinstance(raw, dict) else type(raw).__name__
-        raise CheckpointCorruptError(
-            source, f"manifest schema is {found!r}, expected {MANIFEST_SCHEMA!r}", fix
-        )
-    # validated (last) against the JSON schema as written: the v1 or v2 shape of ``data``
-    if raw["schema"] == MANIFEST_SCHEMA_V1:
-        raw = {**raw, "files": _v1_files_to_v2(raw.get("files"))}
-    unknown = _unknown_algorithms(raw.get("files"))
-    if unknown:
-        raise CheckpointCorruptError(
-            source,
-            "manifest values are invalid: " + ", ".join(unknown),
-            fix[:-1] + ", or upgrade statecraft if a newer release wrote it.",
-        )
-    manifest = structure_record(_converter, raw, Manifest, source=source, what="manifest", fix=fix)
-    problems = [
-        f"{name}: size {entry.size}" for name, entry in manifest.files.items() if entry.size < 0
-    ] + [
-        f"{name}: digest {entry.digest.value!r}"
-        for name, entry in manifest.files.items()
-        if not entry.digest.well_formed()
-        or (manifest.schema == MANIFEST_SCHEMA_V1 and entry.digest.algorithm != "sha256")
-    ]
-    if manifest.iteration < 0 or not manifest.files:
-        problems.append(f"iteration {manifest.iteration}, {len(manifest.files)} files")
-    if problems:
-        raise CheckpointCorruptError(
-            source, "manifest values are invalid: " + ", ".join(problems), fix
-        )
-    violations = json_text_violations(MANIFEST_SCHEMA_FILE, bytes(data))  # the raw document
-    if violations:
-        raise CheckpointCorruptError(
-            source, f"manifest violates specs/{MANIFEST_SCHEMA_FILE}: {'; '.join(violations)}", fix
-        )
-    return manifest
+    return _CODEC.decode(data, source=source)

@@ -27,13 +27,12 @@ counts as present for safety (an iteration with any ``.retention-*`` marker is n
 from __future__ import annotations
 
 import enum
-import json
 from typing import Any
 
 import attrs
 
 from statecraft.checkpoint.kernel.layout import iter_dirname
-from statecraft.checkpoint.kernel.manifest import strict_converter, structure_record
+from statecraft.checkpoint.kernel.records import RecordCodec, record_codec
 from statecraft.errors import CheckpointCorruptError
 from statecraft.storage.base import Store
 
@@ -64,8 +63,6 @@ WEIGHTS_ONLY_SCHEMA = "statecraft.retention-weights-only.v1"
 INVALIDATED_SCHEMA = "statecraft.retention-invalidated.v1"
 DECISION_SCHEMA = "statecraft.retention-decision.v1"
 
-_converter = strict_converter()
-
 
 class RetentionAction(enum.Enum):
     """What a retention pass does to one committed full checkpoint."""
@@ -73,10 +70,6 @@ class RetentionAction(enum.Enum):
     KEEP = "keep"  # whole: every file stays
     WEIGHTS_ONLY = "weights_only"  # the optimizer component is removed (marker first)
     DELETE = "delete"  # the whole directory is removed (invalidated first)
-
-
-def _encode(record: Any) -> bytes:
-    return (json.dumps(_converter.unstructure(record), sort_keys=True, indent=1) + "\n").encode()
 
 
 @attrs.frozen
@@ -96,7 +89,7 @@ class WeightsOnlyRecord:
     schema: str = WEIGHTS_ONLY_SCHEMA
 
     def encode(self) -> bytes:
-        return _encode(self)
+        return _CODECS[type(self)].encode(self, what=type(self).__name__)
 
 
 @attrs.frozen
@@ -109,7 +102,7 @@ class InvalidatedRecord:
     schema: str = INVALIDATED_SCHEMA
 
     def encode(self) -> bytes:
-        return _encode(self)
+        return _CODECS[type(self)].encode(self, what=type(self).__name__)
 
 
 @attrs.frozen
@@ -141,22 +134,35 @@ class RetentionDecision:
     schema: str = DECISION_SCHEMA
 
     def encode(self) -> bytes:
-        return _encode(self)
+        return _CODECS[type(self)].encode(self, what=type(self).__name__)
 
 
-def _read(store: Store, path: str, kind: type, schema: str, what: str) -> Any:
-    source = f"{store.describe()}/{path}"
-    fix = "Move it aside; the iteration is not adopted while it is there."
-    try:
-        raw = json.loads(store.read_bytes(path))
-    except FileNotFoundError:
-        raise
-    except Exception as exc:
-        raise CheckpointCorruptError(source, f"is not JSON ({exc})", fix) from None
-    if not isinstance(raw, dict) or raw.get("schema") != schema:
-        found = raw.get("schema") if isinstance(raw, dict) else type(raw).__name__
-        raise CheckpointCorruptError(source, f"schema is {found!r}, expected {schema!r}", fix)
-    return structure_record(_converter, raw, kind, source=source, what=what, fix=fix)
+def _codec(kind: type, schema: str) -> RecordCodec[Any]:
+    return record_codec(
+        kind,
+        schema=schema,
+        fix="Move it aside; the iteration is not adopted while it is there.",
+        not_json="is not JSON",
+    )
+
+
+_CODECS: dict[type, RecordCodec[Any]] = {
+    WeightsOnlyRecord: _codec(WeightsOnlyRecord, WEIGHTS_ONLY_SCHEMA),
+    InvalidatedRecord: _codec(InvalidatedRecord, INVALIDATED_SCHEMA),
+    RetentionDecision: _codec(RetentionDecision, DECISION_SCHEMA),
+}
+
+
+def _read_marker(store: Store, iteration: int, kind: type, marker: str) -> Any:
+    """The marker ``marker`` of ``iteration``, any file there that does not read as a record
+    of ``kind`` of this iteration refused (it still counts)."""
+    path = f"{iter_dirname(iteration)}/{marker}"
+    record = _CODECS[kind].read(store, path, unreadable_is_damage=True)
+    if record.iteration != iteration:
+        raise CheckpointCorruptError(
+            f"{store.describe()}/{path}", f"names iteration {record.iteration}", "Move it aside."
+        )
+    return record
 
 
 def read_weights_only(store: Store, iteration: int) -> WeightsOnlyRecord:
@@ -167,27 +173,17 @@ def read_weights_only(store: Store, iteration: int) -> WeightsOnlyRecord:
         CheckpointCorruptError: the marker is not a valid record (or names another
             iteration); the caller still treats the iteration as weights-only.
     """
-    path = f"{iter_dirname(iteration)}/{WEIGHTS_ONLY_MARKER}"
-    record: WeightsOnlyRecord = _read(
-        store, path, WeightsOnlyRecord, WEIGHTS_ONLY_SCHEMA, "weights-only marker"
+    record: WeightsOnlyRecord = _read_marker(
+        store, iteration, WeightsOnlyRecord, WEIGHTS_ONLY_MARKER
     )
-    if record.iteration != iteration:
-        raise CheckpointCorruptError(
-            f"{store.describe()}/{path}", f"names iteration {record.iteration}", "Move it aside."
-        )
     return record
 
 
 def read_invalidated(store: Store, iteration: int) -> InvalidatedRecord:
     """The invalidation marker of ``iteration`` (raises like :func:`read_weights_only`)."""
-    path = f"{iter_dirname(iteration)}/{INVALIDATED_MARKER}"
-    record: InvalidatedRecord = _read(
-        store, path, InvalidatedRecord, INVALIDATED_SCHEMA, "invalidation marker"
+    record: InvalidatedRecord = _read_marker(
+        store, iteration, InvalidatedRecord, INVALIDATED_MARKER
     )
-    if record.iteration != iteration:
-        raise CheckpointCorruptError(
-            f"{store.describe()}/{path}", f"names iteration {record.iteration}", "Move it aside."
-        )
     return record
 
 
@@ -195,8 +191,8 @@ def read_decision(store: Store) -> RetentionDecision | None:
     """The last retention decision of the checkpoints root ``store``; ``None`` when there is
     none or it does not parse (it is informational only)."""
     try:
-        record: RetentionDecision = _read(
-            store, RETENTION_DECISION, RetentionDecision, DECISION_SCHEMA, "retention decision"
+        record: RetentionDecision = _CODECS[RetentionDecision].read(
+            store, RETENTION_DECISION, unreadable_is_damage=True
         )
     except (FileNotFoundError, CheckpointCorruptError):
         return None

@@ -21,13 +21,12 @@ ignored, with a note.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import attrs
 
 from statecraft.checkpoint.kernel.layout import iter_dirname
-from statecraft.checkpoint.kernel.manifest import strict_converter
+from statecraft.checkpoint.kernel.records import RecordCodec, RecordProblem, record_codec
 from statecraft.checkpoint.state.validation_state import (
     VALIDATION_STATE_SCHEMA,
     ValidationIdentity,
@@ -60,8 +59,6 @@ PUBLISHED_SCHEMA = "statecraft.validation-published.v1"
 EVALUATED_RECORD = ".validation-publication-evaluated.json"
 PUBLISHED_RECORD = ".validation-publication-published.json"
 
-_converter = strict_converter()
-
 
 @attrs.frozen
 class EvaluatedRecord:
@@ -73,7 +70,7 @@ class EvaluatedRecord:
     schema: str = EVALUATED_SCHEMA
 
     def encode(self) -> bytes:
-        return (json.dumps(_converter.unstructure(self), sort_keys=True, indent=1) + "\n").encode()
+        return _CODECS[type(self)].encode(self, what=type(self).__name__)
 
 
 @attrs.frozen
@@ -84,27 +81,38 @@ class PublishedRecord:
     schema: str = PUBLISHED_SCHEMA
 
     def encode(self) -> bytes:
-        return (json.dumps(_converter.unstructure(self), sort_keys=True, indent=1) + "\n").encode()
+        return _CODECS[type(self)].encode(self, what=type(self).__name__)
 
 
-def _decode(store: Store, path: str, kind: type, schema: str, iteration: int) -> Any:
-    source = f"{store.describe()}/{path}"
-    fix = "Move it aside: the validation stage it claims is not trusted."
-    try:
-        raw = json.loads(store.read_bytes(path))
-        if not isinstance(raw, dict) or raw.get("schema") != schema:
-            raise ValueError(f"schema is not {schema!r}")
-        if kind is EvaluatedRecord and metrics_problems(raw.get("metrics")):  # as written
-            raise ValueError("; ".join(metrics_problems(raw.get("metrics"))))
-        record: Any = _converter.structure(raw, kind)
-    except FileNotFoundError:
-        raise
-    except Exception as exc:
-        raise CheckpointCorruptError(
-            source, f"is not a valid {schema} record ({exc})", fix
-        ) from None
+def _metrics_as_written(raw: dict[str, Any]) -> dict[str, Any]:
+    """Refuse an evaluated record whose metrics are not finite numbers, as written."""
+    problems = metrics_problems(raw.get("metrics"))
+    if problems:
+        raise RecordProblem("values are invalid: " + "; ".join(problems))
+    return raw
+
+
+_FIX = "Move it aside: the validation stage it claims is not trusted."
+_CODECS: dict[type, RecordCodec[Any]] = {
+    EvaluatedRecord: record_codec(
+        EvaluatedRecord, schema=EVALUATED_SCHEMA, fix=_FIX, upgrade=_metrics_as_written
+    ),
+    PublishedRecord: record_codec(PublishedRecord, schema=PUBLISHED_SCHEMA, fix=_FIX),
+}
+
+
+def _decode(store: Store, path: str, kind: type, iteration: int) -> Any:
+    """The record of ``kind`` at ``path``, which must be of ``iteration``.
+
+    Raises:
+        FileNotFoundError: none there.
+        CheckpointCorruptError: anything else that does not read as such a record.
+    """
+    record = _CODECS[kind].read(store, path, unreadable_is_damage=True)
     if record.iteration != iteration:
-        raise CheckpointCorruptError(source, f"names iteration {record.iteration}", fix)
+        raise CheckpointCorruptError(
+            f"{store.describe()}/{path}", f"names iteration {record.iteration}", _FIX
+        )
     return record
 
 
@@ -135,9 +143,7 @@ def read_stage(store: Store, iteration: int, saved: ValidationState | None) -> S
     evaluated: EvaluatedRecord | None = None
     if EVALUATED_RECORD in present:
         try:
-            evaluated = _decode(
-                store, f"{name}/{EVALUATED_RECORD}", EvaluatedRecord, EVALUATED_SCHEMA, iteration
-            )
+            evaluated = _decode(store, f"{name}/{EVALUATED_RECORD}", EvaluatedRecord, iteration)
         except (FileNotFoundError, CheckpointCorruptError) as exc:
             notes.append(f"ignored: {exc}")
     if evaluated is None:
@@ -149,9 +155,7 @@ def read_stage(store: Store, iteration: int, saved: ValidationState | None) -> S
         return StageReading(ValidationStage.EVALUATION_PENDING, None, tuple(notes))
     if PUBLISHED_RECORD in present:
         try:
-            _decode(
-                store, f"{name}/{PUBLISHED_RECORD}", PublishedRecord, PUBLISHED_SCHEMA, iteration
-            )
+            _decode(store, f"{name}/{PUBLISHED_RECORD}", PublishedRecord, iteration)
             return StageReading(ValidationStage.PUBLISHED, evaluated.metrics, tuple(notes))
         except (FileNotFoundError, CheckpointCorruptError) as exc:
             notes.append(f"ignored: {exc}")

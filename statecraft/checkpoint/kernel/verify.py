@@ -48,7 +48,8 @@ from typing import Any
 import attrs
 
 from statecraft.checkpoint.kernel.layout import MANIFEST_NAME, iter_dirname, parse_iter_dirname
-from statecraft.checkpoint.kernel.manifest import FileEntry, Manifest, decode_manifest
+from statecraft.checkpoint.kernel.listed_files import first_listed_mismatch
+from statecraft.checkpoint.kernel.manifest import Manifest, decode_manifest
 from statecraft.checkpoint.kernel.plan import (
     FULL_COMPONENTS,
     PLANS,
@@ -60,7 +61,6 @@ from statecraft.checkpoint.kernel.plan import (
 from statecraft.checkpoint.state import TrainerState
 from statecraft.errors import CheckpointCorruptError, CheckpointError
 from statecraft.storage.base import Store
-from statecraft.storage.digest import file_digest
 from statecraft.writers.base import Writer
 from statecraft.writers.consolidated import ConsolidatedWriter
 from statecraft.writers.dcp import DcpWriter
@@ -71,7 +71,6 @@ __all__ = [
     "OPTIMIZER_ENTRIES",
     "ParsedPayloads",
     "VerifiedCheckpoint",
-    "check_recorded_file",
     "list_iterations",
     "plan_problems",
     "read_manifest",
@@ -210,54 +209,6 @@ _CHECKPOINT_FIXES = (
 )
 
 
-def check_recorded_file(
-    store: Store,
-    path: str,
-    entry: FileEntry,
-    *,
-    digest: bool,
-    recorded_by: str,
-    fixes: tuple[str, str, str],
-) -> None:
-    """Prove that ``path`` is the regular file its commit record ``recorded_by`` (``"the
-    manifest"``, ``"the artifact manifest"``) describes: present, not a link or special file
-    (never followed or read), of the recorded size and, with ``digest``, of the recorded
-    content digest.
-
-    Args:
-        fixes: what to do when it is missing, when it is not a regular file, and when its
-            size or digest differs.
-
-    Raises:
-        CheckpointCorruptError: the first difference, naming the file.
-    """
-    missing, special, changed = fixes
-    where = f"{store.describe()}/{path}"
-    stat = store.stat(path)
-    if stat is None:
-        raise CheckpointCorruptError(where, "is missing", missing)
-    if stat.kind != "file":  # a symlink, FIFO, device or directory is never read
-        raise CheckpointCorruptError(
-            where, f"is a {stat.kind}, not a regular file; it was not followed or read", special
-        )
-    if stat.size != entry.size:
-        raise CheckpointCorruptError(
-            where,
-            f"has {stat.size} bytes, {recorded_by} recorded {entry.size} (truncated or replaced)",
-            changed,
-        )
-    if digest:
-        found = file_digest(store, path, entry.digest.algorithm)
-        if found != entry.digest:
-            raise CheckpointCorruptError(
-                where,
-                f"digest {found.algorithm} {found.value[:16]}... does not match "
-                f"{recorded_by}'s {entry.digest.value[:16]}... (the bytes changed after the "
-                "commit)",
-                changed,
-            )
-
-
 def verify_checkpoint(
     store: Store,
     iteration: int,
@@ -314,20 +265,16 @@ def verify_checkpoint(
             "intact",
         )
     skipped = frozenset(OPTIMIZER_ENTRIES if weights_only else ())
-    for file_name, entry in sorted(manifest.files.items()):
-        if entry_of(file_name) in skipped:
-            continue
-        hash_it = level == "digest" and (
-            only is None or entry_of(file_name) in only or file_name == TRAINER_ENTRY
-        )
-        check_recorded_file(
-            store,
-            f"{name}/{file_name}",
-            entry,
-            digest=hash_it,
-            recorded_by="the manifest",
-            fixes=_CHECKPOINT_FIXES,
-        )
+    mismatch = first_listed_mismatch(
+        store,
+        name,
+        {n: e for n, e in manifest.files.items() if entry_of(n) not in skipped},
+        hashed=lambda n: (
+            level == "digest" and (only is None or entry_of(n) in only or n == TRAINER_ENTRY)
+        ),
+    )
+    if mismatch is not None:
+        raise mismatch.error("the manifest", fixes=_CHECKPOINT_FIXES)
     payload = writer.read(store, f"{name}/{TRAINER_ENTRY}", mmap=False)
     trainer = TrainerState.from_payload(payload, source=f"{where}/{TRAINER_ENTRY}")
     if trainer.optimizer_step != iteration:

@@ -22,17 +22,13 @@ the file, never a guess.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
-from typing import Any
 
 from statecraft.checkpoint.kernel.layout import RunAttempt
-from statecraft.checkpoint.kernel.manifest import strict_converter, structure_record
-from statecraft.checkpoint.kernel.schemas import encode_conforming, json_text_violations
+from statecraft.checkpoint.kernel.records import record_codec
 from statecraft.checkpoint.stop.records import DONE_FILE, DONE_SCHEMA, DoneRecord
-from statecraft.errors import CheckpointCorruptError
 from statecraft.storage.base import Store
 from statecraft.storage.filesystem import Filesystem, OsFilesystem
 from statecraft.storage.local import LocalStore
@@ -49,10 +45,16 @@ __all__ = [
 #: the JSON schema of the record beside the specs
 DONE_SCHEMA_FILE = "done.schema.json"
 
-_converter = strict_converter()
-_FIX = (
-    "It only records how the previous window ended (resume never relies on it): move it "
-    "aside, or delete it; the next window that ends writes a new one"
+_CODEC = record_codec(
+    DoneRecord,
+    schema=DONE_SCHEMA,
+    fix=(
+        "It only records how the previous window ended (resume never relies on it): move it "
+        "aside, or delete it; the next window that ends writes a new one"
+    ),
+    schema_file=DONE_SCHEMA_FILE,
+    not_json="is not JSON",
+    wrong_schema="is not a {expected} record (schema {found!r})",
 )
 
 
@@ -87,7 +89,7 @@ def encode_done(record: DoneRecord) -> bytes:
         CheckpointError: the record breaks the schema (an unknown reason, a negative step...);
             nothing is written.
     """
-    return encode_conforming(_converter.unstructure(record), DONE_SCHEMA_FILE, what=DONE_FILE)
+    return _CODEC.encode(record, what=DONE_FILE)
 
 
 def _store(attempt: RunAttempt, filesystem: Filesystem | None) -> Store:
@@ -128,18 +130,4 @@ def read_done(attempt: RunAttempt, filesystem: Filesystem | None) -> DoneRecord 
         data = store.read_bytes(DONE_FILE)
     except FileNotFoundError:
         return None
-    try:
-        raw: Any = json.loads(data)
-    except ValueError as exc:
-        raise CheckpointCorruptError(where, f"is not JSON ({exc})", _FIX) from None
-    if not isinstance(raw, dict) or raw.get("schema") != DONE_SCHEMA:
-        got = raw.get("schema") if isinstance(raw, dict) else type(raw).__name__
-        raise CheckpointCorruptError(where, f"is not a {DONE_SCHEMA} record (schema {got!r})", _FIX)
-    violations = json_text_violations(DONE_SCHEMA_FILE, data)
-    if violations:
-        raise CheckpointCorruptError(
-            where, f"violates specs/{DONE_SCHEMA_FILE}: {'; '.join(violations)}", _FIX
-        )
-    return structure_record(
-        _converter, raw, DoneRecord, source=where, what=f"the {DONE_SCHEMA} record", fix=_FIX
-    )
+    return _CODEC.decode(data, source=where)

@@ -16,14 +16,13 @@ Schema ``statecraft.unit-commit.v1`` (``specs/unit-commit.schema.json``)::
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import attrs
 
-from statecraft.checkpoint.kernel.manifest import FileEntry, strict_converter, structure_record
-from statecraft.checkpoint.kernel.schemas import encode_conforming, schema_violations
-from statecraft.errors import CheckpointError, UnitDamagedError
+from statecraft.checkpoint.kernel.manifest import FileEntry
+from statecraft.checkpoint.kernel.records import record_codec
+from statecraft.errors import UnitDamagedError
 
 __all__ = [
     "UNIT_MANIFEST_NAME",
@@ -39,7 +38,6 @@ UNIT_MANIFEST_SCHEMA = "statecraft.unit-commit.v1"
 #: its JSON schema (named by ``specs/unit_seal.toml``), enforced on encode and decode.
 UNIT_MANIFEST_SCHEMA_FILE = "unit-commit.schema.json"
 MetaValue = str | int | float | bool | None
-_converter = strict_converter()
 _FIX = (
     "The unit is never loaded; move it aside or remove it (statecraft never adopts it) and "
     "resume from an older committed one"
@@ -97,12 +95,22 @@ class UnitManifest:
                 ``specs/unit-commit.schema.json`` (a bug in the code that built it); nothing
                 is written.
         """
-        problems = self.problems()
-        if problems:
-            raise CheckpointError("refusing to write a unit manifest: " + "; ".join(problems))
-        return encode_conforming(
-            _converter.unstructure(self), UNIT_MANIFEST_SCHEMA_FILE, what="a unit manifest"
-        )
+        return _CODEC.encode(self, what="a unit manifest")
+
+
+def _damaged(source: str, problem: str, fix: str) -> UnitDamagedError:
+    return UnitDamagedError(f"{source}: {problem}. {fix}", path=source, reason=problem)
+
+
+_CODEC = record_codec(
+    UnitManifest,
+    schema=UNIT_MANIFEST_SCHEMA,
+    what="commit manifest",
+    fix=_FIX,
+    schema_file=UNIT_MANIFEST_SCHEMA_FILE,
+    error=_damaged,
+    problems=UnitManifest.problems,
+)
 
 
 def decode_unit_manifest(data: bytes, *, source: str) -> UnitManifest:
@@ -113,30 +121,4 @@ def decode_unit_manifest(data: bytes, *, source: str) -> UnitManifest:
             anything ``specs/unit-commit.schema.json`` refuses; the message names ``source``
             and the problem.
     """
-
-    def damaged(problem: str) -> UnitDamagedError:
-        return UnitDamagedError(f"{source}: {problem}. {_FIX}", path=source, reason=problem)
-
-    try:
-        raw: Any = json.loads(data)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise damaged(f"the commit manifest is not valid JSON ({type(exc).__name__})") from None
-    if not isinstance(raw, dict) or raw.get("schema") != UNIT_MANIFEST_SCHEMA:
-        found = raw.get("schema") if isinstance(raw, dict) else type(raw).__name__
-        raise damaged(f"commit manifest schema is {found!r}, expected {UNIT_MANIFEST_SCHEMA!r}")
-    violations = schema_violations(UNIT_MANIFEST_SCHEMA_FILE, raw)
-    if violations:
-        raise damaged(
-            f"the commit manifest violates specs/{UNIT_MANIFEST_SCHEMA_FILE}: "
-            + "; ".join(violations)
-        )
-    try:
-        manifest = structure_record(
-            _converter, raw, UnitManifest, source=source, what="unit manifest", fix=_FIX
-        )
-    except CheckpointError as exc:
-        raise damaged(str(exc)) from None
-    problems = manifest.problems()
-    if problems:
-        raise damaged("commit manifest values are invalid: " + "; ".join(problems))
-    return manifest
+    return _CODEC.decode(data, source=source)

@@ -12,6 +12,11 @@ from __future__ import annotations
 
 import attrs
 
+from statecraft.checkpoint.kernel.listed_files import (
+    FileMismatch,
+    first_listed_mismatch,
+    listed_file_mismatch,
+)
 from statecraft.checkpoint.units.manifest import (
     UNIT_MANIFEST_NAME,
     UnitManifest,
@@ -19,7 +24,6 @@ from statecraft.checkpoint.units.manifest import (
 )
 from statecraft.errors import StatecraftError, UnitDamagedError, UnitError, UnitNotCommittedError
 from statecraft.storage.base import Store
-from statecraft.storage.digest import file_digest
 from statecraft.storage.local import is_temporary_name
 
 __all__ = [
@@ -81,6 +85,20 @@ def unit_files(store: Store, unit: str) -> list[str]:
     return sorted(found)
 
 
+def _reason(mismatch: FileMismatch) -> str:
+    """Why a unit whose file differs from its commit is damaged, in one sentence."""
+    name, kind = mismatch.name, mismatch.kind
+    if kind == "missing":
+        return f"{name} is missing"
+    if kind == "special":
+        return f"{name} is a {mismatch.found_kind}, not a file"
+    if kind == "size":
+        return (
+            f"{name} holds {mismatch.found_size} bytes, its commit recorded {mismatch.entry.size}"
+        )
+    return f"{name} digest {mismatch.found_digest} differs from its commit's"
+
+
 def verify_unit(store: Store, unit: str, *, deep: bool = True) -> UnitVerdict:
     """The verdict on ``unit`` (see the module docstring).
 
@@ -119,28 +137,16 @@ def verify_unit(store: Store, unit: str, *, deep: bool = True) -> UnitVerdict:
             f"holds file(s) its commit does not name: {unnamed[:5]} (written after the commit)",
             manifest,
         )
+    mismatch = first_listed_mismatch(store, unit, manifest.files)  # every size before a digest
     for name, entry in sorted(manifest.files.items()):
-        file_stat = store.stat(f"{unit}/{name}")
-        if file_stat is None:
-            return verdict("damaged", f"{name} is missing", manifest)
-        if file_stat.kind != "file":
-            return verdict("damaged", f"{name} is a {file_stat.kind}, not a file", manifest)
-        if file_stat.size != entry.size:
-            return verdict(
-                "damaged",
-                f"{name} holds {file_stat.size} bytes, its commit recorded {entry.size}",
-                manifest,
-            )
-    if deep:
-        for name, entry in sorted(manifest.files.items()):
-            try:
-                found = file_digest(store, f"{unit}/{name}", entry.digest.algorithm)
-            except (OSError, StatecraftError) as exc:
-                return verdict("damaged", f"{name} cannot be read ({exc})", manifest)
-            if found != entry.digest:
-                return verdict(
-                    "damaged", f"{name} digest {found} differs from its commit's", manifest
-                )
+        if mismatch is not None or not deep:
+            break
+        try:
+            mismatch = listed_file_mismatch(store, f"{unit}/{name}", entry, digest=True, name=name)
+        except (OSError, StatecraftError) as exc:
+            return verdict("damaged", f"{name} cannot be read ({exc})", manifest)
+    if mismatch is not None:
+        return verdict("damaged", _reason(mismatch), manifest)
     checked = "sizes and digests" if deep else "sizes"
     return verdict("committed", f"{len(manifest.files)} file(s), {checked} match", manifest)
 
