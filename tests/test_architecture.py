@@ -30,17 +30,6 @@ KNOWN_CYCLES: list[list[str]] = [
     ],
     ["statecraft.checkpoint.async_writes.isolation", "statecraft.checkpoint.async_writes.staging"],
     [
-        "statecraft.checkpoint.facade.attempt_open",
-        "statecraft.checkpoint.facade.boundary_run",
-        "statecraft.checkpoint.facade.boundary_step",
-        "statecraft.checkpoint.facade.checkpointer",
-        "statecraft.checkpoint.facade.construction",
-        "statecraft.checkpoint.facade.emergency_step",
-        "statecraft.checkpoint.facade.resume_run",
-        "statecraft.checkpoint.facade.stopping",
-        "statecraft.checkpoint.facade.validation_resume",
-    ],
-    [
         "statecraft.cli.bench.async_save",
         "statecraft.cli.bench.report",
         "statecraft.cli.bench.save",
@@ -55,7 +44,6 @@ KNOWN_OVERSIZE: set[str] = {
     "statecraft/checkpoint/direct/bindings.py",
     "statecraft/writers/dcp_storage.py",
     "statecraft/checkpoint/archive/publish_bindings.py",
-    "statecraft/checkpoint/facade/boundary_run.py",
     "statecraft/checkpoint/archive/fetch_bindings.py",
     "statecraft/cli/demo_train.py",
     "statecraft/storage/s3.py",
@@ -63,7 +51,6 @@ KNOWN_OVERSIZE: set[str] = {
     "statecraft/storage/objects.py",
     "statecraft/integrations/hf.py",
     "statecraft/checkpoint/direct/resume.py",
-    "statecraft/checkpoint/facade/checkpointer.py",
     "statecraft/cli/inspect/report.py",
 }
 
