@@ -183,19 +183,15 @@ class BoundaryRunner:
         ``machines/validation.toml``), then retention once it is published."""
         evaluation = self.state.evaluation
         assert evaluation is not None
-        machines = self.context.machines
         validation = run_durable_validation(
             self.state.tracked,
-            opened.store,
+            self.saver.target(opened, background=False),  # the pending save: no retention
             evaluation=evaluation,
             identity=self.state.identity,
             rng=capture.rng,
             data=capture.data,
             step=capture.step,
-            lease=opened.lease,
-            save_machine=machines.load("save"),
-            machine=machines.load("validation"),
-            location=opened.checkpoints_location,
+            machine=self.context.machines.load("validation"),
             publication_steps=self.saver.publication_steps(opened),
         )
         self.saver.retain(opened.store, capture.step, opened.lease)

@@ -92,6 +92,14 @@ class Checkpointer(CheckpointerViews):
             without a parsable ``$SLURM_JOB_END_TIME``.
         WriterLeaseError: (at the first ``resume`` / ``save``) another live process writes
             this attempt; and at a save whose lease was taken over since.
+
+    Inside the package, the run is two records the facade's helpers take instead of the
+    ``Checkpointer``: ``run_context`` (frozen: the knobs, identity, ranks, retention plan,
+    termination watch and tables; :mod:`~statecraft.checkpoint.facade.run_context`) and
+    ``run_state`` (what changes: tracked objects, background writes, the open attempt, the
+    resume status, the reports; :mod:`~statecraft.checkpoint.facade.run_state`). The
+    attributes it has always exposed (``config``, ``attempt``, ``saves``, ``final``, ...) read
+    them (:mod:`~statecraft.checkpoint.facade.checkpointer_views`).
     """
 
     def __init__(
