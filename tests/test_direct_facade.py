@@ -71,7 +71,7 @@ def test_facade_saves_into_the_bucket_and_resumes_bit_exact(
     with pytest.raises(WriterLeaseError, match="being written by"):
         _job(s3_server, tmp_path / "other", prefix, 4)  # a second job on the same root
     first.close()  # the lease is released: the next job may start at once
-    keys = [k[len(prefix) + 1 :] for k in first._boundaries.direct_root.bucket.list(prefix + "/")]
+    keys = [k[len(prefix) + 1 :] for k in first.run_state.direct_root.bucket.list(prefix + "/")]
     assert "latest_checkpoint.txt" in keys
     assert any(k.startswith("iter_000000004/model/__0_") for k in keys)
     assert not list((tmp_path / "out").rglob("iter_*"))  # no local checkpoint
@@ -98,7 +98,7 @@ def test_step_end_renews_the_object_lease_past_half_its_ttl(
     lease's clock is moved forward instead of waiting), and released at close."""
     prefix = f"renew-{uuid.uuid4().hex[:8]}/checkpoints"
     ckpt, _, _ = _job(s3_server, tmp_path / "out", prefix, 1)
-    lease = ckpt._boundaries.direct_lease
+    lease = ckpt.run_state.direct_lease
     before = lease.record.renewed
     real = lease.clock
     lease.clock = lambda: real() + 0.6 * lease.record.ttl_s
@@ -163,7 +163,7 @@ def test_a_sentinel_stop_saves_the_emergency_checkpoint_into_the_bucket(
         ckpt.save()
     ckpt.finalize()
     ckpt.close()
-    store = ckpt._boundaries.direct_root.store
+    store = ckpt.run_state.direct_root.store
     assert store.read_bytes("latest_checkpoint.txt") == b"iter_000000003\n"
     assert not list((tmp_path / "out").rglob("iter_*"))
     resumed, start, _ = _job(s3_server, tmp_path / "out", prefix, 3, termination=termination)

@@ -165,7 +165,7 @@ class TestStopAtAStep:
         ckpt.resume()
         run_to(ckpt, objects, 2)  # the cadence save of step 2 goes to the background
         assert gate.held.wait(10)
-        assert ckpt._boundaries.writes.in_flight()
+        assert ckpt.run_state.writes.in_flight()
         (sentinels / SENTINEL).touch()
         threading.Timer(0.3, gate.release.set).start()
         caplog.set_level(logging.INFO, logger="statecraft")

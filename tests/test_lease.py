@@ -19,6 +19,7 @@ import pytest
 import torch
 from checkpoint_runs import NoLockStore
 
+from statecraft.checkpoint.facade.attempt_open import ensure_attempt
 from statecraft.checkpoint.fencing.lease import (
     LEASE_NAME,
     LEASE_SCHEMA,
@@ -339,7 +340,7 @@ def test_simultaneous_launches_on_a_fresh_root_share_one_attempt(
 
     def launch() -> None:
         ckpt = sc.Checkpointer(sc.CheckpointConfig(), run=DEMO_RUN, output_root=out)
-        ckpt._ensure_attempt()
+        ensure_attempt(ckpt.run_context, ckpt.run_state)
 
     first = threading.Thread(target=launch)
     first.start()

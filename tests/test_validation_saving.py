@@ -22,7 +22,7 @@ from statecraft.checkpoint.kernel.validation_records import (
     read_stage,
 )
 from statecraft.checkpoint.resume.records import Tracked
-from statecraft.checkpoint.save.saving import save_full_checkpoint
+from statecraft.checkpoint.save.saving import SaveMachines, SaveTarget, save_full_checkpoint
 from statecraft.checkpoint.state import Outcome, TrainerState, UpdateClocks, gather_rng_inventory
 from statecraft.checkpoint.validation.saving import (
     ValidationReport,
@@ -78,18 +78,21 @@ def trained(steps: int = STEP) -> Tracked:
 def validate(
     store: LocalStore, tmp_path: Path, evaluator: Evaluator, **kw: object
 ) -> ValidationReport:
+    target = SaveTarget(
+        store,
+        kw.pop("lease", None),  # type: ignore[arg-type]
+        SaveMachines.of(load_machine("save")),
+        str(tmp_path),
+    )
     return run_durable_validation(
         trained(),
-        store,
+        target,
         evaluation=Evaluation(evaluator, "heldout"),
         identity=kw.pop("identity", IDENTITY),  # type: ignore[arg-type]
         rng=gather_rng_inventory(rank=0, world_size=1),
         data=None,
         step=STEP,
-        lease=kw.pop("lease", None),  # type: ignore[arg-type]
-        save_machine=load_machine("save"),
         machine=load_machine("validation"),
-        location=str(tmp_path),
         **kw,  # type: ignore[arg-type]
     )
 

@@ -11,7 +11,9 @@ import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import attrs
 
 from statecraft.checkpoint.archive.open import (
     check_upload_knobs,
@@ -19,6 +21,8 @@ from statecraft.checkpoint.archive.open import (
     upload_destination,
 )
 from statecraft.checkpoint.config import CheckpointConfig
+from statecraft.checkpoint.facade.run_context import OpenAttempt, RunContext
+from statecraft.checkpoint.facade.run_state import RunState
 from statecraft.checkpoint.fencing.lease import WriterLease, acquire_lease, launch_lock
 from statecraft.checkpoint.kernel.artifact_catalog import open_artifacts
 from statecraft.checkpoint.kernel.layout import RunAttempt, RunIdentity, resolve_run_attempt
@@ -28,9 +32,6 @@ from statecraft.parallel.rank0 import on_rank_zero
 from statecraft.storage.base import Store
 from statecraft.storage.filesystem import Filesystem, OsFilesystem
 from statecraft.storage.local import LocalStore
-
-if TYPE_CHECKING:  # the facade imports this module
-    from statecraft.checkpoint.facade.checkpointer import Checkpointer
 
 __all__ = [
     "artifacts_store",
@@ -130,39 +131,44 @@ def release_at_exit(
     return release
 
 
-def ensure_attempt(ckpt: Checkpointer) -> Store:
-    """``ckpt``'s checkpoints store, resolving its attempt and taking the writer lease at the
-    first call (``Checkpointer._ensure_attempt``).
+def ensure_attempt(context: RunContext, state: RunState) -> OpenAttempt:
+    """The run's open attempt, resolving it and taking the writer lease at the first call
+    (``state.opened`` is set then and fixed afterwards).
 
     Raises:
-        TrackingError: ``ckpt`` was closed.
+        TrackingError: the run was closed.
         WriterLeaseError: another live process writes the attempt.
+        ConfigError / CredentialsError / ObjectRequestError: the archive bucket (``upload.*``)
+            cannot be opened (nothing local created or touched).
     """
-    if getattr(ckpt, "_closed", False):
+    if state.closed:
         raise TrackingError(
             "this Checkpointer was closed (its writer lease released); create a new one"
         )
-    if ckpt.store is None:
+    if state.opened is None:
         # The archive bucket is opened (and proven) before the attempt is resolved: wrong
         # credentials, an unknown bucket or an endpoint that is down fail here, with nothing
         # local created or touched.
-        bucket = open_archive_bucket(ckpt)
-        ckpt.attempt, ckpt.store, ckpt.lease = open_attempt(
-            ckpt.config,
-            ckpt.run,
-            ckpt.output_root,
-            collective=ckpt.collective,
-            filesystem=ckpt.filesystem,
+        bucket = open_archive_bucket(context)
+        attempt, store, lease = open_attempt(
+            context.config,
+            context.identity,
+            context.output_root,
+            collective=context.collective,
+            filesystem=context.filesystem,
         )
-        ckpt._exit_release = release_at_exit(ckpt.lease, ckpt.filesystem)
-        if bucket is not None and ckpt.collective.rank == 0:
-            ckpt._boundaries.destination = upload_destination(
-                ckpt.config, ckpt.run, ckpt.attempt.run_ts, bucket=bucket
+        state.opened = OpenAttempt(
+            attempt, store, lease, exit_release=release_at_exit(lease, context.filesystem)
+        )
+        if bucket is not None and context.rank_zero:
+            destination = upload_destination(
+                context.config, context.identity, attempt.run_ts, bucket=bucket
             )
-    return ckpt.store
+            state.opened = attrs.evolve(state.opened, destination=destination)
+    return state.opened
 
 
-def open_archive_bucket(ckpt: Checkpointer) -> Any:
+def open_archive_bucket(context: RunContext) -> Any:
     """Rank 0's archive bucket when ``upload.enabled`` (opened and checked once; ``None``
     elsewhere and when upload is off). Every rank raises rank 0's error.
 
@@ -171,13 +177,13 @@ def open_archive_bucket(ckpt: Checkpointer) -> Any:
         CredentialsError / ObjectRequestError: as
             :func:`~statecraft.checkpoint.archive.open.open_bucket`.
     """
-    upload = ckpt.config.upload
+    upload = context.config.upload
     if not upload.enabled:
         return None
     opened: list[Any] = []
 
     def here() -> None:
-        check_upload_knobs(ckpt.config)
+        check_upload_knobs(context.config)
         try:
             opened.append(open_bucket(upload.credentials, upload.bucket))
         except CredentialsError as exc:
@@ -186,7 +192,7 @@ def open_archive_bucket(ckpt: Checkpointer) -> Any:
                 problem=exc.fields.get("problem"),
             ) from None  # fmt: skip
 
-    on_rank_zero(ckpt.collective, here)
+    on_rank_zero(context.collective, here)
     return opened[0] if opened else None
 
 
@@ -203,16 +209,16 @@ def artifacts_store(
     return LocalStore(str(attempt.artifacts_dir), fs=filesystem)
 
 
-def resume_artifacts(ckpt: Checkpointer) -> Store | None:
+def resume_artifacts(context: RunContext, opened: OpenAttempt | None) -> Store | None:
     """The artifacts the resume rules weigh: those of the attempt this run continues in. That
     is the adopted attempt (``resume=auto``); for an explicit source (no attempt is opened
     before it loads) the pinned ``run_ts`` attempt, when pinned. An explicit resume otherwise
     continues in a newly minted sibling, which holds none, as does a minted attempt. Nothing
     is created."""
-    attempt, fs = ckpt.attempt, ckpt.filesystem
-    if attempt is not None:
+    fs = context.filesystem
+    if opened is not None:
+        attempt = opened.attempt
         return None if attempt.minted else open_artifacts(attempt.run_dir, filesystem=fs)
-    if not ckpt.config.run_ts:
+    if not context.config.run_ts:
         return None
-    pinned = ckpt.run.job_dir(Path(ckpt.output_root)) / ckpt.config.run_ts
-    return open_artifacts(pinned, filesystem=fs)
+    return open_artifacts(context.job_dir / context.config.run_ts, filesystem=fs)

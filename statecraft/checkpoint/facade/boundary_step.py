@@ -7,9 +7,7 @@ and recording what it did (:func:`execute`, through
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from statecraft.checkpoint.facade.attempt_open import artifacts_store
+from statecraft.checkpoint.facade.attempt_open import artifacts_store, ensure_attempt
 from statecraft.checkpoint.facade.boundary import (
     Boundary,
     BoundaryKind,
@@ -17,49 +15,66 @@ from statecraft.checkpoint.facade.boundary import (
     regular_save_due,
     validation_due,
 )
-from statecraft.checkpoint.facade.boundary_run import WRITING
+from statecraft.checkpoint.facade.boundary_run import WRITING, BoundaryRunner
+from statecraft.checkpoint.facade.run_context import OpenAttempt, RunContext
+from statecraft.checkpoint.facade.run_state import RunState
 from statecraft.checkpoint.facade.step import StepEnd
 from statecraft.checkpoint.save.saving import SaveReport
 from statecraft.errors import ValidationFailedError
 
-if TYPE_CHECKING:  # the facade imports this module
-    from statecraft.checkpoint.facade.checkpointer import Checkpointer
-
-__all__ = ["due_boundary", "execute"]
+__all__ = ["before_writing", "due_boundary", "execute"]
 
 
-def due_boundary(ckpt: Checkpointer, *, final: bool) -> Boundary:
-    """What is due at ``ckpt``'s current step (a step boundary, or ``finalize()`` with
+def due_boundary(context: RunContext, state: RunState, *, final: bool) -> Boundary:
+    """What is due at the run's current step (a step boundary, or ``finalize()`` with
     ``final``): the regular save and the validation, each only at a quiescent boundary after
     at least one applied update, unioned by :func:`decide_boundary`. A validation of a step
     this run already saved (the final validation of a step the cadence saved) is ephemeral:
     the committed checkpoint is not saved again."""
-    clocks, step = ckpt.tracked.clocks, ckpt.step
+    clocks, step = state.tracked.clocks, state.step
     ready = clocks.quiescent and step > 0
     regular = ready and regular_save_due(
-        ckpt.config,
+        context.config,
         step=step,
         quiescent=clocks.quiescent,
-        last_saved_step=ckpt.last_saved_step,
+        last_saved_step=state.last_saved_step,
         final=final,
     )
     due = ready and validation_due(
-        ckpt.config,
+        context.config,
         step=step,
-        registered=ckpt._boundaries.evaluation is not None,
-        last_validated_step=ckpt.last_validated_step,
+        registered=state.evaluation is not None,
+        last_validated_step=state.last_validated_step,
         final=final,
     )
-    if due and not regular and step == ckpt.last_saved_step:
+    if due and not regular and step == state.last_saved_step:
         # The step is committed already (a cadence save, then the final validation at
         # finalize()): committed files are never rewritten, so the evaluation is ephemeral.
         return Boundary(BoundaryKind.EVALUATE, None, regular_due=False, validation_due=True)
-    return decide_boundary(ckpt.config, regular_due=regular, validation_due=due)
+    return decide_boundary(context.config, regular_due=regular, validation_due=due)
 
 
-def execute(ckpt: Checkpointer, boundary: Boundary, step: int) -> StepEnd:
-    """Run ``boundary`` for ``ckpt`` at ``step`` and record it (``ckpt.saves``,
-    ``ckpt.artifacts``, ``last_saved_step``, ``last_validated_step``).
+def before_writing(context: RunContext, state: RunState, opened: OpenAttempt, what: str) -> None:
+    """The checks every rank runs before a boundary writes (``what``: for the error): no save
+    without a resume into an attempt holding commits, and a closed accumulation window.
+
+    Raises:
+        ResumeRequiredError: the attempt holds committed checkpoints or artifacts and this
+            process did not resume into it (nothing written).
+        TrainerStateError: the accumulation window is open.
+    """
+    existing = state.artifacts_store or artifacts_store(opened.attempt, context.filesystem)
+    state.lifecycle.before_save(
+        context.collective, opened.attempt, opened.store, artifacts=existing
+    )
+    state.tracked.clocks.require_quiescent(what)
+
+
+def execute(
+    context: RunContext, state: RunState, runner: BoundaryRunner, boundary: Boundary, step: int
+) -> StepEnd:
+    """Run ``boundary`` at ``step`` and record it (``state.saves``, ``state.artifacts``,
+    ``last_saved_step``, ``last_validated_step``).
 
     Raises:
         ResumeRequiredError: a writing boundary in an attempt that holds committed checkpoints
@@ -68,42 +83,30 @@ def execute(ckpt: Checkpointer, boundary: Boundary, step: int) -> StepEnd:
         ValidationFailedError: the evaluation failed; a checkpoint or artifact committed
             before it stays committed and counts as this step's save.
     """
-    direct_lease = getattr(ckpt._boundaries, "direct_lease", None)
-    if direct_lease is not None:  # backend=object_store, rank 0: renew past half the ttl
-        direct_lease.renew_if_due()
+    if state.direct_lease is not None:  # backend=object_store, rank 0: renew past half the ttl
+        state.direct_lease.renew_if_due()
     if boundary.kind is BoundaryKind.NOTHING:
         return StepEnd()
-    ckpt._require_tracked("save")
+    state.require_tracked("save")
     # Join first: only a full save may be asynchronous, and it reuses the staging buffers.
-    ckpt._boundaries.writes.join(ckpt.saves)
-    store = ckpt._ensure_attempt()
-    attempt = ckpt.attempt
-    assert attempt is not None
+    state.writes.join(state.saves)
+    opened = ensure_attempt(context, state)
     if boundary.kind in WRITING:
-        existing = ckpt._boundaries.artifacts or artifacts_store(attempt, ckpt.filesystem)
-        ckpt._lifecycle.before_save(ckpt.collective, attempt, store, artifacts=existing)
-        ckpt.tracked.clocks.require_quiescent("save a checkpoint")
+        before_writing(context, state, opened, "save a checkpoint")
     try:
-        out = ckpt._boundaries.run(
-            boundary,
-            tracked=ckpt.tracked,
-            attempt=attempt,
-            store=store,
-            lease=ckpt.lease,
-            step=step,
-        )
+        out = runner.run(boundary, opened, step)
     except ValidationFailedError:  # what committed before the evaluation stays committed
         if boundary.kind in (BoundaryKind.DURABLE_VALIDATION, BoundaryKind.ARTIFACT_THEN_EVALUATE):
-            ckpt.last_saved_step = ckpt._lifecycle.saved = step
+            state.mark_saved(step)
         raise
     if isinstance(out.saved, SaveReport):  # a pending save's report is added at its join
-        ckpt.saves.append(out.saved)
+        state.saves.append(out.saved)
     if out.artifact is not None:
-        ckpt.artifacts.append(out.artifact)
+        state.artifacts.append(out.artifact)
     if out.wrote:
-        ckpt.last_saved_step = ckpt._lifecycle.saved = step
+        state.mark_saved(step)
     if out.validated:
-        ckpt.last_validated_step = step
+        state.last_validated_step = step
     return StepEnd(
         saved=out.saved,
         artifact=out.artifact,

@@ -33,53 +33,39 @@ A termination (signal, sentinel file, deadline: ``termination.*``) is decided at
 
 from __future__ import annotations
 
-import logging
 import os
-import warnings
-from collections.abc import Callable
 from typing import Any
 
-import attrs
-
 from statecraft.checkpoint.artifacts.saving import ArtifactReport
-from statecraft.checkpoint.async_writes.role_slots import BackgroundWrites
 from statecraft.checkpoint.async_writes.write_slot import PendingSave
 from statecraft.checkpoint.config import CheckpointConfig
-from statecraft.checkpoint.config.plans import plan_warnings
-from statecraft.checkpoint.facade.attempt_open import checked_output_root, ensure_attempt
+from statecraft.checkpoint.facade.attempt_open import ensure_attempt
 from statecraft.checkpoint.facade.boundary import decide_boundary
 from statecraft.checkpoint.facade.boundary_run import BoundaryRunner
 from statecraft.checkpoint.facade.boundary_step import due_boundary, execute
-from statecraft.checkpoint.facade.construction import check_arguments, close_facade
-from statecraft.checkpoint.facade.lifecycle import Lifecycle
+from statecraft.checkpoint.facade.checkpointer_views import CheckpointerViews
+from statecraft.checkpoint.facade.construction import close_run, start_run
 from statecraft.checkpoint.facade.resume_run import run_resume
 from statecraft.checkpoint.facade.step import StepEnd
+from statecraft.checkpoint.facade.step_saver import StepSaver
 from statecraft.checkpoint.facade.stopping import finalize_run, poll_stop, refuse_after_stop
 from statecraft.checkpoint.facade.tracking import register
 from statecraft.checkpoint.facade.validation_resume import validation_identity
-from statecraft.checkpoint.fencing.lease import WriterLease
 from statecraft.checkpoint.kernel.evaluation import Evaluation, Evaluator
-from statecraft.checkpoint.kernel.layout import RunAttempt, RunIdentity, as_run_identity
-from statecraft.checkpoint.kernel.machines import load_machine
-from statecraft.checkpoint.resume.bindings import ResumeResult, Tracked
+from statecraft.checkpoint.kernel.layout import RunIdentity
+from statecraft.checkpoint.resume.bindings import ResumeResult
 from statecraft.checkpoint.retention.run import RetentionPlan
 from statecraft.checkpoint.save.saving import SaveReport
 from statecraft.checkpoint.state import Outcome, SchedulerIdentity
-from statecraft.checkpoint.stop.records import StopDecision
-from statecraft.checkpoint.stop.termination import TerminationWatch
-from statecraft.engine import RunResult
-from statecraft.errors import NotSupportedYetError, TrackingError
-from statecraft.logs import configure_default_output
-from statecraft.parallel.collectives import Collective, default_collective
+from statecraft.errors import TrackingError
+from statecraft.parallel.collectives import Collective
 from statecraft.storage.base import Store
 from statecraft.storage.filesystem import Filesystem
 
 __all__ = ["Checkpointer", "SaveReport"]
 
-log = logging.getLogger("statecraft")
 
-
-class Checkpointer:
+class Checkpointer(CheckpointerViews):
     """Crash-consistent save and exact resume for one training run.
 
     Args:
@@ -106,6 +92,14 @@ class Checkpointer:
             without a parsable ``$SLURM_JOB_END_TIME``.
         WriterLeaseError: (at the first ``resume`` / ``save``) another live process writes
             this attempt; and at a save whose lease was taken over since.
+
+    Inside the package, the run is two records the facade's helpers take instead of the
+    ``Checkpointer``: ``run_context`` (frozen: the knobs, identity, ranks, retention plan,
+    termination watch and tables; :mod:`~statecraft.checkpoint.facade.run_context`) and
+    ``run_state`` (what changes: tracked objects, background writes, the open attempt, the
+    resume status, the reports; :mod:`~statecraft.checkpoint.facade.run_state`). The
+    attributes it has always exposed (``config``, ``attempt``, ``saves``, ``final``, ...) read
+    them (:mod:`~statecraft.checkpoint.facade.checkpointer_views`).
     """
 
     def __init__(
@@ -119,65 +113,18 @@ class Checkpointer:
         quiet: bool | None = None,
         retention: RetentionPlan | None = None,
     ) -> None:
-        check_arguments(config, quiet=quiet, retention=retention)
-        collective = collective or default_collective()
-        # First, so the config's own warnings below reach the user too (statecraft.logs).
-        configure_default_output(
-            rank=collective.rank, quiet=config.quiet if quiet is None else quiet
+        self.run_context, self.run_state = start_run(
+            config,
+            run=run,
+            output_root=output_root,
+            collective=collective,
+            filesystem=filesystem,
+            quiet=quiet,
+            retention=retention,
         )
-        for warning in config.require_supported():
-            log.warning(warning)
-        root = checked_output_root(output_root)
-        identity = as_run_identity(run)
-        self.config = config
-        self.run = identity
-        self.output_root = root
-        self.collective = collective
-        self.filesystem = filesystem
-        self.tracked = Tracked()
-        self.attempt: RunAttempt | None = None
-        self.store: Store | None = None
-        self.lease: WriterLease | None = None  # rank 0's writer lease on the attempt
-        self.saves: list[SaveReport] = []
-        self.last_saved_step: int | None = None
-        self.last_resume_run: RunResult | None = None  # the resume machine's run and trace
-        self._exit_release: Callable[[], None] | None = None  # the lease's release at exit
-        self.artifacts: list[ArtifactReport] = []
-        self.last_validated_step: int | None = None
-        self.final: StepEnd | None = None  # what finalize() did
-        self.termination = TerminationWatch(config.termination, collective)
-        self.stopped: StopDecision | None = None  # the stop decided at a step_end()
-        self._stop_end: StepEnd | None = None  # what that step_end() did
-        self._closed = False  # close() ran
-        self._lifecycle = Lifecycle()  # resume once, before saving (lifecycle.py)
-        self._resume_machine = load_machine("resume")
-        if config.checkpoint_format == "dcp" and config.validation.save_checkpoint:
-            # a durable validation writes through the consolidated save machine
-            raise NotSupportedYetError(
-                "validation.save_checkpoint",
-                True,
-                "with checkpoint_format=dcp set validation.save_checkpoint=false (validation "
-                "then evaluates without a durable checkpoint of its own), or use "
-                "checkpoint_format=consolidated",
-            )
-        self.retention = RetentionPlan.from_config(config) if retention is None else retention
-        if config.upload.enabled and not self.retention.require_uploaded:
-            # with an archive, retention prunes only what is archived (never the only copy)
-            self.retention = attrs.evolve(self.retention, require_uploaded=True)
-        self._boundaries = BoundaryRunner(  # boundary_run.py; background.py
-            collective,
-            filesystem,
-            # a DCP save is collective and synchronous: save_async applies to consolidated ones
-            writes=BackgroundWrites(
-                collective, enabled=config.save_async and config.checkpoint_format != "dcp"
-            ),
-            retention=self.retention,
-            checkpoint_format=config.checkpoint_format,
-            backend=config.checkpoint_store.backend,
+        self._runner = BoundaryRunner(
+            self.run_context, self.run_state, StepSaver(self.run_context, self.run_state)
         )
-        self._save = self._boundaries.machine("save")
-        for line in plan_warnings(config):  # an active partial plan: not exact-resume capable
-            warnings.warn(line, UserWarning, stacklevel=2)
 
     def __repr__(self) -> str:
         where = self.attempt.run_dir if self.attempt else None
@@ -212,7 +159,7 @@ class Checkpointer:
                 stateful name is not a plain identifier or clashes with a built-in one.
         """
         register(
-            self.tracked,
+            self.run_state.tracked,
             model=model,
             optimizer=optimizer,
             scheduler=scheduler,
@@ -232,15 +179,16 @@ class Checkpointer:
             TrackingError: called after ``resume()`` (the identity was already checked), or
                 ``evaluate`` is not callable, or ``source`` is not a non-empty str.
         """
-        if self._lifecycle.resumed or self._lifecycle.saved is not None:
+        lifecycle = self.run_state.lifecycle
+        if lifecycle.resumed or lifecycle.saved is not None:
             raise TrackingError(
                 "validate_with() after resume() or a save: the validation identity was "
                 "already checked against the checkpoint; call ckpt.validate_with(evaluate) "
                 "before ckpt.resume()"
             )
         evaluation = Evaluation.of(evaluate, source=source)
-        self._boundaries.evaluation = evaluation
-        self._boundaries.identity = validation_identity(self.config, evaluation)
+        self.run_state.evaluation = evaluation
+        self.run_state.identity = validation_identity(self.config, evaluation)
 
     @property
     def loop_state(self) -> dict[str, Any]:
@@ -252,7 +200,7 @@ class Checkpointer:
         its key path). Saved from rank 0 (deep-copied at the save) in ``trainer.pt``;
         ``resume()`` replaces its contents with the saved ones in place.
         """
-        return self.tracked.loop_state
+        return self.run_state.tracked.loop_state
 
     @loop_state.setter
     def loop_state(self, value: dict[str, Any]) -> None:
@@ -261,13 +209,7 @@ class Checkpointer:
                 f"Checkpointer.loop_state must be a dict; got {type(value).__name__}; assign a "
                 "plain dict, or set keys on the existing one"
             )
-        self.tracked.loop_state = value
-
-    def _require_tracked(self, action: str) -> None:
-        if self.tracked.model is None or self.tracked.optimizer is None:
-            raise TrackingError(
-                f"cannot {action}: call Checkpointer.track(model=..., optimizer=...) first"
-            )
+        self.run_state.tracked.loop_state = value
 
     def wait(self) -> list[SaveReport]:
         """Join every role's background write (every rank calls it): the checkpoints saved
@@ -281,9 +223,10 @@ class Checkpointer:
                 iteration), once, on every rank; the previous checkpoint is intact and
                 ``latest`` names it.
         """
-        before = len(self.saves)
-        self._boundaries.writes.join(self.saves)
-        return self.saves[before:]
+        saves = self.run_state.saves
+        before = len(saves)
+        self.run_state.writes.join(saves)
+        return saves[before:]
 
     def close(self) -> None:
         """Join the background writes, then release the writer lease so another process may
@@ -293,20 +236,11 @@ class Checkpointer:
         Raises:
             Exception: a background write's error (the lease is released all the same).
         """
-        if not self._closed:
-            close_facade(self)
+        close_run(self.run_context, self.run_state)
 
     def _ensure_attempt(self) -> Store:
-        return ensure_attempt(self)
-
-    @property
-    def clocks(self):
-        return self.tracked.clocks
-
-    @property
-    def step(self) -> int:
-        """Applied optimizer updates so far (the checkpoint iteration axis)."""
-        return self.tracked.clocks.optimizer_step
+        # the open attempt's checkpoints store (statecraft.checkpoint.direct.resume calls it)
+        return ensure_attempt(self.run_context, self.run_state).store
 
     # ----------------------------------------------------------------- resume
     def resume(self) -> ResumeResult:
@@ -328,12 +262,21 @@ class Checkpointer:
                 checkpoint stays evaluation-pending.
             WriterLeaseError / StoreError: completing the latest pointer failed.
         """
-        return run_resume(self)
+        self.run_state.require_tracked("resume")
+        if self.config.checkpoint_store.backend == "object_store":
+            # the direct object-store primary resumes through its own code
+            from statecraft.checkpoint.direct.resume import (  # type: ignore[import-not-found,unused-ignore]
+                resume_direct,
+            )
+
+            direct: ResumeResult = resume_direct(self)
+            return direct
+        return run_resume(self.run_context, self.run_state, self._runner)
 
     # ------------------------------------------------------------------ steps
     def record(self, outcome: Outcome) -> None:
         """Advance the update clocks by one microbatch outcome."""
-        self.tracked.clocks.record(outcome)
+        self.run_state.tracked.clocks.record(outcome)
 
     def step_end(self) -> StepEnd:
         """Call at every step boundary: runs what is due at a quiescent boundary (a
@@ -356,11 +299,14 @@ class Checkpointer:
             ValidationFailedError: the evaluation failed (every rank); a checkpoint or
                 artifact committed before it stays committed.
         """
-        refuse_after_stop(self, "step_end()")
-        stopped = poll_stop(self)
+        context, state = self.run_context, self.run_state
+        refuse_after_stop(state, "step_end()")
+        stopped = poll_stop(context, state, self._runner)
         if stopped is not None:
             return stopped
-        return execute(self, due_boundary(self, final=False), self.step)
+        return execute(
+            context, state, self._runner, due_boundary(context, state, final=False), state.step
+        )
 
     def finalize(self) -> SaveReport | PendingSave | ArtifactReport | None:
         """Normal completion: the final step's save (even off cadence, unless
@@ -381,7 +327,7 @@ class Checkpointer:
             ResumeRequiredError / ValidationFailedError: as :meth:`step_end`.
             Exception: a background write's error (raised here at the latest).
         """
-        return finalize_run(self)
+        return finalize_run(self.run_context, self.run_state, self._runner)
 
     # ------------------------------------------------------------------- save
     def save(self) -> SaveReport | PendingSave | ArtifactReport | None:
@@ -407,7 +353,8 @@ class Checkpointer:
                 error is raised at the next join: the next save, ``wait()``, ``finalize()``).
             RetentionError: the save is committed and durable; retention could not finish.
         """
-        refuse_after_stop(self, "save()")
-        boundary = decide_boundary(self.config, regular_due=True, validation_due=False)
-        end = execute(self, boundary, self.step)
+        context, state = self.run_context, self.run_state
+        refuse_after_stop(state, "save()")
+        boundary = decide_boundary(context.config, regular_due=True, validation_due=False)
+        end = execute(context, state, self._runner, boundary, state.step)
         return end.saved or end.artifact

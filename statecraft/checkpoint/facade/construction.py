@@ -1,21 +1,36 @@
-"""Two pieces of :class:`~statecraft.checkpoint.facade.checkpointer.Checkpointer` kept out of the
-facade module so it stays a thin list of the loop's calls: the constructor's argument checks
-(:func:`check_arguments`) and ``close()`` (:func:`close_facade`).
+"""The start and the end of a :class:`~statecraft.checkpoint.facade.checkpointer.Checkpointer`'s
+run, kept out of the facade module so it stays a thin list of the loop's calls: the
+constructor's argument checks (:func:`check_arguments`), the run it builds (:func:`start_run`:
+its :class:`RunContext` and :class:`RunState`) and ``close()`` (:func:`close_run`).
 """
 
 from __future__ import annotations
 
 import atexit
-from typing import TYPE_CHECKING, Any
+import logging
+import os
+import warnings
+from typing import Any
 
+import attrs
+
+from statecraft.checkpoint.async_writes.role_slots import BackgroundWrites
 from statecraft.checkpoint.config import CheckpointConfig
+from statecraft.checkpoint.config.plans import plan_warnings
+from statecraft.checkpoint.facade.attempt_open import checked_output_root
+from statecraft.checkpoint.facade.run_context import MachineShelf, RunContext
+from statecraft.checkpoint.facade.run_state import RunState
+from statecraft.checkpoint.kernel.layout import RunIdentity, as_run_identity
 from statecraft.checkpoint.retention.run import RetentionPlan
-from statecraft.errors import ConfigError, ConfigIssue, TrackingError
+from statecraft.checkpoint.stop.termination import TerminationWatch
+from statecraft.errors import ConfigError, ConfigIssue, NotSupportedYetError, TrackingError
+from statecraft.logs import configure_default_output
+from statecraft.parallel.collectives import Collective, default_collective
+from statecraft.storage.filesystem import Filesystem
 
-if TYPE_CHECKING:  # the facade imports this module
-    from statecraft.checkpoint.facade.checkpointer import Checkpointer
+__all__ = ["check_arguments", "close_run", "start_run"]
 
-__all__ = ["check_arguments", "close_facade"]
+log = logging.getLogger("statecraft")
 
 
 def check_arguments(config: Any, *, quiet: Any, retention: Any) -> None:
@@ -40,18 +55,82 @@ def check_arguments(config: Any, *, quiet: Any, retention: Any) -> None:
         )
 
 
-def close_facade(ckpt: Checkpointer) -> None:
+def start_run(
+    config: CheckpointConfig,
+    *,
+    run: RunIdentity | str,
+    output_root: str | os.PathLike[str],
+    collective: Collective | None,
+    filesystem: Filesystem | None,
+    quiet: bool | None,
+    retention: RetentionPlan | None,
+) -> tuple[RunContext, RunState]:
+    """The body of the ``Checkpointer`` constructor (which documents its arguments and
+    errors): check the arguments, set up the default ``statecraft:`` output, log the config's
+    warnings, and build the run's fixed context and its moving state. Nothing is written.
+
+    Raises:
+        what ``Checkpointer(...)`` raises.
+    """
+    check_arguments(config, quiet=quiet, retention=retention)
+    collective = collective or default_collective()
+    # First, so the config's own warnings below reach the user too (statecraft.logs).
+    configure_default_output(rank=collective.rank, quiet=config.quiet if quiet is None else quiet)
+    for warning in config.require_supported():
+        log.warning(warning)
+    root = checked_output_root(output_root)
+    identity = as_run_identity(run)
+    termination = TerminationWatch(config.termination, collective)
+    machines = MachineShelf()
+    machines.load("resume")  # loaded (and checked) now rather than at the first resume()
+    if config.checkpoint_format == "dcp" and config.validation.save_checkpoint:
+        # a durable validation writes through the consolidated save machine
+        raise NotSupportedYetError(
+            "validation.save_checkpoint",
+            True,
+            "with checkpoint_format=dcp set validation.save_checkpoint=false (validation "
+            "then evaluates without a durable checkpoint of its own), or use "
+            "checkpoint_format=consolidated",
+        )
+    plan = RetentionPlan.from_config(config) if retention is None else retention
+    if config.upload.enabled and not plan.require_uploaded:
+        # with an archive, retention prunes only what is archived (never the only copy)
+        plan = attrs.evolve(plan, require_uploaded=True)
+    context = RunContext(
+        config=config,
+        identity=identity,
+        output_root=root,
+        collective=collective,
+        filesystem=filesystem,
+        retention=plan,
+        termination=termination,
+        machines=machines,
+    )
+    machines.load("save")
+    # a DCP save is collective and synchronous: save_async applies to consolidated ones
+    writes = BackgroundWrites(collective, enabled=config.save_async and not context.sharded)
+    for line in plan_warnings(config):  # an active partial plan: not exact-resume capable
+        warnings.warn(line, UserWarning, stacklevel=3)
+    return context, RunState(writes=writes)
+
+
+def close_run(context: RunContext, state: RunState) -> None:
     """The body of ``Checkpointer.close()`` (which documents it): join the background writes;
     then, whatever the join raised, restore the signal handlers, release the slots and the
-    writer lease (and its release at exit)."""
+    writer lease (and its release at exit). A second call does nothing."""
+    if state.closed:
+        return
     try:
-        ckpt._boundaries.writes.join(ckpt.saves)
+        state.writes.join(state.saves)
     finally:
-        ckpt.termination.uninstall()
-        ckpt._boundaries.writes.close()
-        lease, ckpt.lease = ckpt.lease, None
-        ckpt._closed = True
-        if ckpt._exit_release is not None:
-            atexit.unregister(ckpt._exit_release)
+        context.termination.uninstall()
+        state.writes.close()
+        opened = state.opened
+        lease = None if opened is None else opened.lease
+        if opened is not None:
+            state.opened = attrs.evolve(opened, lease=None)
+        state.closed = True
+        if opened is not None and opened.exit_release is not None:
+            atexit.unregister(opened.exit_release)
         if lease is not None:
             lease.release()

@@ -3,8 +3,8 @@ once :meth:`~statecraft.checkpoint.stop.termination.TerminationWatch.should_stop
 
 ::
 
-    decision = ckpt.termination.should_stop()       # every rank, the same decision
-    end = stop_boundary(ckpt, decision)             # the emergency save, then DONE.json
+    decision = context.termination.should_stop()    # every rank, the same decision
+    end = stop_boundary(context, state, saver, decision)  # the emergency save, then DONE
     end.stop, end.reason, end.emergency.kind        # True, "sentinel", EmergencyKind.CHECKPOINT
 
 In order (every rank calls it; rank 0 writes):
@@ -21,7 +21,7 @@ In order (every rank calls it; rank 0 writes):
    validation, and no evaluation (the requeued ``resume()`` evaluates, then publishes);
    ``ARTIFACT`` the partial artifact of the ``run`` plan under ``checkpoint_artifacts/``;
    then it writes ``DONE.json`` (``preempted: <reason>``);
-4. the report is recorded (``ckpt.saves`` / ``ckpt.artifacts`` / ``last_saved_step``) and one
+4. the report is recorded (``state.saves`` / ``state.artifacts`` / ``last_saved_step``) and one
    INFO line logged on rank 0: ``stopping at step N: <reason>; emergency save <kind> <path>
    durable in X.XXX s``.
 
@@ -32,15 +32,17 @@ first save runs it. The facade consumes the sentinel afterwards (rank 0).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from statecraft.checkpoint.archive.upload_bindings import upload_checkpoint
 from statecraft.checkpoint.artifacts.saving import ArtifactReport
-from statecraft.checkpoint.facade.attempt_open import artifacts_store
-from statecraft.checkpoint.facade.boundary_step import due_boundary
+from statecraft.checkpoint.facade.attempt_open import ensure_attempt
+from statecraft.checkpoint.facade.boundary_step import before_writing, due_boundary
+from statecraft.checkpoint.facade.run_context import OpenAttempt, RunContext
+from statecraft.checkpoint.facade.run_state import RunState
 from statecraft.checkpoint.facade.step import StepEnd
+from statecraft.checkpoint.facade.step_saver import StepSaver, gather_capture
 from statecraft.checkpoint.kernel.layout import ARTIFACTS_DIR, CHECKPOINTS_DIR, iter_dirname
 from statecraft.checkpoint.kernel.validation_records import ValidationStage
 from statecraft.checkpoint.save.saving import SaveReport
@@ -48,9 +50,6 @@ from statecraft.checkpoint.stop.bindings import EmergencyContext, run_emergency
 from statecraft.checkpoint.stop.emergency_plan import EmergencyBoundary
 from statecraft.checkpoint.stop.records import EmergencyKind, EmergencyReport, StopDecision
 from statecraft.parallel.rank0 import on_rank_zero
-
-if TYPE_CHECKING:  # the facade imports this module
-    from statecraft.checkpoint.facade.checkpointer import Checkpointer
 
 __all__ = ["emergency_path", "stop_boundary"]
 
@@ -64,8 +63,10 @@ def emergency_path(kind: EmergencyKind, step: int) -> str:
     return f"{where}/{iter_dirname(step)}"
 
 
-def stop_boundary(ckpt: Checkpointer, decision: StopDecision) -> StepEnd:
-    """Run the emergency save of ``ckpt``'s current step for ``decision`` (module docstring)
+def stop_boundary(
+    context: RunContext, state: RunState, saver: StepSaver, decision: StopDecision
+) -> StepEnd:
+    """Run the emergency save of the run's current step for ``decision`` (module docstring)
     and return ``StepEnd(stop=True, reason=..., saved | artifact, emergency=report)`` (the
     reports on rank 0; ``emergency`` on every rank).
 
@@ -78,109 +79,81 @@ def stop_boundary(ckpt: Checkpointer, decision: StopDecision) -> StepEnd:
     """
     if not decision.stop or decision.reason is None:  # pragma: no cover - the facade's guard
         raise AssertionError(f"stop_boundary called without a stop decision: {decision!r}")
-    ckpt._require_tracked("save")
-    step = ckpt.step
-    join_logged(ckpt, step)
-    store = ckpt._ensure_attempt()
-    attempt = ckpt.attempt
-    assert attempt is not None
-    runner, tracked, collective = ckpt._boundaries, ckpt.tracked, ckpt.collective
+    state.require_tracked("save")
+    step = state.step
+    join_logged(state, step)
+    opened = ensure_attempt(context, state)
+    collective = context.collective
     written: list[SaveReport | ArtifactReport] = []
 
     def write(boundary: EmergencyBoundary) -> str:
         # Every rank: the same checks and collectives as a cadence save, then rank 0 writes.
-        existing = runner.artifacts or artifacts_store(attempt, ckpt.filesystem)
-        ckpt._lifecycle.before_save(collective, attempt, store, artifacts=existing)
-        tracked.clocks.require_quiescent("save the emergency checkpoint")
-        rng, data = runner._gather(tracked)
+        before_writing(context, state, opened, "save the emergency checkpoint")
+        capture = gather_capture(context, state, step)
         kind = boundary.kind
+        stage = (
+            ValidationStage.EVALUATION_PENDING
+            if kind is EmergencyKind.EVALUATION_PENDING
+            else ValidationStage.NONE
+        )
 
         def here() -> None:
             if kind is EmergencyKind.ARTIFACT:
                 written.append(
-                    runner.save_artifact(
-                        tracked,
-                        attempt,
-                        plan=boundary.plan,
-                        rng=rng,
-                        data=data,
-                        step=step,
-                        lease=ckpt.lease,
-                        evaluation=None,
-                        evaluate_first=False,
+                    saver.artifact(
+                        opened, capture, plan=boundary.plan, evaluation=None, evaluate_first=False
                     )
                 )
                 return
-            stage = (
-                ValidationStage.EVALUATION_PENDING
-                if kind is EmergencyKind.EVALUATION_PENDING
-                else ValidationStage.NONE
-            )
-            report = runner.save_full(  # synchronous, no retention
-                tracked, attempt, store, ckpt.lease, step, rng, data, stage=stage, background=False
-            )
+            report = saver.full(opened, capture, stage=stage, background=False)  # synchronous
             assert isinstance(report, SaveReport)  # no slot was given
             written.append(report)
 
-        if kind is not EmergencyKind.ARTIFACT and runner.checkpoint_format == "dcp":
+        if kind is not EmergencyKind.ARTIFACT and context.sharded:
             # a DCP save is written by every rank (synchronous, no retention)
-            written.append(
-                runner.save_sharded(
-                    tracked,
-                    attempt,
-                    store,
-                    ckpt.lease,
-                    step,
-                    rng,
-                    data,
-                    stage=ValidationStage.EVALUATION_PENDING
-                    if kind is EmergencyKind.EVALUATION_PENDING
-                    else ValidationStage.NONE,
-                    background=False,
-                )
-            )
+            written.append(saver.sharded(opened, capture, stage=stage, background=False))
         else:
             on_rank_zero(collective, here)
-        ckpt.last_saved_step = ckpt._lifecycle.saved = step
+        state.mark_saved(step)
         return emergency_path(kind, step)
 
     ctx = EmergencyContext(
-        config=ckpt.config,
+        config=context.config,
         decision=decision,
         step=step,
-        validation_due=due_boundary(ckpt, final=False).validation_due,
-        attempt=attempt,
-        filesystem=ckpt.filesystem,
+        validation_due=due_boundary(context, state, final=False).validation_due,
+        attempt=opened.attempt,
+        filesystem=context.filesystem,
         write=write,
-        lease=ckpt.lease,
+        lease=opened.lease,
     )
-    report = run_emergency(ctx, runner.machine("emergency"), collective)
+    report = run_emergency(ctx, context.machines.load("emergency"), collective)
     saved = next((r for r in written if isinstance(r, SaveReport)), None)
     artifact = next((r for r in written if isinstance(r, ArtifactReport)), None)
     if saved is not None:
-        ckpt.saves.append(saved)
+        state.saves.append(saved)
     if artifact is not None:
-        ckpt.artifacts.append(artifact)
-    if collective.rank == 0:
+        state.artifacts.append(artifact)
+    if context.rank_zero:
         log.info("%s", stop_line(report))
         if saved is not None:  # after DONE.json is durable: the stop's deadline came first
-            saved = archive_after_stop(runner, store, saved, lease=ckpt.lease)
-            ckpt.saves[-1] = saved
+            saved = archive_after_stop(opened, saved)
+            state.saves[-1] = saved
     return StepEnd(
         saved=saved, stop=True, reason=decision.reason, artifact=artifact, emergency=report
     )
 
 
-def archive_after_stop(runner: Any, store: Any, saved: SaveReport, *, lease: Any) -> SaveReport:
+def archive_after_stop(opened: OpenAttempt, saved: SaveReport) -> SaveReport:
     """Best effort (rank 0): archive the emergency checkpoint once ``DONE.json`` is durable
     (``upload.enabled``); a failure or refusal (an evaluation-pending emergency checkpoint) is
     logged at WARNING on ``statecraft.upload`` and the stop goes on. Returns ``saved`` with
     its ``upload`` / ``upload_error``."""
-    destination = runner.destination
+    destination = opened.destination
     if destination is None:
         return saved
     try:
-        done = upload_checkpoint(store, saved.iteration, destination, lease=lease)
+        done = upload_checkpoint(opened.store, saved.iteration, destination, lease=opened.lease)
     except Exception as exc:  # best effort: the emergency checkpoint is durable locally
         logging.getLogger("statecraft.upload").warning(
             "the upload of emergency checkpoint %s to %s failed (the local checkpoint is kept): %s",
@@ -203,16 +176,16 @@ def stop_line(report: EmergencyReport) -> str:
     return f"{head} {kind} {report.path} durable in {report.seconds_to_durable:.3f} s"
 
 
-def join_logged(ckpt: Checkpointer, step: int) -> None:
-    """Join ``ckpt``'s background writes before the emergency save (every rank). A failed
+def join_logged(state: RunState, step: int) -> None:
+    """Join the run's background writes before the emergency save (every rank). A failed
     background write is logged at ERROR naming its iteration and not raised: the previous
     checkpoint is intact, and the emergency save is the newest chance to save."""
-    writes = ckpt._boundaries.writes
+    writes = state.writes
     iterations = sorted(
         {p.iteration for p in writes.in_flight()} | {m.iteration for m in writes.mirrors}
     )
     try:
-        writes.join(ckpt.saves)
+        writes.join(state.saves)
     except Exception as exc:
         named = ", ".join(iter_dirname(i) for i in iterations) or "an earlier iteration"
         notes = "; ".join(getattr(exc, "__notes__", ()))

@@ -10,16 +10,17 @@ logs how the previous window ended (its ``DONE.json``; sentinels older than it a
 is adopted.
 
 Kept apart from the facade (:mod:`statecraft.checkpoint.facade.checkpointer`) so the facade stays a
-thin list of the loop's calls.
+thin list of the loop's calls. ``backend=object_store`` resumes through the direct code
+instead (``statecraft.checkpoint.direct.resume.resume_direct``, called by the facade).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-from statecraft.checkpoint.facade.attempt_open import resume_artifacts
+from statecraft.checkpoint.facade.attempt_open import ensure_attempt, resume_artifacts
+from statecraft.checkpoint.facade.boundary_run import BoundaryRunner
 from statecraft.checkpoint.facade.lifecycle import complete_adopted_attempt
+from statecraft.checkpoint.facade.run_context import RunContext
+from statecraft.checkpoint.facade.run_state import RunState
 from statecraft.checkpoint.facade.stopping import previous_window
 from statecraft.checkpoint.facade.validation_resume import after_resume, identity_hint
 from statecraft.checkpoint.resume.bindings import ResumeContext, ResumeResult
@@ -27,77 +28,66 @@ from statecraft.errors import CheckpointError, ValidationIdentityError
 from statecraft.parallel.coordinated import rank_zero_effects
 from statecraft.writers import ConsolidatedWriter, DcpWriter
 
-if TYPE_CHECKING:  # the facade imports this module
-    from statecraft.checkpoint.facade.checkpointer import Checkpointer
-
 __all__ = ["run_resume"]
 
 
-def run_resume(ckpt: Checkpointer) -> ResumeResult:
-    """Resume ``ckpt`` (the body of :meth:`Checkpointer.resume`, which documents it).
+def run_resume(context: RunContext, state: RunState, runner: BoundaryRunner) -> ResumeResult:
+    """Resume the run into its local attempt (the body of :meth:`Checkpointer.resume`, which
+    documents it; the tracked objects are registered).
 
     Raises:
         what :meth:`Checkpointer.resume` raises.
     """
-    ckpt._require_tracked("resume")
-    if ckpt.config.checkpoint_store.backend == "object_store":
-        # the direct object-store primary resumes through its own code (h4's direct/resume.py)
-        from statecraft.checkpoint.direct.resume import (  # type: ignore[import-not-found,unused-ignore]
-            resume_direct,
-        )
-
-        direct: ResumeResult = resume_direct(ckpt)
-        return direct
-    ckpt._lifecycle.before_resume(
-        ckpt.attempt.run_dir if ckpt.attempt else ckpt.run.job_dir(Path(ckpt.output_root))
+    config = context.config
+    state.lifecycle.before_resume(
+        state.opened.attempt.run_dir if state.opened is not None else context.job_dir
     )
-    mode = ckpt.config.resume
+    mode = config.resume
     kind = mode if mode in ("auto", "off") else "explicit"
     # An explicit source is loaded before an attempt is minted: a bad path must not leave
     # an empty attempt that resume=auto would adopt next time.
-    store = ckpt._ensure_attempt() if kind != "explicit" else None
-    previous_window(ckpt)
-    attempt = ckpt.attempt
-    adopted = None if attempt is None or attempt.minted else store
-    boundaries = ckpt._boundaries
+    local = ensure_attempt(context, state) if kind != "explicit" else None
+    previous_window(context, state.opened)
+    adopted = None if local is None or local.attempt.minted else local.store
     ctx = ResumeContext(
         mode=kind,
-        tracked=ckpt.tracked,
+        tracked=state.tracked,
         store=adopted,
         explicit=mode if kind == "explicit" else None,
-        verify_level=ckpt.config.verify,
-        cursor_resume=ckpt.config.data.cursor_resume,
-        collective=ckpt.collective,
-        filesystem=ckpt.filesystem,
-        artifacts=resume_artifacts(ckpt),
-        validation_identity=boundaries.identity,
+        verify_level=config.verify,
+        cursor_resume=config.data.cursor_resume,
+        collective=context.collective,
+        filesystem=context.filesystem,
+        artifacts=resume_artifacts(context, state.opened),
+        validation_identity=state.identity,
         # a DCP run verifies and loads DCP checkpoints (model/ and optim/ directories)
-        writer=DcpWriter() if ckpt.config.checkpoint_format == "dcp" else ConsolidatedWriter(),
+        writer=DcpWriter() if context.sharded else ConsolidatedWriter(),
     )
-    machine = ckpt._resume_machine
+    machine = context.machines.load("resume")
     try:
-        ckpt.last_resume_run = machine.run(
-            ctx, call=rank_zero_effects(ckpt.collective, machine.bindings.roles)
+        state.last_resume_run = machine.run(
+            ctx, call=rank_zero_effects(context.collective, machine.bindings.roles)
         ).raise_for_failure()
     except ValidationIdentityError as exc:  # name the missing validate_with, if it is that
-        identity_hint(boundaries, exc)
+        identity_hint(state.evaluation, exc)
         raise
-    if kind == "explicit":
-        ckpt._ensure_attempt()
+    opened = ensure_attempt(context, state)  # an explicit source's attempt opens only now
     result = ctx.result
     if result is None:  # pragma: no cover - every terminal path sets it
         raise CheckpointError("resume machine ended without a result")
     if ctx.store is not None:  # an adopted attempt: complete its pointer, sweep leftovers
         complete_adopted_attempt(
-            ckpt.collective, ctx.store, result, machine=ckpt._save, lease=ckpt.lease
+            context.collective,
+            ctx.store,
+            result,
+            machine=context.machines.load("save"),
+            lease=opened.lease,
         )
-    ckpt.last_saved_step = result.step if result.resumed else None
-    ckpt._lifecycle.after_resume(result, ckpt.attempt)
-    result, ckpt.last_validated_step = after_resume(
-        boundaries, ckpt.config, result, ctx.store, lease=ckpt.lease
-    )
+    state.last_saved_step = result.step if result.resumed else None
+    state.lifecycle.after_resume(result, opened.attempt)
+    result, state.last_validated_step = after_resume(context, state, runner, result, ctx.store)
     # Last, once the resume succeeded: a resume that raises leaves no flag-only handler
     # behind (nothing would ever poll it, and SIGTERM would be swallowed).
-    if ckpt.config.termination.enabled:
-        ckpt.termination.install()  # main thread only (elsewhere: one WARNING, no handler)
+    if config.termination.enabled:
+        context.termination.install()  # main thread only (elsewhere: one WARNING, no handler)
     return result

@@ -19,22 +19,22 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from statecraft.checkpoint.artifacts.saving import ArtifactReport
 from statecraft.checkpoint.async_writes.write_slot import PendingSave
+from statecraft.checkpoint.facade.boundary_run import BoundaryRunner
 from statecraft.checkpoint.facade.boundary_step import due_boundary, execute
 from statecraft.checkpoint.facade.emergency_step import stop_boundary
+from statecraft.checkpoint.facade.run_context import OpenAttempt, RunContext
+from statecraft.checkpoint.facade.run_state import RunState
 from statecraft.checkpoint.facade.step import StepEnd
+from statecraft.checkpoint.kernel.layout import RunAttempt
 from statecraft.checkpoint.save.saving import SaveReport
 from statecraft.checkpoint.stop.bindings import covering_path, read_step_coverage
 from statecraft.checkpoint.stop.records import DoneRecord
 from statecraft.checkpoint.stop.run_done import done_record, read_done, write_done
 from statecraft.errors import CheckpointCorruptError, RunStoppedError
 from statecraft.parallel.rank0 import on_rank_zero
-
-if TYPE_CHECKING:  # the facade imports this module
-    from statecraft.checkpoint.facade.checkpointer import Checkpointer
 
 __all__ = [
     "finalize_run",
@@ -47,7 +47,7 @@ __all__ = [
 log = logging.getLogger("statecraft")
 
 
-def poll_stop(ckpt: Checkpointer) -> StepEnd | None:
+def poll_stop(context: RunContext, state: RunState, runner: BoundaryRunner) -> StepEnd | None:
     """The stop boundary's outcome when the watch decides a stop here, else ``None`` (the due
     boundary runs as usual). Every rank calls it at the same boundary.
 
@@ -55,33 +55,33 @@ def poll_stop(ckpt: Checkpointer) -> StepEnd | None:
         what :func:`~statecraft.checkpoint.facade.emergency_step.stop_boundary` raises (the run is
         then not stopped: nothing of DONE was written).
     """
-    clocks = ckpt.tracked.clocks
-    if not ckpt.config.termination.enabled or not clocks.quiescent or ckpt.step <= 0:
+    clocks = state.tracked.clocks
+    if not context.config.termination.enabled or not clocks.quiescent or state.step <= 0:
         return None
-    watch = ckpt.termination
-    decision = watch.should_stop(step=ckpt.step)
+    watch = context.termination
+    decision = watch.should_stop(step=state.step)
     if not decision.stop:
         return None
-    end = stop_boundary(ckpt, decision)
-    if ckpt.collective.rank == 0:
+    end = stop_boundary(context, state, runner.saver, decision)
+    if context.rank_zero:
         watch.consume_sentinel()
     watch.log_late_signals()  # a second signal during the save changed nothing
-    ckpt.stopped = decision
-    ckpt._stop_end = end
+    state.stopped = decision
+    state.stop_end = end
     return end
 
 
-def refuse_after_stop(ckpt: Checkpointer, action: str) -> None:
+def refuse_after_stop(state: RunState, action: str) -> None:
     """Raise when the run was stopped (nothing is written).
 
     Raises:
         RunStoppedError: ``action`` (``step_end()`` / ``save()``) after the stop, naming its
             step and reason.
     """
-    decision, end = ckpt.stopped, ckpt._stop_end
+    decision, end = state.stopped, state.stop_end
     if decision is None or end is None:
         return
-    step = end.emergency.step if end.emergency is not None else ckpt.step
+    step = end.emergency.step if end.emergency is not None else state.step
     raise RunStoppedError(
         f"{action} after the run was stopped at step {step} ({decision.reason}): the "
         "emergency save and DONE.json are written; break out of the loop and call finalize()",
@@ -90,29 +90,33 @@ def refuse_after_stop(ckpt: Checkpointer, action: str) -> None:
     )
 
 
-def finalize_run(ckpt: Checkpointer) -> SaveReport | PendingSave | ArtifactReport | None:
+def finalize_run(
+    context: RunContext, state: RunState, runner: BoundaryRunner
+) -> SaveReport | PendingSave | ArtifactReport | None:
     """The body of ``Checkpointer.finalize()`` (which documents it)."""
-    stopped = ckpt._stop_end
+    stopped = state.stop_end
     try:
-        ckpt.final = stopped or execute(ckpt, due_boundary(ckpt, final=True), ckpt.step)
-        ckpt._boundaries.writes.join(ckpt.saves)
+        final = stopped or execute(
+            context, state, runner, due_boundary(context, state, final=True), state.step
+        )
+        state.final = final
+        state.writes.join(state.saves)
         if stopped is None:
-            write_completed(ckpt, ckpt.final)
+            write_completed(context, state, final)
     finally:
-        ckpt.termination.uninstall()  # no boundary polls any more: SIGTERM is SIGTERM again
-    return ckpt.final.saved or ckpt.final.artifact
+        context.termination.uninstall()  # no boundary polls any more: SIGTERM is SIGTERM again
+    return final.saved or final.artifact
 
 
-def _on_disk(ckpt: Checkpointer, step: int) -> str | None:
+def _on_disk(context: RunContext, attempt: RunAttempt, step: int) -> str | None:
     """The run-dir relative path of ``step``'s committed checkpoint or artifact (rank 0)."""
-    assert ckpt.attempt is not None
-    coverage = read_step_coverage(ckpt.attempt, ckpt.filesystem, step)
+    coverage = read_step_coverage(attempt, context.filesystem, step)
     if not coverage.checkpoint and coverage.artifact is None:
         return None
     return covering_path(coverage, step)
 
 
-def write_completed(ckpt: Checkpointer, final: StepEnd) -> None:
+def write_completed(context: RunContext, state: RunState, final: StepEnd) -> None:
     """``DONE.json`` of a normally completed window (rank 0 writes, after the final save is
     durable): ``preempted: null``, the final step's checkpoint when it is on disk. Nothing
     when no attempt was ever opened (nothing saved, no resume).
@@ -120,50 +124,50 @@ def write_completed(ckpt: Checkpointer, final: StepEnd) -> None:
     Raises:
         StoreError: the record could not be written (every rank).
     """
-    attempt = ckpt.attempt
-    if attempt is None:
+    if state.opened is None:
         return
-    step = ckpt.step
+    attempt = state.opened.attempt
+    step = state.step
 
     def write() -> None:
         record = done_record(
             step=step,
             preempted=None,
-            checkpoint=_on_disk(ckpt, step),
+            checkpoint=_on_disk(context, attempt, step),
             saved=final.saved is not None or final.artifact is not None,
             seconds_to_durable=None,
         )
-        write_done(attempt, ckpt.filesystem, record)
+        write_done(attempt, context.filesystem, record)
 
-    on_rank_zero(ckpt.collective, write)
+    on_rank_zero(context.collective, write)
 
 
-def previous_window(ckpt: Checkpointer) -> DoneRecord | None:
+def previous_window(context: RunContext, opened: OpenAttempt | None) -> DoneRecord | None:
     """What ``resume()`` learns of the previous window of an adopted attempt (every rank;
     rank 0 reads ``DONE.json``): one INFO line (``previous window ended at step 120:
     preempted: sentinel`` / ``...: completed``), and sentinels older than its end are stale
     for the watch. ``DONE.json`` never changes what resume adopts: a damaged one is a
     WARNING and ignored.
     """
-    attempt = ckpt.attempt
-    if attempt is None or attempt.minted:
+    if opened is None or opened.attempt.minted:
         return None
+    attempt = opened.attempt
 
     def read() -> DoneRecord | str | None:
         try:
-            return read_done(attempt, ckpt.filesystem)
+            return read_done(attempt, context.filesystem)
         except CheckpointCorruptError as exc:
             return str(exc)
 
-    found = on_rank_zero(ckpt.collective, read)
+    found = on_rank_zero(context.collective, read)
     if isinstance(found, str):
-        if ckpt.collective.rank == 0:
+        if context.rank_zero:
             log.warning("ignoring the previous window's end record: %s", found)
         return None
     if found is None:
         return None
-    if ckpt.collective.rank == 0:
+    if context.rank_zero:
         how = f"preempted: {found.preempted}" if found.preempted else "completed"
         log.info("previous window ended at step %d: %s", found.step, how)
-    ckpt.termination.ignore_sentinels_before(found.finished_at)
+    context.termination.ignore_sentinels_before(found.finished_at)
     return found

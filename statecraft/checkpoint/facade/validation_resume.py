@@ -14,7 +14,8 @@ import attrs
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.facade.boundary import BoundaryKind, before_training_due, decide_boundary
 from statecraft.checkpoint.facade.boundary_run import BoundaryRunner
-from statecraft.checkpoint.fencing.lease import WriterLease
+from statecraft.checkpoint.facade.run_context import RunContext
+from statecraft.checkpoint.facade.run_state import RunState
 from statecraft.checkpoint.kernel.evaluation import Evaluation
 from statecraft.checkpoint.kernel.validation_records import ValidationIdentity, ValidationStage
 from statecraft.checkpoint.resume.bindings import ResumeResult
@@ -53,10 +54,10 @@ def validation_identity(
     )
 
 
-def identity_hint(runner: BoundaryRunner, error: ValidationIdentityError) -> None:
+def identity_hint(evaluation: Evaluation | None, error: ValidationIdentityError) -> None:
     """Raise ``error`` with the fix ``ckpt.validate_with`` when this process registered no
-    evaluation (the likely cause of a changed identity); return otherwise."""
-    if runner.evaluation is not None:
+    ``evaluation`` (the likely cause of a changed identity); return otherwise."""
+    if evaluation is not None:
         return
     raise ValidationIdentityError(
         f"{error}\nThis process registered no evaluation: when the run validates, call "
@@ -67,12 +68,11 @@ def identity_hint(runner: BoundaryRunner, error: ValidationIdentityError) -> Non
 
 
 def after_resume(
+    context: RunContext,
+    state: RunState,
     runner: BoundaryRunner,
-    config: CheckpointConfig,
     result: ResumeResult,
     store: Store | None,
-    *,
-    lease: WriterLease | None,
 ) -> tuple[ResumeResult, int | None]:
     """What ``resume()`` finishes after the load (every rank calls it; rank 0 runs):
     a pending validation of the adopted checkpoint is finished (``store``: the adopted
@@ -90,10 +90,11 @@ def after_resume(
     """
     stage = getattr(result, "validation_stage", ValidationStage.NONE)
     if result.resumed and stage in PENDING:
-        return _finish(runner, result, stage, store, lease=lease)
+        return _finish(context, state, runner, result, stage, store)
     if result.resumed:
         return result, result.step if stage is ValidationStage.PUBLISHED else None
-    evaluation = runner.evaluation
+    evaluation = state.evaluation
+    config = context.config
     # The facade does not know the loop's step count: a fresh start, before the loop, is
     # taken to have steps left (a loop with none does not call resume() to train).
     if evaluation is None or not before_training_due(
@@ -103,19 +104,19 @@ def after_resume(
     boundary = decide_boundary(config, regular_due=False, validation_due=True, before_training=True)
     if boundary.kind is not BoundaryKind.EVALUATE:  # pragma: no cover - decide_boundary's rule
         raise AssertionError(f"before-training pass decided as {boundary.kind}")
-    metrics = on_rank_zero(runner.collective, lambda: runner.evaluate(evaluation, result.step))
+    metrics = on_rank_zero(context.collective, lambda: runner.evaluate(evaluation, result.step))
     return attrs.evolve(result, metrics=metrics), None
 
 
 def _finish(
+    context: RunContext,
+    state: RunState,
     runner: BoundaryRunner,
     result: ResumeResult,
     stage: ValidationStage,
     store: Store | None,
-    *,
-    lease: WriterLease | None,
 ) -> tuple[ResumeResult, int | None]:
-    evaluation = runner.evaluation
+    evaluation = state.evaluation
     if evaluation is None:
         raise TrackingError(
             f"resumed {result.source}, whose validation is {stage.value.replace('_', '-')}"
@@ -132,19 +133,23 @@ def _finish(
         )
         return result, None
 
+    opened = state.opened
+    lease = None if opened is None else opened.lease
+    saver = runner.saver
+
     def finish() -> ValidationReport:
         report = finish_pending_validation(
             store,
             result.step,
             evaluation=evaluation,
-            identity=runner.identity,
+            identity=state.identity,
             lease=lease,
-            machine=runner.machine("validation"),
+            machine=context.machines.load("validation"),
             location=store.describe(),
-            publication_steps=runner.publication_steps(),
+            publication_steps=saver.publication_steps(opened),
         )
-        runner.retain(store, result.step, lease)  # retention after the publication
+        saver.retain(store, result.step, lease)  # retention after the publication
         return report
 
-    report = on_rank_zero(runner.collective, finish)
+    report = on_rank_zero(context.collective, finish)
     return attrs.evolve(result, metrics=report.metrics), result.step

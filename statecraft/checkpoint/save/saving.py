@@ -47,7 +47,9 @@ from statecraft.storage.base import Store
 __all__ = [
     "SaveMachines",
     "SaveReport",
+    "SaveTarget",
     "run_write",
+    "save_checkpoint",
     "save_full_checkpoint",
 ]
 
@@ -107,6 +109,28 @@ class SaveMachines:
         return cls(save=save, write_job=loader("write_job"), retention=loader("retention"))
 
 
+@attrs.frozen
+class SaveTarget:
+    """Where one full save writes and what runs it, built once by the caller (the facade builds
+    it from its open attempt) instead of handed on as loose keywords.
+
+    Attributes:
+        store: the attempt's checkpoints store.
+        lease: this process's writer lease, checked before every publication.
+        machines: the loaded ``save``, ``write_job`` and ``retention`` tables.
+        location: the checkpoints directory, for the report and the log line.
+        retention: the retention plan run after the save is durable (``None``: none).
+        destination: where the durable save is archived (``None``: no upload).
+    """
+
+    store: Store
+    lease: WriterLease | None
+    machines: SaveMachines
+    location: str
+    retention: RetentionPlan | None = None
+    destination: ArchiveDestination | None = None
+
+
 def save_full_checkpoint(
     tracked: Any,
     store: Store,
@@ -124,6 +148,44 @@ def save_full_checkpoint(
     machines: Callable[[str], Any] | None = None,
     destination: ArchiveDestination | None = None,
 ) -> SaveReport | PendingSave:
+    """:func:`save_checkpoint` with its :class:`SaveTarget` given as keywords (tools, proofs
+    and tests): ``machine`` is the loaded ``save`` machine, ``machines`` a loader of the
+    other tables (default: the shipped tables, loaded once per process).
+
+    Raises:
+        what :func:`save_checkpoint` raises.
+    """
+    target = SaveTarget(
+        store=store,
+        lease=lease,
+        machines=SaveMachines.of(machine, machines),
+        location=location,
+        retention=retention,
+        destination=destination,
+    )
+    return save_checkpoint(
+        tracked,
+        target,
+        rng=rng,
+        data=data,
+        step=step,
+        validation=validation,
+        staging=staging,
+        slot=slot,
+    )
+
+
+def save_checkpoint(
+    tracked: Any,
+    target: SaveTarget,
+    *,
+    rng: Any,
+    data: DataState | None,
+    step: int,
+    validation: ValidationState | None = None,
+    staging: StagingBuffers | None = None,
+    slot: WriteSlot | None = None,
+) -> SaveReport | PendingSave:
     """Capture the trainer state and run the write job (``machines/write_job.toml``: the save
     machine, then retention) for iteration ``step``.
 
@@ -136,19 +198,14 @@ def save_full_checkpoint(
 
     Args:
         tracked: the tracked objects (``Tracked``).
-        store: the attempt's checkpoints store.
+        target: where the save writes, under which lease, through which tables.
         rng: every rank's RNG streams (gathered by the caller).
         data: every rank's data state, or ``None`` (no data source tracked).
-        lease: this process's writer lease, checked before every publication.
-        machine: the loaded ``save`` machine.
-        location: the checkpoints directory, for the report and the log line.
         validation: the run's validation identity and the stage ``trainer.pt`` records
             (``EVALUATION_PENDING`` for the save of a durable validation); ``None`` records
             ``ValidationState()`` (disabled, stage ``NONE``).
-        retention: the retention plan run after the save is durable (``None``: none).
         staging: the role's reused staging buffers (asynchronous saves only).
         slot: the role's background slot, already joined (asynchronous saves only).
-        machines: a loader of the shipped tables (default: loaded once per process).
 
     Raises:
         UnsafeStateError: a value to save could not be loaded back (nothing written).
@@ -162,21 +219,20 @@ def save_full_checkpoint(
     plan = CHECKPOINT_PLAN.save_plan(step, with_data=tracked.data is not None)
     producers = CHECKPOINT_PLAN.payloads(tracked, trainer, data=data)
     producers = {name: producers[name] for name in plan.files}
-    loaded = SaveMachines.of(machine, machines)
-    where = f"{location}/{iter_dirname(plan.iteration)}"
+    where = f"{target.location}/{iter_dirname(plan.iteration)}"
 
     def write(payloads: Mapping[str, Callable[[], Any]], pending: PendingSave | None) -> SaveReport:
         return run_write(
-            store,
+            target.store,
             plan,
             payloads=payloads,
-            lease=lease,
-            machines=loaded,
-            retention=retention,
+            lease=target.lease,
+            machines=target.machines,
+            retention=target.retention,
             location=where,
             pending=pending,
             started=started,
-            destination=destination,
+            destination=target.destination,
         )
 
     if staging is not None and slot is not None:

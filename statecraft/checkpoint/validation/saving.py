@@ -5,7 +5,7 @@ Two entry points, one table:
 
 - :func:`run_durable_validation`, at a step where a full-plan validation save is due: save a
   complete ``iter_N`` whose ``trainer.pt`` records stage ``EVALUATION_PENDING`` (the ``save``
-  machine, through :func:`~statecraft.checkpoint.save.saving.save_full_checkpoint`), evaluate,
+  machine, through :func:`~statecraft.checkpoint.save.saving.save_checkpoint`), evaluate,
   record the evaluation, publish;
 - :func:`finish_pending_validation`, after ``resume=auto`` adopted a checkpoint whose stage is
   not ``NONE``: retry exactly the pending stage (evaluate only if no valid evaluated record is
@@ -16,10 +16,10 @@ limitation).
 
 Example::
 
-    report = run_durable_validation(tracked, store, evaluation=Evaluation.of(evaluate),
+    target = SaveTarget(store, lease, SaveMachines.of(load_machine("save")), where)
+    report = run_durable_validation(tracked, target, evaluation=Evaluation.of(evaluate),
                                     identity=identity, rng=rng, data=None, step=100,
-                                    lease=lease, save_machine=load_machine("save"),
-                                    machine=load_machine("validation"), location=where)
+                                    machine=load_machine("validation"))
     report.stage       # ValidationStage.PUBLISHED
     report.metrics     # {'val_loss': 0.41}
 """
@@ -39,7 +39,7 @@ from statecraft.checkpoint.kernel.validation_records import (
     ValidationStage,
     ValidationState,
 )
-from statecraft.checkpoint.save.saving import SaveReport, save_full_checkpoint
+from statecraft.checkpoint.save.saving import SaveReport, SaveTarget, save_checkpoint
 from statecraft.checkpoint.state import DataState
 from statecraft.checkpoint.validation.bindings import PublicationStep, ValidationContext
 from statecraft.errors import TrackingError
@@ -104,17 +104,14 @@ def _run(machine: Any, ctx: ValidationContext, location: str) -> ValidationRepor
 
 def run_durable_validation(
     tracked: Any,
-    store: Store,
+    target: SaveTarget,
     *,
     evaluation: Evaluation,
     identity: ValidationIdentity,
     rng: Any,
     data: DataState | None,
     step: int,
-    lease: WriterLease | None,
-    save_machine: Any,
     machine: Any,
-    location: str,
     publication_steps: Sequence[PublicationStep] = (),
 ) -> ValidationReport:
     """Save ``iter_<step>`` evaluation-pending, evaluate it, record and publish it.
@@ -126,15 +123,15 @@ def run_durable_validation(
 
     Args:
         tracked: the tracked objects (``Tracked``).
-        store: the attempt's checkpoints store.
+        target: the attempt's checkpoints store, this process's writer lease (checked before
+            every publication), the save tables and the checkpoints directory (for the
+            report); its retention and destination are not used (the pending save runs
+            neither: ``publication_steps`` do).
         evaluation: the loop's registered evaluation (called with ``step``).
         identity: this run's validation identity (enabled).
         rng: every rank's RNG streams (gathered by the caller).
         data: every rank's data state, or ``None``.
-        lease: this process's writer lease (checked before every publication).
-        save_machine: the loaded ``save`` machine.
         machine: the loaded ``validation`` machine.
-        location: the checkpoints directory, for the report.
         publication_steps: the shared publication's steps (retention, upload), run before
             the published record.
 
@@ -154,30 +151,21 @@ def run_durable_validation(
     """
     _check_inputs(evaluation, identity, step)
     pending = ValidationState(identity, ValidationStage.EVALUATION_PENDING)
+    bare = attrs.evolve(target, retention=None, destination=None)
 
     def save() -> Any:  # a SaveReport: no slot is given, so the save is synchronous
-        return save_full_checkpoint(
-            tracked,
-            store,
-            rng=rng,
-            data=data,
-            step=step,
-            lease=lease,
-            machine=save_machine,
-            location=location,
-            validation=pending,
-        )
+        return save_checkpoint(tracked, bare, rng=rng, data=data, step=step, validation=pending)
 
     ctx = ValidationContext(
-        store=store,
+        store=target.store,
         iteration=step,
         evaluation=evaluation,
         identity=identity,
-        lease=lease,
+        lease=target.lease,
         save=save,
         publication_steps=tuple(publication_steps),
     )
-    return _run(machine, ctx, location)
+    return _run(machine, ctx, target.location)
 
 
 def finish_pending_validation(

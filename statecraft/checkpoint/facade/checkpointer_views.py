@@ -1,0 +1,165 @@
+"""The attributes a :class:`~statecraft.checkpoint.facade.checkpointer.Checkpointer` has always
+exposed (``ckpt.config``, ``ckpt.attempt``, ``ckpt.saves``, ``ckpt.final`` ...), read from its
+:class:`~statecraft.checkpoint.facade.run_context.RunContext` and
+:class:`~statecraft.checkpoint.facade.run_state.RunState`. Kept apart so the facade module stays
+the list of the loop's calls.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from statecraft.checkpoint.artifacts.saving import ArtifactReport
+from statecraft.checkpoint.config import CheckpointConfig
+from statecraft.checkpoint.facade.run_context import RunContext
+from statecraft.checkpoint.facade.run_state import RunState
+from statecraft.checkpoint.facade.step import StepEnd
+from statecraft.checkpoint.fencing.lease import WriterLease
+from statecraft.checkpoint.kernel.layout import RunAttempt, RunIdentity
+from statecraft.checkpoint.resume.bindings import Tracked
+from statecraft.checkpoint.retention.run import RetentionPlan
+from statecraft.checkpoint.save.saving import SaveReport
+from statecraft.checkpoint.state import UpdateClocks
+from statecraft.checkpoint.stop.records import StopDecision
+from statecraft.checkpoint.stop.termination import TerminationWatch
+from statecraft.engine import RunResult
+from statecraft.parallel.collectives import Collective
+from statecraft.storage.base import Store
+from statecraft.storage.filesystem import Filesystem
+
+__all__ = ["CheckpointerViews"]
+
+
+class CheckpointerViews:
+    """Read access to one run's context and state under the ``Checkpointer``'s attribute names.
+
+    Attributes:
+        run_context: what is fixed for the run (in-package: the facade's helpers take it).
+        run_state: what changes across the run (in-package, likewise).
+    """
+
+    run_context: RunContext
+    run_state: RunState
+
+    @property
+    def config(self) -> CheckpointConfig:
+        """The checkpoint knobs."""
+        return self.run_context.config
+
+    @property
+    def run(self) -> RunIdentity:
+        """The job's identity (``<project>/<group>/<name>``)."""
+        return self.run_context.identity
+
+    @property
+    def output_root(self) -> str:
+        """The absolute directory all runs live under."""
+        return self.run_context.output_root
+
+    @property
+    def collective(self) -> Collective:
+        """Rank coordination."""
+        return self.run_context.collective
+
+    @property
+    def filesystem(self) -> Filesystem | None:
+        """What the local stores act through (``None``: the real OS)."""
+        return self.run_context.filesystem
+
+    @property
+    def retention(self) -> RetentionPlan:
+        """The retention plan run after each durable save."""
+        return self.run_context.retention
+
+    @property
+    def termination(self) -> TerminationWatch:
+        """The termination watch (signals, sentinel file, deadline)."""
+        return self.run_context.termination
+
+    @property
+    def tracked(self) -> Tracked:
+        """The registered training objects and their update clocks."""
+        return self.run_state.tracked
+
+    @property
+    def clocks(self) -> UpdateClocks:
+        """The update clocks (``record()`` advances them)."""
+        return self.run_state.tracked.clocks
+
+    @property
+    def step(self) -> int:
+        """Applied optimizer updates so far (the checkpoint iteration axis)."""
+        return self.run_state.step
+
+    @property
+    def attempt(self) -> RunAttempt | None:
+        """The open attempt (``None`` before the first ``resume()`` / save)."""
+        opened = self.run_state.opened
+        return None if opened is None else opened.attempt
+
+    @property
+    def store(self) -> Store | None:
+        """The open attempt's checkpoints store (``None`` before it opens)."""
+        opened = self.run_state.opened
+        return None if opened is None else opened.store
+
+    @property
+    def lease(self) -> WriterLease | None:
+        """Rank 0's writer lease on the attempt (``None`` elsewhere, and after ``close()``)."""
+        opened = self.run_state.opened
+        return None if opened is None else opened.lease
+
+    @lease.setter
+    def lease(self, lease: WriterLease | None) -> None:
+        # the direct resume wraps the local lease with the object-store root's lease
+        opened = self.run_state.opened
+        if opened is None:
+            raise AttributeError("the attempt is not open yet: there is no lease to replace")
+        self.run_state.opened = attrs.evolve(opened, lease=lease)
+
+    @property
+    def saves(self) -> list[SaveReport]:
+        """The reports of the saves so far (rank 0; an asynchronous one once joined)."""
+        return self.run_state.saves
+
+    @property
+    def artifacts(self) -> list[ArtifactReport]:
+        """The reports of the partial artifacts so far (rank 0)."""
+        return self.run_state.artifacts
+
+    @property
+    def last_saved_step(self) -> int | None:
+        """The newest step this run saved (or resumed from); ``None``: none."""
+        return self.run_state.last_saved_step
+
+    @last_saved_step.setter
+    def last_saved_step(self, step: int | None) -> None:
+        self.run_state.last_saved_step = step
+
+    @property
+    def last_validated_step(self) -> int | None:
+        """The newest step this run validated; ``None``: none."""
+        return self.run_state.last_validated_step
+
+    @property
+    def last_resume_run(self) -> RunResult | None:
+        """The resume machine's run and trace (``None`` before ``resume()``)."""
+        return self.run_state.last_resume_run
+
+    @property
+    def final(self) -> StepEnd | None:
+        """What ``finalize()`` did (``None`` before it)."""
+        return self.run_state.final
+
+    @property
+    def stopped(self) -> StopDecision | None:
+        """The stop decided at a ``step_end()`` (``None``: none)."""
+        return self.run_state.stopped
+
+    @property
+    def _boundaries(self) -> Any:
+        # The handle statecraft.checkpoint.direct.resume sets direct_root / direct_lease on
+        # (its owner moves it to run_state); the run state holds both.
+        return self.run_state
