@@ -60,7 +60,6 @@ KNOWN_OVERSIZE: set[str] = {
     "statecraft/proofs/save/write_job_checks.py",
     "statecraft/storage/objects.py",
     "statecraft/integrations/hf.py",
-    "statecraft/checkpoint/direct/resume.py",
     "statecraft/checkpoint/facade/checkpointer.py",
     "statecraft/cli/inspect/report.py",
 }
