@@ -74,9 +74,7 @@ class ManifestlessSource(DirectResumeSource):
             iteration,
             control_generation=generation,
             control={
-                "trainer.pt": FileRecord(
-                    "trainer.pt", len(trainer_bytes), Digest.of(trainer_bytes)
-                )
+                "trainer.pt": FileRecord("trainer.pt", len(trainer_bytes), Digest.of(trainer_bytes))
             },
             plan=("model", "optimizer", "training_state"),
             writer={"world_size": "1"},

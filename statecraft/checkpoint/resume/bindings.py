@@ -22,6 +22,12 @@ What is on disk comes from the checkpoint catalog (:mod:`statecraft.checkpoint.k
 verification from :mod:`statecraft.checkpoint.kernel.verify`; which files load into which tracked
 object, and how, from the plan model (:mod:`statecraft.checkpoint.kernel.plan`).
 
+The direct object-store primary runs the same table over its root: the context then names a
+:class:`~statecraft.checkpoint.resume.source.CheckpointSource` (a store plus a plan: the
+candidates, how one verifies, how its components are read) and the coordinator steps of
+:mod:`.sourced` take the place of the catalog's; the order, the refusals and the
+all-or-nothing load are the table's.
+
 Under ``torch.distributed`` every rank runs the machine in lock-step: the coordinator effects
 (listing, verifying) run on rank 0 and their outcome and the context fields named in
 :attr:`ResumeContext.coordinated` are broadcast
