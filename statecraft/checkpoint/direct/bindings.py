@@ -37,36 +37,29 @@ be unknown: the retry observes).
 from __future__ import annotations
 
 import logging
-import socket
 import sys
-from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Protocol
 
-import attrs
-
-from statecraft.checkpoint.direct.manifest import (
-    DirectManifest,
-    decode_direct_manifest,
-    generation_dir,
+from statecraft.checkpoint.direct.found_manifest import validate_found
+from statecraft.checkpoint.direct.latest import read_latest
+from statecraft.checkpoint.direct.save_context import (
+    CONTROL_ORDER,
+    GENERATIONS_DIR,
+    DirectPlan,
+    DirectSaveContext,
+    ShardWriter,
+    generation_path,
+    planned_manifest,
 )
-from statecraft.checkpoint.kernel.layout import (
-    LATEST_POINTER,
-    MANIFEST_NAME,
-    format_latest,
-    iter_dirname,
-    parse_latest,
-)
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER, format_latest, iter_dirname
 from statecraft.engine import Bindings
 from statecraft.engine.tagging import Role, collect_bindings, effect, observer
 from statecraft.errors import (
     CheckpointCorruptError,
     DirectSaveError,
     IterationCommittedError,
-    PlanDriftError,
     StoreConflictError,
 )
-from statecraft.storage.base import FileRecord, Store
-from statecraft.storage.digest import Digest
+from statecraft.storage.base import Store
 
 __all__ = [
     "CONTROL_ORDER",
@@ -82,155 +75,9 @@ __all__ = [
 
 log = logging.getLogger("statecraft.direct_save")
 
-#: control files of a generation, in write order
-CONTROL_ORDER = ("trainer.pt", "data.pt")
-_GENERATIONS = ".posttrain/generations"
-#: DCP component -> the logical plan entry it saves (the manifest's ``plan``)
-_LOGICAL = {"model": "model", "optim": "optimizer", "old": "model", "ref": "model"}
-
-
-class _LeaseLike(Protocol):
-    """What the save needs of a writer lease (``ObjectStoreLease`` satisfies it)."""
-
-    def check(self) -> None: ...
-
-
-#: writes the latest pointer under the lease: ``(store, lease, path, data)``
-PointerWriter = Callable[[Store, Any, str, bytes], None]
-
-
-class ShardWriter(Protocol):
-    """Writes this rank's DCP shards (and on the coordinator each component's ``.metadata``,
-    after every rank's shards) of ``ctx.iter_dir``; returns EVERY rank's records (gathered),
-    keyed by path relative to the root (``iter_N/model/__1_0.distcp``)."""
-
-    def __call__(self, ctx: DirectSaveContext) -> Mapping[str, FileRecord]: ...
-
-
-@attrs.frozen
-class DirectPlan:
-    """What a save of one iteration writes; a same-iteration retry must plan the same.
-
-    Attributes:
-        iteration: the step saved.
-        world_size: ranks that write shards.
-        components: the DCP directories (``("model", "optim")``).
-        control: the control files of the generation (``("trainer.pt", "data.pt")``).
-        layout: per component (same order), a digest of its state's keys, shapes and
-            dtypes (empty: not recorded): the same iteration saved from another model is plan
-            drift. The world size is not: a committed iteration reshards on load, so a retry
-            at another world size only confirms it.
-    """
-
-    iteration: int
-    world_size: int
-    components: tuple[str, ...] = ("model", "optim")
-    control: tuple[str, ...] = ("trainer.pt",)
-    layout: tuple[str, ...] = ()
-
-    @property
-    def logical(self) -> tuple[str, ...]:
-        """The manifest's logical plan (``model``, ``optimizer``, ``training_state``)."""
-        names = {_LOGICAL[c] for c in self.components} | {"training_state"}
-        return tuple(n for n in ("model", "optimizer", "training_state") if n in names)
-
-
-def generation_path(iteration: int, generation: str) -> str:
-    """``iter_N/.posttrain/generations/<id>`` (:func:`generation_dir`)."""
-    return generation_dir(iteration, generation)
-
-
-def _no_pointer_fence(store: Store, lease: Any, path: str, data: bytes) -> None:
-    """Without a lease (tools, the harness's single writer): a plain atomic PUT."""
-    store.write_atomic(path, data)
-
-
-@attrs.define
-class DirectSaveContext:
-    """One direct save of ``plan.iteration`` into the object-store root ``store``.
-
-    Attributes:
-        store: the root (``s3://<bucket>/<prefix>``), an ``ObjectStore``; every path is
-            relative to it.
-        plan: what this save writes (compared with a found manifest's plan on a retry).
-        control: the control payloads by name (``trainer.pt``, ``data.pt``), the coordinator's.
-        write_shards: writes the DCP components (see :class:`ShardWriter`).
-        lease: this writer's lease, checked before the components, the manifest and latest
-            (``None``: the harness's single writer, tools).
-        write_pointer: writes latest under the lease (production: the fenced If-Match write).
-        writer: who writes (host, pid; recorded in the manifest).
-        lease_generation: the lease's generation (recorded in the manifest).
-        generation: the control generation id (set by ``stage``).
-        records: every DCP file's record, every rank's (set by ``write_components``).
-        control_records: the control files' records (set by ``write_control``).
-        manifest: the manifest document written or found.
-        latest_before: the iteration latest named when staged (``None``: absent).
-        wrote_latest: this run PUT latest (``False`` when it was confirmed only).
-    """
-
-    coordinated: ClassVar[tuple[str, ...]] = (
-        "generation",
-        "records",
-        "control_records",
-        "manifest",
-        "latest_before",
-        "wrote_latest",
-    )
-
-    store: Store
-    plan: DirectPlan
-    control: dict[str, bytes]
-    write_shards: ShardWriter
-    lease: _LeaseLike | None = None
-    write_pointer: PointerWriter = _no_pointer_fence
-    writer: dict[str, Any] = attrs.field(factory=lambda: {"host": socket.gethostname()})
-    lease_generation: int | None = None
-    generation: str | None = None
-    records: dict[str, FileRecord] = attrs.field(factory=dict)
-    control_records: dict[str, FileRecord] = attrs.field(factory=dict)
-    manifest: DirectManifest | None = None
-    latest_before: int | None = None
-    wrote_latest: bool = False
-
-    @property
-    def iteration(self) -> int:
-        return self.plan.iteration
-
-    @property
-    def iter_dir(self) -> str:
-        return iter_dirname(self.plan.iteration)
-
-    @property
-    def manifest_path(self) -> str:
-        return f"{self.iter_dir}/{MANIFEST_NAME}"
-
-    @property
-    def where(self) -> str:
-        return f"{self.store.describe()}/{self.iter_dir}"
-
-
-# ----------------------------------------------------------------------------- records
-def read_latest(store: Store) -> int | None:
-    """The iteration ``latest_checkpoint.txt`` names (``None`` when absent).
-
-    Raises:
-        CheckpointCorruptError: latest exists but does not name an iteration.
-    """
-    if store.stat(LATEST_POINTER) is None:
-        return None
-    raw = store.read_bytes(LATEST_POINTER)
-    try:
-        return parse_latest(raw)
-    except ValueError as exc:
-        raise CheckpointCorruptError(
-            f"{store.describe()}/{LATEST_POINTER}",
-            f"does not name an iteration ({exc})",
-            "Point it at a committed iter_N (or remove it) after inspecting the root.",
-        ) from None
-
 
 def _next_generation(store: Store, iteration: int) -> str:
-    base = f"{iter_dirname(iteration)}/{_GENERATIONS}"
+    base = f"{iter_dirname(iteration)}/{GENERATIONS_DIR}"
     taken = [int(n) for n in store.list(base) if n.isdigit()]
     return f"{max(taken, default=0) + 1:08d}"
 
@@ -345,26 +192,6 @@ def write_control(ctx: DirectSaveContext) -> None:
     ctx.control_records = records
 
 
-def planned_manifest(ctx: DirectSaveContext) -> DirectManifest:
-    """The manifest this save commits (after its components and control generation)."""
-    if ctx.generation is None:
-        raise DirectSaveError(ctx.where, "the manifest was built before stage picked a generation")
-    prefix = f"{ctx.iter_dir}/"
-    writer = {k: str(v) for k, v in ctx.writer.items()}
-    writer["world_size"] = str(ctx.plan.world_size)
-    return DirectManifest.build(
-        ctx.iteration,
-        control_generation=ctx.generation,
-        control=ctx.control_records,
-        plan=ctx.plan.logical,
-        writer=writer,
-        lease_generation=ctx.lease_generation or 1,
-        components={c: c for c in ctx.plan.components},
-        files={p[len(prefix) :]: r for p, r in ctx.records.items()},
-        layout=dict(zip(ctx.plan.components, ctx.plan.layout, strict=False)),
-    )
-
-
 @effect(role=Role.COORDINATOR)
 def commit_manifest(ctx: DirectSaveContext) -> None:
     """Check the lease, then create the manifest by If-None-Match: the commit.
@@ -409,71 +236,6 @@ def publish_latest(ctx: DirectSaveContext) -> None:
         DirectSaveError: latest names a newer iteration now.
     """
     _publish(ctx)
-
-
-def _drift(ctx: DirectSaveContext, found: DirectManifest) -> list[str]:
-    out = []
-    if found.plan != ctx.plan.logical:
-        out.append(f"plan: committed {list(found.plan)}, now {list(ctx.plan.logical)}")
-    if sorted(found.components) != sorted(ctx.plan.components):
-        out.append(
-            f"components: committed {sorted(found.components)}, now {sorted(ctx.plan.components)}"
-        )
-    if sorted(found.control) != sorted(ctx.plan.control):
-        out.append(f"control files: committed {sorted(found.control)}, now "
-                   f"{sorted(ctx.plan.control)}")  # fmt: skip
-    layout = dict(zip(ctx.plan.components, ctx.plan.layout, strict=False))
-    if found.layout and layout and found.layout != layout:
-        changed = sorted(c for c in layout if found.layout.get(c) != layout[c])
-        out.append(f"state layout (keys, shapes, dtypes) of {changed}")
-    return out
-
-
-def validate_found(ctx: DirectSaveContext) -> DirectManifest:
-    """The found manifest, after checking its plan is this save's and every object it names
-    is in the bucket with its size (control files: and digest). Reads only.
-
-    Raises:
-        PlanDriftError: the committed plan differs (named, both sides).
-        CheckpointCorruptError: the manifest is malformed or names a missing or different
-            object (named).
-    """
-    where = f"{ctx.store.describe()}/{ctx.manifest_path}"
-    found = decode_direct_manifest(
-        ctx.store.read_bytes(ctx.manifest_path), source=where, iteration=ctx.iteration
-    )
-    drift = _drift(ctx, found)
-    if drift:
-        raise PlanDriftError(
-            f"{where}: {ctx.iter_dir} is committed with another plan ({'; '.join(drift)}). A "
-            "committed iteration is never rewritten, so nothing was written. Resume from it "
-            "(or from latest) instead of saving the same iteration with another layout",
-            path=where,
-            differences=drift,
-        )
-    named = [(f"{ctx.iter_dir}/{p}", e) for p, e in found.files.items()]
-    named += [(found.control_path(n), e) for n, e in found.control.items()]
-    for component in found.components.values():
-        if found.files and f"{component}/.metadata" not in found.files:
-            raise CheckpointCorruptError(where, f"names no {component}/.metadata")
-    for path, entry in named:
-        stat = ctx.store.stat(path)
-        if stat is None or stat.is_dir or stat.size != entry.size:
-            shown = "absent" if stat is None else f"{stat.size} bytes"
-            raise CheckpointCorruptError(
-                f"{ctx.store.describe()}/{path}",
-                f"is {shown}; the committed manifest names {entry.size} bytes",
-                "The committed checkpoint is damaged: resume from an older one.",
-            )
-    for name, entry in found.control.items():
-        data = ctx.store.read_bytes(found.control_path(name))
-        if Digest.of(data, entry.digest.algorithm) != entry.digest:
-            raise CheckpointCorruptError(
-                f"{ctx.store.describe()}/{found.control_path(name)}",
-                f"does not match the digest the manifest records ({entry.digest})",
-                "The committed checkpoint is damaged: resume from an older one.",
-            )
-    return found
 
 
 @effect(role=Role.COORDINATOR)

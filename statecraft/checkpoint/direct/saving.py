@@ -65,6 +65,7 @@ __all__ = [
     "DirectStorageWriter",
     "RootLike",
     "component_states",
+    "direct_save_context",
     "save_direct_checkpoint",
 ]
 
@@ -156,6 +157,53 @@ def _shard_writer(states: Mapping[str, dict[str, Any]], collective: Collective) 
     return write
 
 
+def direct_save_context(
+    tracked: Any,
+    store: Store,
+    *,
+    collective: Collective,
+    rng: Any,
+    data: DataState | None,
+    step: int,
+    lease: Any,
+    validation: ValidationState | None = None,
+    write_pointer: Any = None,
+) -> DirectSaveContext:
+    """The ``direct_save`` machine's context for saving iteration ``step`` of ``tracked`` into
+    the root ``store`` (every rank builds its own; the one place it is built: the facade's
+    save and the crash harness's). Arguments as :func:`save_direct_checkpoint`.
+
+    Raises:
+        UnsafeStateError: a value would not load back (nothing written).
+    """
+    states = component_states(tracked)  # first: trainer.pt then records the pristine marker
+    trainer = capture_trainer(tracked, rng=rng, data=data, validation=validation)
+    control = {"trainer.pt": _torch_bytes(trainer.to_payload())}
+    if data is not None:
+        control["data.pt"] = _torch_bytes(data.to_payload())
+    plan = DirectPlan(
+        iteration=step,
+        world_size=collective.world_size,
+        components=tuple(states),
+        control=tuple(control),
+        layout=tuple(state_layout(states[c]) for c in states),
+    )
+    ctx = DirectSaveContext(
+        store=store,
+        plan=plan,
+        control=control if collective.rank == 0 else {},
+        write_shards=_shard_writer(states, collective),
+        lease=lease,
+        lease_generation=getattr(lease, "generation", None),
+        writer=_writer_info(lease),
+    )
+    if write_pointer is not None:
+        ctx.write_pointer = write_pointer
+    elif lease is not None:
+        ctx.write_pointer = _fenced_pointer
+    return ctx
+
+
 def save_direct_checkpoint(
     tracked: Any,
     root: RootLike,
@@ -187,31 +235,17 @@ def save_direct_checkpoint(
         see the module docstring.
     """
     started = time.perf_counter()
-    states = component_states(tracked)  # first: trainer.pt then records the pristine marker
-    trainer = capture_trainer(tracked, rng=rng, data=data, validation=validation)
-    control = {"trainer.pt": _torch_bytes(trainer.to_payload())}
-    if data is not None:
-        control["data.pt"] = _torch_bytes(data.to_payload())
-    plan = DirectPlan(
-        iteration=step,
-        world_size=collective.world_size,
-        components=tuple(states),
-        control=tuple(control),
-        layout=tuple(state_layout(states[c]) for c in states),
-    )
-    ctx = DirectSaveContext(
-        store=root.store,
-        plan=plan,
-        control=control if collective.rank == 0 else {},
-        write_shards=_shard_writer(states, collective),
+    ctx = direct_save_context(
+        tracked,
+        root.store,
+        collective=collective,
+        rng=rng,
+        data=data,
+        step=step,
         lease=lease,
-        lease_generation=getattr(lease, "generation", None),
-        writer=_writer_info(lease),
+        validation=validation,
+        write_pointer=write_pointer,
     )
-    if write_pointer is not None:
-        ctx.write_pointer = write_pointer
-    elif lease is not None:
-        ctx.write_pointer = _fenced_pointer
     machine = shipped_machine("direct_save")
     label = on_rank_zero(collective, lambda: machine.observe(ctx))
     result = machine.run(

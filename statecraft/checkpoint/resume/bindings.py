@@ -22,6 +22,12 @@ What is on disk comes from the checkpoint catalog (:mod:`statecraft.checkpoint.k
 verification from :mod:`statecraft.checkpoint.kernel.verify`; which files load into which tracked
 object, and how, from the plan model (:mod:`statecraft.checkpoint.kernel.plan`).
 
+The direct object-store primary runs the same table over its root: the context then names a
+:class:`~statecraft.checkpoint.resume.source.CheckpointSource` (a store plus a plan: the
+candidates, how one verifies, how its components are read) and the coordinator steps of
+:mod:`.sourced` take the place of the catalog's; the order, the refusals and the
+all-or-nothing load are the table's.
+
 Under ``torch.distributed`` every rank runs the machine in lock-step: the coordinator effects
 (listing, verifying) run on rank 0 and their outcome and the context fields named in
 :attr:`ResumeContext.coordinated` are broadcast
@@ -53,6 +59,12 @@ from statecraft.checkpoint.resume.data import add_note, data_status, fit_problem
 from statecraft.checkpoint.resume.explicit import verify_explicit_source
 from statecraft.checkpoint.resume.records import ResumeContext, ResumeResult, Tracked
 from statecraft.checkpoint.resume.rules import artifact_refusal
+from statecraft.checkpoint.resume.sourced import (
+    list_source_candidates,
+    refuse_source_fresh_start,
+    verify_source_candidate,
+    verify_source_explicit,
+)
 from statecraft.checkpoint.state import (
     check_scheduler_identity,
     restore_rank_rng,
@@ -103,6 +115,9 @@ def list_candidates(ctx: ResumeContext) -> None:
     """Scan the attempt's catalog (its iterations, newest first, and a note on a bad latest
     pointer) and its artifacts."""
     _scan_artifacts(ctx)
+    if ctx.source is not None:  # the direct object-store root (:mod:`.sourced`)
+        list_source_candidates(ctx)
+        return
     if ctx.store is None:
         iterations: list[int] = []
     else:
@@ -129,6 +144,9 @@ def verify_next_candidate(ctx: ResumeContext) -> None:
         CheckpointCorruptError: the candidate does not verify (the table moves to the next).
     """
     iteration = ctx.candidates.pop(0)
+    if ctx.source is not None:
+        verify_source_candidate(ctx, iteration)
+        return
     if ctx.store is None:
         raise ResumeError("verify_next_candidate ran without a checkpoints store")
     catalog = ctx.catalog or scan(ctx.store, level=ctx.verify_level, writer=ctx.writer)
@@ -188,6 +206,9 @@ def verify_explicit(ctx: ResumeContext) -> None:
             verify.
     """
     _scan_artifacts(ctx)
+    if ctx.source is not None:
+        verify_source_explicit(ctx)
+        return
     chosen, reading = verify_explicit_source(
         ctx.explicit or "",
         fs=ctx.filesystem or OsFilesystem(),
@@ -216,6 +237,8 @@ def require_no_artifacts(ctx: ResumeContext) -> None:
     )
     if refusal is not None:
         raise refusal
+    if ctx.source is not None:  # e.g. latest names an iteration that did not verify
+        refuse_source_fresh_start(ctx)
 
 
 @effect(role=Role.COORDINATOR)
@@ -288,7 +311,11 @@ def load_checkpoint(ctx: ResumeContext) -> None:
     if problem:
         raise ResumeError(problem)
     read_data = ctx.cursor_resume != "off"
-    if chosen.manifest is not None and chosen.manifest.format == "dcp":
+    if not isinstance(chosen, VerifiedCheckpoint):  # a source's: read through the source
+        if ctx.source is None:
+            raise ResumeError(f"{chosen.location}: verified by a source the context lacks")
+        parts = ctx.source.read_components(chosen, tracked, read_data=read_data)
+    elif chosen.manifest is not None and chosen.manifest.format == "dcp":
         # every rank loads the items its live objects need into scratch targets (resharding
         # through DCP's load planner); nothing live changes until load_all_or_nothing applies
         parts = read_dcp_components(chosen, tracked, trainer, ctx.writer, read_data=read_data)
@@ -310,7 +337,8 @@ def load_checkpoint(ctx: ResumeContext) -> None:
         reason += f", validation {ctx.chosen_stage.value.replace('_', '-')}"
     if ctx.passed_over:
         reason += f"; passed over {', '.join(p.name for p in ctx.passed_over)}"
-    if ctx.verify_level != "digest" and chosen.manifest is not None:
+    digests_skipped = isinstance(chosen, VerifiedCheckpoint) and chosen.manifest is not None
+    if ctx.verify_level != "digest" and digests_skipped:
         add_note(
             ctx,
             f"verify={ctx.verify_level}: file sizes were checked but not content digests, so "

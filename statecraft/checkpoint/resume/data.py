@@ -11,6 +11,7 @@ import logging
 from statecraft.checkpoint.kernel.plan import CHECKPOINT_PLAN
 from statecraft.checkpoint.kernel.verify import VerifiedCheckpoint
 from statecraft.checkpoint.resume.records import ResumeContext
+from statecraft.checkpoint.resume.source import SourcedCheckpoint
 from statecraft.checkpoint.state import DataState
 from statecraft.errors import ResumeError
 
@@ -19,13 +20,15 @@ __all__ = ["add_note", "data_status", "fit_problem"]
 log = logging.getLogger("statecraft.resume")
 
 
-def fit_problem(ctx: ResumeContext, chosen: VerifiedCheckpoint) -> str | None:
+def fit_problem(ctx: ResumeContext, chosen: VerifiedCheckpoint | SourcedCheckpoint) -> str | None:
     """Why ``chosen`` verifies but cannot be this resume's source, or ``None``: the process
     tracks a data source under ``data.cursor_resume=strict`` and the checkpoint has no
     ``data.pt`` (a resume that requires the exact data cursor must not restart it)."""
     if ctx.tracked.data is None or ctx.cursor_resume != "strict":
         return None
-    if chosen.legacy_payload is not None:
+    if not isinstance(chosen, VerifiedCheckpoint):
+        has_data = chosen.has_data
+    elif chosen.legacy_payload is not None:
         has_data = chosen.legacy_payload.get("data") is not None
     else:
         has_data = chosen.manifest is not None and "data.pt" in chosen.manifest.files
@@ -45,7 +48,9 @@ def add_note(ctx: ResumeContext, note: str) -> None:
     ctx.notes.append(note)
 
 
-def data_status(ctx: ResumeContext, chosen: VerifiedCheckpoint, state: DataState | None) -> str:
+def data_status(
+    ctx: ResumeContext, chosen: VerifiedCheckpoint | SourcedCheckpoint, state: DataState | None
+) -> str:
     """What will happen to this rank's data source (nothing is loaded here).
 
     Raises:

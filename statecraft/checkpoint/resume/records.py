@@ -13,6 +13,7 @@ from statecraft.checkpoint.kernel.artifact_catalog import ArtifactEntry
 from statecraft.checkpoint.kernel.catalog import Catalog, PassedOver
 from statecraft.checkpoint.kernel.validation_records import ValidationIdentity, ValidationStage
 from statecraft.checkpoint.kernel.verify import VerifiedCheckpoint
+from statecraft.checkpoint.resume.source import CheckpointSource, SourcedCheckpoint
 from statecraft.checkpoint.state import UpdateClocks
 from statecraft.parallel.collectives import Collective, SingleProcess
 from statecraft.storage.base import Store
@@ -95,6 +96,11 @@ class ResumeContext:
             constrain what may be resumed (:mod:`.resume_rules`).
         validation_identity: this run's validation identity, checked against the chosen
             checkpoint's before anything loads; ``None``: not checked.
+        source: where the checkpoints are when they are not a local attempt's tree (the direct
+            object-store root: :mod:`statecraft.checkpoint.resume.source`); ``store`` is then
+            ``None``, and ``chosen`` is the source's :class:`SourcedCheckpoint`.
+        candidate_errors: why each candidate failed verification (rank 0 only; the source's
+            :meth:`~CheckpointSource.fresh_refusal` reads them).
         catalog: the attempt's catalog (rank 0 only; set by ``list_candidates``).
         newest_artifact: the attempt's newest artifact with a manifest (set when the
             artifacts are scanned).
@@ -124,6 +130,8 @@ class ResumeContext:
     filesystem: Filesystem | None = None
     artifacts: Store | None = None
     validation_identity: ValidationIdentity | None = None
+    source: CheckpointSource | None = None
+    candidate_errors: dict[int, Exception] = attrs.field(factory=dict)
     catalog: Catalog | None = None
     artifacts_scanned: bool = False
     newest_artifact: ArtifactEntry | None = None
@@ -131,7 +139,7 @@ class ResumeContext:
     chosen_metrics: dict[str, float] | None = None
     candidates: list[int] = attrs.field(factory=list)
     passed_over: list[PassedOver] = attrs.field(factory=list)
-    chosen: VerifiedCheckpoint | None = None
+    chosen: VerifiedCheckpoint | SourcedCheckpoint | None = None
     result: ResumeResult | None = None
     fresh_reason: str = ""
     notes: list[str] = attrs.field(factory=list)
