@@ -18,50 +18,6 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "statecraft"
 MAX_LINES = 400
 
-#: Cycles still being taken apart (each entry: the sorted modules of one cycle). Empty when done.
-KNOWN_CYCLES: list[list[str]] = [
-    ["statecraft.storage.base", "statecraft.storage.digest"],
-    ["statecraft.storage.local", "statecraft.storage.local_writer"],
-    ["statecraft.storage.s3", "statecraft.storage.s3_transfer"],
-    [
-        "statecraft.checkpoint.config.load",
-        "statecraft.checkpoint.config.schema",
-        "statecraft.checkpoint.config.support",
-    ],
-    ["statecraft.checkpoint.async_writes.isolation", "statecraft.checkpoint.async_writes.staging"],
-    [
-        "statecraft.checkpoint.facade.attempt_open",
-        "statecraft.checkpoint.facade.boundary_run",
-        "statecraft.checkpoint.facade.boundary_step",
-        "statecraft.checkpoint.facade.checkpointer",
-        "statecraft.checkpoint.facade.construction",
-        "statecraft.checkpoint.facade.emergency_step",
-        "statecraft.checkpoint.facade.resume_run",
-        "statecraft.checkpoint.facade.stopping",
-        "statecraft.checkpoint.facade.validation_resume",
-    ],
-    [
-        "statecraft.cli.bench.async_save",
-        "statecraft.cli.bench.report",
-        "statecraft.cli.bench.save",
-        "statecraft.cli.bench.sweep",
-    ],
-]
-
-#: Modules still over the limit, being split. Empty when done.
-KNOWN_OVERSIZE: set[str] = {
-    "statecraft/errors.py",
-    "statecraft/writers/dcp_storage.py",
-    "statecraft/checkpoint/facade/boundary_run.py",
-    "statecraft/cli/demo_train.py",
-    "statecraft/storage/s3.py",
-    "statecraft/storage/objects.py",
-    "statecraft/integrations/hf.py",
-    "statecraft/checkpoint/facade/checkpointer.py",
-    "statecraft/cli/inspect/report.py",
-}
-
-
 def import_cycles(package: str) -> list[list[str]]:
     """Every strongly connected component of more than one module in ``package``'s import graph
     (imports under ``TYPE_CHECKING`` and inside functions count: they are still arrows)."""
@@ -109,17 +65,10 @@ def import_cycles(package: str) -> list[list[str]]:
 
 def test_no_import_cycle() -> None:
     """No two modules of statecraft import each other, directly or through others."""
-    cycles = [c for c in import_cycles("statecraft") if c not in KNOWN_CYCLES]
+    cycles = import_cycles("statecraft")
     assert cycles == [], "import cycles (break each one; grimp shows the arrows):\n" + "\n".join(
         " <-> ".join(c) for c in cycles
     )
-
-
-def test_known_cycles_are_still_cycles() -> None:
-    """The list of cycles being taken apart shrinks: an entry that is gone is removed from it."""
-    cycles = import_cycles("statecraft")
-    stale = [c for c in KNOWN_CYCLES if c not in cycles]
-    assert stale == [], f"remove from KNOWN_CYCLES: {stale}"
 
 
 def _modules() -> list[Path]:
@@ -133,10 +82,7 @@ def test_no_module_over_the_limit() -> None:
         for path in _modules()
         if len(path.read_text().splitlines()) > MAX_LINES
     }
-    new = {path: lines for path, lines in over.items() if path not in KNOWN_OVERSIZE}
-    assert new == {}, f"split these modules (limit {MAX_LINES} lines): {new}"
-    stale = sorted(KNOWN_OVERSIZE - set(over))
-    assert stale == [], f"remove from KNOWN_OVERSIZE: {stale}"
+    assert over == {}, f"split these modules (limit {MAX_LINES} lines): {over}"
 
 
 def test_every_package_says_what_it_owns() -> None:

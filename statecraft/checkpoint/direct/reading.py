@@ -32,7 +32,8 @@ from statecraft.checkpoint.state import DataState, TrainerState
 from statecraft.errors import CheckpointCorruptError, ResumeError
 from statecraft.storage.base import Store
 from statecraft.storage.digest import Digest
-from statecraft.writers.dcp_storage import StoreStorageReader, unwrap_checkpoint_exception
+from statecraft.writers.dcp_failures import unwrap_checkpoint_exception
+from statecraft.writers.dcp_store_reader import StoreStorageReader
 
 __all__ = ["DirectCheckpoint", "read_dcp_components", "read_direct_checkpoint"]
 
