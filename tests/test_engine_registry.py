@@ -12,6 +12,7 @@ from statecraft.checkpoint.save import bindings as save
 from statecraft.engine import Machine, discover, load_table, transaction_names
 from statecraft.engine.registry import import_object, load_bindings, load_machine, load_transaction
 from statecraft.errors import MachineDefinitionError, SpecError, StatecraftError
+from statecraft.proofs.resume.scenarios import resume_scenarios
 from statecraft.proofs.save.scenarios import save_scenarios
 from statecraft.resources import machine_path, machines_dir, specs_dir
 
@@ -26,7 +27,7 @@ class TestDiscover:
         assert found["save"].bindings == save.save_bindings()
         assert found["resume"].bindings == resume.resume_bindings()
         assert found["save"].scenarios_factory() is save_scenarios
-        assert found["resume"].scenarios_factory() is save_scenarios
+        assert found["resume"].scenarios_factory() is resume_scenarios
         assert isinstance(found["save"].machine(), Machine)
 
     def test_unknown_machine(self, tmp_path) -> None:
