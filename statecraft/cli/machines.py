@@ -5,7 +5,7 @@ All act on a machines directory (``--machines-dir``, default: the shipped ``mach
 ``check`` and ``table`` on a specs directory too (``--specs-dir``, default: the shipped
 ``specs/``): the transactions are the tables found there, nothing is listed by hand.
 ``table`` prints the markdown table of ``docs/machines.md`` (between its
-:data:`TABLE_BEGIN` / :data:`TABLE_END` markers; ``tests/test_cli.py`` keeps them equal).
+:data:`TABLE_BEGIN` / :data:`TABLE_END` markers; ``tests/cli/test_cli.py`` keeps them equal).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ A *forked* writer is not measured: it deadlocks on the commit thread pool it inh
 
 Both saves are real ``Checkpointer.save()`` calls (``save_async`` on and off, each with its
 own output root, ``keep_model_last=2`` so retention rides every write job). Nothing asserts
-a speed; ``tests/test_bench_async.py`` checks the shape.
+a speed; ``tests/cli/test_bench_async.py`` checks the shape.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ seconds of each, the ratios statecraft / plain (target: save <= 1.05x), and per 
 shard bytes, RSS increase and their ratio. The S3 part (direct save against plain boto3
 uploads of the same shard files) is :func:`statecraft.cli.bench.dcp_s3.bench_direct_s3`
 when that module is installed; otherwise the report says ``skipped: ...``. Nothing here
-asserts a speed; ``tests/test_bench_dcp.py`` checks the shape.
+asserts a speed; ``tests/cli/test_bench_dcp.py`` checks the shape.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ parameters, two thirds moments), each repeat runs, in alternating order:
 Reported: the medians, the ratio ``step_end / sync save`` and the absolute overhead
 ``step_end - sync save`` in seconds. Target: one save plus at most
 :data:`EMERGENCY_OVERHEAD_TARGET_S` (1 s). Nothing asserts a speed;
-``tests/test_bench_emergency.py`` checks the shape.
+``tests/cli/test_bench_emergency.py`` checks the shape.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ order, each in a fresh output directory:
 Reported: the median per-save seconds of each, the ratio ``seal / plain _save_checkpoint``
 (the overhead of a commit over the Trainer's own save), ``(save + seal) / plain save``, and
 the whole ``train()`` wall time of both variants. Nothing asserts a speed;
-``tests/test_hf_bench.py`` checks the shape.
+``tests/integrations/test_hf_bench.py`` checks the shape.
 """
 
 from __future__ import annotations

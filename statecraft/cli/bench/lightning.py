@@ -18,7 +18,7 @@ One run shape, three plugins, each in its own directory: a ``LightningModule`` o
 Every ``save_checkpoint`` call is timed on the training thread by a thin wrapper plugin; the
 first save of each plugin is included in the samples (async: it allocates the staging
 buffers) and the median is reported. The configurations run in a rotating order over
-``--repeat`` rounds. Nothing asserts a speed; ``tests/test_bench_lightning.py`` checks the
+``--repeat`` rounds. Nothing asserts a speed; ``tests/cli/test_bench_lightning.py`` checks the
 shape.
 """
 

@@ -23,7 +23,7 @@ before each phase so neither side pays for the other's writeback:
 Both clients use the same botocore settings (path-style addressing, checksums only when
 required). Reported: the median seconds and GB/s of each, and the ratios boto3 seconds /
 statecraft seconds (1.0 = as fast; the target is >= 0.9). Every object the bench wrote is
-deleted at the end. Nothing asserts a speed; ``tests/test_bench_upload.py`` checks the shape.
+deleted at the end. Nothing asserts a speed; ``tests/cli/test_bench_upload.py`` checks the shape.
 """
 
 from __future__ import annotations

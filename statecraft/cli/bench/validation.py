@@ -14,7 +14,7 @@ optimizer with momentum state):
 
 Reported: the median seconds of each, the ratios to the save, and the durable validation's
 extra milliseconds (its two exclusive-create records and the stage reads). Nothing asserts a
-speed; ``tests/test_bench.py`` checks the shape of the output.
+speed; ``tests/cli/test_bench.py`` checks the shape of the output.
 """
 
 from __future__ import annotations

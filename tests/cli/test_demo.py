@@ -42,7 +42,7 @@ from statecraft.cli.demo.preempt import choose_preempt, stop_problems
 from statecraft.cli.demo_train import ShuffledBatches, train
 from statecraft.storage.local import LocalStore
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _env(tmp_path: Path) -> dict[str, str]:

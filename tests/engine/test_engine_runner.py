@@ -27,7 +27,7 @@ from statecraft.engine import (
 from statecraft.errors import MachineRuntimeError
 from statecraft.storage import LocalStore, OsFilesystem, SimFilesystem
 
-TOY_TABLE = Path(__file__).parent / "toy" / "replace.toml"
+TOY_TABLE = Path(__file__).resolve().parents[1] / "toy" / "replace.toml"
 
 
 @attrs.define

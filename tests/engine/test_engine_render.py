@@ -8,7 +8,7 @@ import pytest
 
 from statecraft.engine import load_table, parse_table, render_mermaid
 
-TOY_TABLE = Path(__file__).parent / "toy" / "replace.toml"
+TOY_TABLE = Path(__file__).resolve().parents[1] / "toy" / "replace.toml"
 
 TABLE = parse_table(
     {

@@ -106,7 +106,7 @@ def launch(
 ) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
-        "TESTS_DIR": str(Path(__file__).parent),
+        "TESTS_DIR": str(Path(__file__).resolve().parents[1]),
         "CONFIG": json.dumps(CONFIG),
         "FAIL_AT": str(fail_at) if fail_at else "",
         "KILL_AT": str(kill_at) if kill_at else "",
@@ -282,7 +282,7 @@ def test_in_process_failure_reaches_the_loop_and_validate_with_after_resume_is_r
 def test_the_user_guide_example_runs(tmp_path, capsys):
     """docs/checkpointing.md's validation example runs as written: it validates at steps 5,
     10, 15 and 20 and publishes each durable validation checkpoint."""
-    text = (Path(__file__).resolve().parents[1] / "docs" / "checkpointing.md").read_text()
+    text = (Path(__file__).resolve().parents[2] / "docs" / "checkpointing.md").read_text()
     after = text.split("<!-- example: validation", 1)[1]
     code = after.split("```python\n", 1)[1].split("```", 1)[0]
     exec(compile(code, "checkpointing.md", "exec"), {"out": tmp_path})

@@ -1,7 +1,7 @@
 """The direct object-store primary end to end on one process: train, save with
 save_direct_checkpoint into a bucket root, resume with resume_direct into fresh objects, train
 on: bit-exact against the uninterrupted run. The bucket is the simulated one here (fast); the
-SeaweedFS tests (tests/test_direct_s3.py) repeat it against the real server."""
+SeaweedFS tests (tests/direct/test_direct_s3.py) repeat it against the real server."""
 
 from __future__ import annotations
 

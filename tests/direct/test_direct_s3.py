@@ -1,6 +1,6 @@
 """The direct object-store primary against the real S3 server (SeaweedFS, the ``s3_server``
 fixture, real boto3): train + save + resume bit-exact from the bucket (one process; two gloo
-ranks in tests/test_direct_s3_multirank.py), an explicit ``s3://.../iter_N`` and a copied
+ranks in tests/direct/test_direct_s3_multirank.py), an explicit ``s3://.../iter_N`` and a copied
 tree, the retry after an ambiguous latest PUT, two writers on one root, a stale writer, and
 bad input: every refusal names the culprit and nothing committed is lost."""
 

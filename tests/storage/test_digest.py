@@ -36,7 +36,7 @@ from statecraft.storage.digest import (
     new_hasher,
 )
 
-SPECS = Path(__file__).resolve().parent.parent / "specs"
+SPECS = Path(__file__).resolve().parents[2] / "specs"
 
 
 def xxh3(data: bytes) -> Digest:

@@ -27,8 +27,8 @@ from statecraft.storage.local import LocalStore
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
-RUNS = Path(__file__).resolve().parent / "lightning_runs.py"
+REPO = Path(__file__).resolve().parents[2]
+RUNS = Path(__file__).resolve().parents[1] / "lightning_runs.py"
 EPOCHS = 3
 BLOCK_EPOCH = 1  # the kill lands while last.ckpt of this epoch is being written
 

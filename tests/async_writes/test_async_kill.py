@@ -65,7 +65,7 @@ CHILD = textwrap.dedent(
 
 
 def _launch(script: Path, out: Path, result: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "TESTS_DIR": str(Path(__file__).parent)}
+    env = {**os.environ, "TESTS_DIR": str(Path(__file__).resolve().parents[1])}
     return subprocess.Popen(
         [sys.executable, str(script), str(out), str(STEPS), str(result)],
         stdout=subprocess.PIPE,

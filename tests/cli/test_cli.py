@@ -16,7 +16,7 @@ from statecraft.cli import main
 from statecraft.engine import load_table, render_mermaid
 from statecraft.resources import machines_dir, spec_path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 ENVELOPE_KEYS = {"result_version", "command", "status", "exit_code", "data", "errors"}
 
 

@@ -220,7 +220,7 @@ CHILD = textwrap.dedent(
 def launch(out: Path, script: Path, *, kill_at_pointer: int = 0) -> subprocess.CompletedProcess:
     env = {
         **os.environ,
-        "TESTS_DIR": str(Path(__file__).parent),
+        "TESTS_DIR": str(Path(__file__).resolve().parents[1]),
         "KILL_AT_POINTER": str(kill_at_pointer),
     }
     return subprocess.run(
