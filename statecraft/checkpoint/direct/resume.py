@@ -22,7 +22,7 @@ outcome; every rank reads the DCP components in place; everything lands all or n
     result = load_direct_checkpoint(tracked, root.store, collective=c, location=root.uri)
     result.step     # the resumed iteration (0: the root holds no latest -> fresh start)
 
-    ckpt.resume()   # Checkpointer with backend=object_store: run_resume -> resume_direct(ckpt)
+    ckpt.resume()   # Checkpointer with backend=object_store: the facade -> resume_direct(...)
 
 Failure modes (nothing is loaded): ``ResumeError`` (an explicit ``s3://`` path holds no
 manifest, a component does not fit), ``CheckpointCorruptError`` (a malformed manifest or
@@ -34,7 +34,9 @@ bucket did not answer; wrong credentials are refused when the root is opened).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import attrs
 
 from statecraft.checkpoint.direct.explicit_root import open_explicit_root
 from statecraft.checkpoint.direct.reading import DirectCheckpoint, read_direct_checkpoint
@@ -49,8 +51,15 @@ from statecraft.parallel.coordinated import rank_zero_effects
 from statecraft.parallel.rank0 import on_rank_zero
 from statecraft.storage.base import Store
 
+if TYPE_CHECKING:
+    from statecraft.checkpoint.config.schema import CheckpointConfig
+    from statecraft.checkpoint.direct.root import DirectRoot
+    from statecraft.checkpoint.fencing.object_lease_handle import ObjectStoreLease
+    from statecraft.checkpoint.kernel.layout import RunAttempt, RunIdentity
+
 __all__ = [
     "DirectCheckpoint",
+    "DirectResume",
     "ObjectRootLease",
     "load_direct_checkpoint",
     "open_explicit_root",
@@ -164,14 +173,31 @@ def refuse_local_only_features(config: Any) -> None:
         )
 
 
-def resume_direct(ckpt: Any) -> ResumeResult:
-    """``Checkpointer.resume()`` under ``checkpoint_store.backend=object_store`` (every rank;
-    called by ``run_resume``): resolve the local attempt (run directory, resolved config,
-    RUN_TS and the local writer lease stay under the output root), open the direct root
-    (wrong credentials, an unknown bucket or a dead endpoint fail here, nothing written),
-    take its object-store lease on rank 0 (a live owner refuses, named), then load latest of
-    the root (``resume=auto``), nothing (``resume=off``: a fresh start) or the explicit
-    ``resume=s3://.../iter_N``. The boundary runner then saves into the root.
+@attrs.frozen
+class DirectResume:
+    """What :func:`resume_direct` leaves for the facade to hold: the resume's result, the
+    opened root and rank 0's lease on it (``None`` on the other ranks)."""
+
+    result: ResumeResult
+    root: DirectRoot
+    lease: ObjectStoreLease | None
+
+
+def resume_direct(
+    config: CheckpointConfig,
+    *,
+    attempt: RunAttempt,
+    run: RunIdentity,
+    tracked: Any,
+    collective: Collective,
+) -> DirectResume:
+    """``Checkpointer.resume()`` under ``checkpoint_store.backend=object_store`` (every rank,
+    after :func:`refuse_local_only_features` and with the local attempt open: its run
+    directory, resolved config, RUN_TS and the local writer lease stay under the output root): open the direct root (wrong credentials, an
+    unknown bucket or a dead endpoint fail here, nothing written), take its object-store
+    lease on rank 0 (a live owner refuses, named), then load latest of the root
+    (``resume=auto``), nothing (``resume=off``: a fresh start) or the explicit
+    ``resume=s3://.../iter_N``. The facade then saves into the returned root.
 
     Raises:
         WriterLeaseError: another job holds the root's lease (named); nothing was loaded.
@@ -180,14 +206,10 @@ def resume_direct(ckpt: Any) -> ResumeResult:
     from statecraft.checkpoint.direct.root import open_direct_root
     from statecraft.checkpoint.fencing.object_lease import acquire_object_lease
 
-    config = ckpt.config
     store_config = config.checkpoint_store
-    refuse_local_only_features(config)
-    ckpt._ensure_attempt()
-    collective = ckpt.collective
-    root = open_direct_root(store_config, ckpt.attempt, run=ckpt.run)
+    root = open_direct_root(store_config, attempt, run=run)
 
-    held: list[Any] = []  # rank 0's lease stays on rank 0; its outcome (an error) reaches all
+    held: list[ObjectStoreLease] = []  # rank 0 holds it; its outcome (an error) reaches all
 
     def take() -> None:
         held.append(
@@ -197,28 +219,17 @@ def resume_direct(ckpt: Any) -> ResumeResult:
         )
 
     on_rank_zero(collective, take)
-    remote = held[0] if held else None
-    boundaries = ckpt._boundaries
-    boundaries.direct_root = root
-    boundaries.direct_lease = remote
-    if remote is not None and ckpt.lease is not None:
-        ckpt.lease = ObjectRootLease(ckpt.lease, remote)
     mode = config.resume
     if mode in ("off", "auto"):
         source = DirectResumeSource(root.store, root.uri)
     else:
-        store, uri, iteration = open_explicit_root(
-            root, mode, config=store_config, attempt=ckpt.attempt
-        )
+        store, uri, iteration = open_explicit_root(root, mode, config=store_config, attempt=attempt)
         source = DirectResumeSource(store, uri, iteration)
     result = run_direct_resume(
-        ckpt.tracked,
+        tracked,
         source,
         mode=mode,
         collective=collective,
         cursor_resume=config.data.cursor_resume,
     )
-    ckpt.last_saved_step = result.step if result.source is not None else None
-    if config.termination.enabled:
-        ckpt.termination.install()
-    return result
+    return DirectResume(result=result, root=root, lease=held[0] if held else None)

@@ -39,7 +39,6 @@ from typing import Any
 from statecraft.checkpoint.artifacts.saving import ArtifactReport
 from statecraft.checkpoint.async_writes.write_slot import PendingSave
 from statecraft.checkpoint.config import CheckpointConfig
-from statecraft.checkpoint.facade.attempt_open import ensure_attempt
 from statecraft.checkpoint.facade.boundary import decide_boundary
 from statecraft.checkpoint.facade.boundary_run import BoundaryRunner
 from statecraft.checkpoint.facade.boundary_step import due_boundary, execute
@@ -59,7 +58,6 @@ from statecraft.checkpoint.save.saving import SaveReport
 from statecraft.checkpoint.state import Outcome, SchedulerIdentity
 from statecraft.errors import TrackingError
 from statecraft.parallel.collectives import Collective
-from statecraft.storage.base import Store
 from statecraft.storage.filesystem import Filesystem
 
 __all__ = ["Checkpointer", "SaveReport"]
@@ -238,10 +236,6 @@ class Checkpointer(CheckpointerViews):
         """
         close_run(self.run_context, self.run_state)
 
-    def _ensure_attempt(self) -> Store:
-        # the open attempt's checkpoints store (statecraft.checkpoint.direct.resume calls it)
-        return ensure_attempt(self.run_context, self.run_state).store
-
     # ----------------------------------------------------------------- resume
     def resume(self) -> ResumeResult:
         """Decide where training starts and load it (``machines/resume.toml``). Call it once,
@@ -264,13 +258,12 @@ class Checkpointer(CheckpointerViews):
         """
         self.run_state.require_tracked("resume")
         if self.config.checkpoint_store.backend == "object_store":
-            # the direct object-store primary resumes through its own code
-            from statecraft.checkpoint.direct.resume import (  # type: ignore[import-not-found,unused-ignore]
-                resume_direct,
+            # the direct object-store primary resumes through its root (imported on use)
+            from statecraft.checkpoint.facade.direct_resume_run import (
+                run_direct_resume_in_attempt,
             )
 
-            direct: ResumeResult = resume_direct(self)
-            return direct
+            return run_direct_resume_in_attempt(self.run_context, self.run_state)
         return run_resume(self.run_context, self.run_state, self._runner)
 
     # ------------------------------------------------------------------ steps

@@ -7,10 +7,6 @@ the list of the loop's calls.
 
 from __future__ import annotations
 
-from typing import Any
-
-import attrs
-
 from statecraft.checkpoint.artifacts.saving import ArtifactReport
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.facade.run_context import RunContext
@@ -111,14 +107,6 @@ class CheckpointerViews:
         opened = self.run_state.opened
         return None if opened is None else opened.lease
 
-    @lease.setter
-    def lease(self, lease: WriterLease | None) -> None:
-        # the direct resume wraps the local lease with the object-store root's lease
-        opened = self.run_state.opened
-        if opened is None:
-            raise AttributeError("the attempt is not open yet: there is no lease to replace")
-        self.run_state.opened = attrs.evolve(opened, lease=lease)
-
     @property
     def saves(self) -> list[SaveReport]:
         """The reports of the saves so far (rank 0; an asynchronous one once joined)."""
@@ -157,9 +145,3 @@ class CheckpointerViews:
     def stopped(self) -> StopDecision | None:
         """The stop decided at a ``step_end()`` (``None``: none)."""
         return self.run_state.stopped
-
-    @property
-    def _boundaries(self) -> Any:
-        # The handle statecraft.checkpoint.direct.resume sets direct_root / direct_lease on
-        # (its owner moves it to run_state); the run state holds both.
-        return self.run_state

@@ -8,7 +8,7 @@ same order); the reports (``saves``, ``artifacts``) are rank 0's.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -26,6 +26,10 @@ from statecraft.checkpoint.stop.records import StopDecision
 from statecraft.engine import RunResult
 from statecraft.errors import TrackingError
 from statecraft.storage.base import Store
+
+if TYPE_CHECKING:  # the direct primary is imported on use (object_store runs only)
+    from statecraft.checkpoint.direct.root import DirectRoot
+    from statecraft.checkpoint.fencing.object_lease_handle import ObjectStoreLease
 
 __all__ = ["RunState"]
 
@@ -60,8 +64,8 @@ class RunState:
     evaluation: Evaluation | None = None
     identity: ValidationIdentity = attrs.field(factory=ValidationIdentity)
     artifacts_store: Store | None = None
-    direct_root: Any = None
-    direct_lease: Any = None
+    direct_root: DirectRoot | None = None
+    direct_lease: ObjectStoreLease | None = None
     saves: list[SaveReport] = attrs.field(factory=list)
     artifacts: list[ArtifactReport] = attrs.field(factory=list)
     retained: list[RetentionReport] = attrs.field(factory=list)
