@@ -80,15 +80,16 @@ class Checkpointer(CheckpointerViews):
             them, ``None`` follows the ``quiet`` knob (only without the script's own logging).
         retention: a :class:`RetentionPlan` of policy objects (best-N by a metric, every-N
             steps, any-of, ``keep_fn``, ``require_uploaded``); it replaces the
-            ``keep_optim_last`` / ``keep_model_last`` knobs. ``None``: the plan of the knobs
-            (``RetentionPlan.from_config``).
+            ``keep_optim_last`` / ``keep_model_last`` knobs, so giving it with either knob set
+            is refused. ``None``: the plan of the knobs (``RetentionPlan.from_config``).
 
     Raises:
         NotSupportedYetError: a knob asks for a feature this release does not build.
         TrackingError: ``config`` is not a ``CheckpointConfig``.
         ConfigError: ``output_root`` is not a ``str`` / ``os.PathLike`` path (not ``bytes``),
             or empty, or holds a NUL; ``run`` is neither a ``RunIdentity`` nor a run name;
-            ``retention`` is not a ``RetentionPlan``; ``termination.deadline="slurm"``
+            ``retention`` is not a ``RetentionPlan``, or comes with a ``keep_optim_last`` /
+            ``keep_model_last`` knob set (the error names both); ``termination.deadline="slurm"``
             without a parsable ``$SLURM_JOB_END_TIME``.
         WriterLeaseError: (at the first ``resume`` / ``save``) another live process writes
             this attempt; and at a save whose lease was taken over since.

@@ -39,7 +39,8 @@ def check_arguments(config: Any, *, quiet: Any, retention: Any) -> None:
     Raises:
         TrackingError: ``config`` is not a ``CheckpointConfig``.
         ConfigError: ``quiet`` is not ``True`` / ``False`` / ``None``; ``retention`` is not a
-            ``RetentionPlan`` or ``None``.
+            ``RetentionPlan`` or ``None``, or is given together with a ``keep_optim_last`` /
+            ``keep_model_last`` knob it would replace (naming both).
     """
     if not isinstance(config, CheckpointConfig):
         raise TrackingError(f"config must be a CheckpointConfig, got {type(config).__name__}")
@@ -53,6 +54,41 @@ def check_arguments(config: Any, *, quiet: Any, retention: Any) -> None:
             [ConfigIssue("retention", type(retention).__name__, "a RetentionPlan or None")],
             source="Checkpointer(retention=...)",
         )
+    if retention is not None:
+        refuse_knobs_beside_plan(config, retention)
+
+
+def refuse_knobs_beside_plan(config: CheckpointConfig, retention: RetentionPlan) -> None:
+    """A ``retention=`` plan replaces the ``keep_optim_last`` / ``keep_model_last`` knobs, so
+    giving both is a conflict, refused naming both (never a silent override).
+
+    Raises:
+        ConfigError: a ``keep_*_last`` knob is set (not its default) beside ``retention``.
+    """
+    given = [
+        (knob, value)
+        for knob, value, default in (
+            ("keep_optim_last", config.keep_optim_last, None),
+            ("keep_model_last", config.keep_model_last, 0),
+        )
+        if value != default
+    ]
+    if not given:
+        return
+    knobs = ", ".join(f"{knob}={'null' if v is None else v}" for knob, v in given)
+    raise ConfigError(
+        [
+            ConfigIssue(
+                knob,
+                value,
+                f"unset (its default) when Checkpointer(retention=...) is given: the plan "
+                f"({retention.describe()}) replaces the keep_*_last knobs; drop {knobs} from "
+                "the config, or drop retention= and let the knobs decide",
+            )
+            for knob, value in given
+        ],
+        source="Checkpointer(retention=...) and the keep_*_last knobs",
+    )
 
 
 def start_run(
