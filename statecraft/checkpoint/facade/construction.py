@@ -23,6 +23,7 @@ from statecraft.checkpoint.facade.run_state import RunState
 from statecraft.checkpoint.kernel.layout import RunIdentity, as_run_identity
 from statecraft.checkpoint.retention.run import RetentionPlan
 from statecraft.checkpoint.stop.termination import TerminationWatch
+from statecraft.checkpoint.triggers import SaveTriggers
 from statecraft.errors import ConfigError, ConfigIssue, NotSupportedYetError, TrackingError
 from statecraft.logs import configure_default_output
 from statecraft.parallel.collectives import Collective, default_collective
@@ -100,6 +101,7 @@ def start_run(
     filesystem: Filesystem | None,
     quiet: bool | None,
     retention: RetentionPlan | None,
+    save_triggers: Any = None,
 ) -> tuple[RunContext, RunState]:
     """The body of the ``Checkpointer`` constructor (which documents its arguments and
     errors): check the arguments, set up the default ``statecraft:`` output, log the config's
@@ -109,6 +111,7 @@ def start_run(
         what ``Checkpointer(...)`` raises.
     """
     check_arguments(config, quiet=quiet, retention=retention)
+    triggers = SaveTriggers(save_triggers)  # refuses what is not a trigger
     collective = collective or default_collective()
     # First, so the config's own warnings below reach the user too (statecraft.logs).
     configure_default_output(rank=collective.rank, quiet=config.quiet if quiet is None else quiet)
@@ -141,6 +144,7 @@ def start_run(
         retention=plan,
         termination=termination,
         machines=machines,
+        triggers=triggers,
     )
     machines.load("save")
     # a DCP save is collective and synchronous: save_async applies to consolidated ones
