@@ -54,7 +54,7 @@ def validated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int,
 
 def _payload_bytes(iter_dir: Path) -> int:
     """The bytes of the checkpoint's payload files on disk (not its markers or records)."""
-    return sum(p.stat().st_size for p in iter_dir.rglob("*") if p.is_file() and "." != p.name[0])
+    return sum(p.stat().st_size for p in iter_dir.rglob("*") if p.is_file() and p.name[0] != ".")
 
 
 class TestListing:
@@ -65,7 +65,8 @@ class TestListing:
         weights-only; each carries the metrics its validation recorded."""
         out, _ = validated
         listed = sc.checkpoints(out)
-        assert listed.steps == [6, 4, 2] and len(listed) == 3
+        assert listed.steps == [6, 4, 2]
+        assert len(listed) == 3
         assert [i.state for i in listed] == ["published", "weights_only", "weights_only"]
         assert [i.resumable for i in listed] == [True, False, False]
         assert [i.metrics["val_loss"] for i in listed] == [2.0, 1.0, 3.0]
@@ -75,7 +76,8 @@ class TestListing:
             assert info.attempt == attempt.name
             assert info.size_bytes == _payload_bytes(info.path) > 0
         whole, pruned = listed.step(6), listed.step(4)
-        assert not (pruned.path / "optim.pt").exists() and (whole.path / "optim.pt").exists()
+        assert not (pruned.path / "optim.pt").exists()
+        assert (whole.path / "optim.pt").exists()
 
     def test_every_source_kind_lists_the_same(
         self, validated: tuple[Path, dict[int, torch.Tensor]]
@@ -92,18 +94,23 @@ class TestListing:
     ) -> None:
         listed = sc.checkpoints(validated[0])
         latest, best = listed.latest(), listed.best("val_loss")
-        assert latest is not None and latest.step == 6
-        assert best is not None and best.step == 4 and best.metrics["val_loss"] == 1.0
+        assert latest is not None
+        assert latest.step == 6
+        assert best is not None
+        assert best.step == 4
+        assert best.metrics["val_loss"] == 1.0
         highest = listed.best("val_loss", mode="max")
-        assert highest is not None and highest.step == 2
+        assert highest is not None
+        assert highest.step == 2
         acc = listed.best("acc", "max")
-        assert acc is not None and acc.step == 6
+        assert acc is not None
+        assert acc.step == 6
 
     def test_a_misspelt_metric_or_mode_is_refused(
         self, validated: tuple[Path, dict[int, torch.Tensor]]
     ) -> None:
         listed = sc.checkpoints(validated[0])
-        with pytest.raises(CheckpointError, match="'val_los'.*recorded: \\['acc', 'val_loss'\\]"):
+        with pytest.raises(CheckpointError, match=r"'val_los'.*recorded: \\['acc', 'val_loss'\\]"):
             listed.best("val_los")
         with pytest.raises(ConfigError, match="mode"):
             listed.best("val_loss", mode="lowest")

@@ -48,16 +48,21 @@ def _triggered(context: RunContext, state: RunState, epoch: int | None) -> bool:
 
 
 def due_boundary(
-    context: RunContext, state: RunState, *, final: bool, epoch: int | None = None
+    context: RunContext,
+    state: RunState,
+    *,
+    final: bool,
+    triggers: bool = False,
+    epoch: int | None = None,
 ) -> Boundary:
     """What is due at the run's current step (a step boundary, or ``finalize()`` with
     ``final``): the regular save and the validation, each only at a quiescent boundary after
     at least one applied update, unioned by :func:`decide_boundary`. A validation of a step
     this run already saved (the final validation of a step the cadence saved) is ephemeral:
-    the committed checkpoint is not saved again. At a step boundary (not ``final``) a save
-    trigger may make the regular save due too (:mod:`statecraft.checkpoint.triggers`: asked
-    only where a save could happen and ``save_every`` does not already make one; ``epoch``
-    is ``step_end``'s)."""
+    the committed checkpoint is not saved again. With ``triggers`` (``step_end``, not
+    ``final``; never the emergency path) a save trigger may make the regular save due too
+    (:mod:`statecraft.checkpoint.triggers`: asked only where a save could happen and
+    ``save_every`` does not already make one; ``epoch`` is ``step_end``'s)."""
     clocks, step = state.tracked.clocks, state.step
     ready = clocks.quiescent and step > 0
     regular = ready and regular_save_due(
@@ -67,7 +72,7 @@ def due_boundary(
         last_saved_step=state.last_saved_step,
         final=final,
     )
-    if ready and not regular and not final and step != state.last_saved_step:
+    if triggers and ready and not regular and not final and step != state.last_saved_step:
         regular = _triggered(context, state, epoch)
     due = ready and validation_due(
         context.config,

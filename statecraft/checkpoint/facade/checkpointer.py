@@ -328,7 +328,7 @@ class Checkpointer(CheckpointerViews):
             context,
             state,
             self._runner,
-            due_boundary(context, state, final=False, epoch=epoch),
+            due_boundary(context, state, final=False, triggers=True, epoch=epoch),
             state.step,
         )
 
