@@ -110,7 +110,7 @@ class TestListing:
         self, validated: tuple[Path, dict[int, torch.Tensor]]
     ) -> None:
         listed = sc.checkpoints(validated[0])
-        with pytest.raises(CheckpointError, match=r"'val_los'.*recorded: \\['acc', 'val_loss'\\]"):
+        with pytest.raises(CheckpointError, match=r"'val_los'.*recorded: \['acc', 'val_loss'\]"):
             listed.best("val_los")
         with pytest.raises(ConfigError, match="mode"):
             listed.best("val_loss", mode="lowest")

@@ -12,12 +12,13 @@ step boundary, taken on rank 0 and broadcast so every rank saves at the same ste
 :mod:`~statecraft.checkpoint.triggers.decision` the rank-0 decision.
 """
 
-from statecraft.checkpoint.triggers.decision import SaveTriggers, TriggerFacts
+from statecraft.checkpoint.triggers.decision import SaveTriggers
 from statecraft.checkpoint.triggers.policies import (
     EveryNEpochs,
     EveryNSeconds,
     SaveFn,
     SaveTrigger,
+    TriggerFacts,
 )
 
 __all__ = [

@@ -13,27 +13,12 @@ from collections.abc import Iterable
 
 import attrs
 
-from statecraft.checkpoint.triggers.policies import SaveTrigger
+from statecraft.checkpoint.triggers.policies import SaveTrigger, TriggerFacts
 from statecraft.errors import ConfigError, ConfigIssue
 from statecraft.parallel.collectives import Collective
 from statecraft.parallel.rank0 import on_rank_zero
 
-__all__ = ["SaveTriggers", "TriggerFacts"]
-
-
-@attrs.frozen
-class TriggerFacts:
-    """What a trigger may read at a boundary.
-
-    Attributes:
-        step: the applied optimizer steps so far (the iteration a save would write).
-        epoch: the ``epoch`` passed to ``step_end`` (epochs completed), else ``None``.
-        since: the monotonic time of the run's last save (or its start, before the first).
-    """
-
-    step: int
-    epoch: int | None
-    since: float
+__all__ = ["SaveTriggers"]
 
 
 def _checked(triggers: object) -> tuple[SaveTrigger, ...]:

@@ -19,16 +19,28 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import attrs
 
 from statecraft.errors import ConfigError, ConfigIssue
 
-if TYPE_CHECKING:
-    from statecraft.checkpoint.triggers.decision import TriggerFacts
+__all__ = ["EveryNEpochs", "EveryNSeconds", "SaveFn", "SaveTrigger", "TriggerFacts"]
 
-__all__ = ["EveryNEpochs", "EveryNSeconds", "SaveFn", "SaveTrigger"]
+
+@attrs.frozen
+class TriggerFacts:
+    """What a trigger may read at a boundary.
+
+    Attributes:
+        step: the applied optimizer steps so far (the iteration a save would write).
+        epoch: the ``epoch`` passed to ``step_end`` (epochs completed), else ``None``.
+        since: the monotonic time of the run's last save (or its start, before the first).
+    """
+
+    step: int
+    epoch: int | None
+    since: float
 
 
 @runtime_checkable
