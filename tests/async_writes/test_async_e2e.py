@@ -230,7 +230,7 @@ class TestRetention:
         """Checkpointer(retention=RetentionPlan(model=EveryNSteps(4))) keeps every 4th
         iteration and the newest whole, deletes the rest."""
         plan = sc.RetentionPlan(model=sc.EveryNSteps(4))
-        ckpt, objects = open_run(tmp_path, "save_every=1", "keep_optim_last=0", retention=plan)
+        ckpt, objects = open_run(tmp_path, "save_every=1", retention=plan)
         assert ckpt.retention is plan
         train(ckpt, objects, 6)
         ckpt.finalize()

@@ -20,17 +20,49 @@ from statecraft.checkpoint.facade.run_context import OpenAttempt, RunContext
 from statecraft.checkpoint.facade.run_state import RunState
 from statecraft.checkpoint.facade.step import StepEnd
 from statecraft.checkpoint.save.saving import SaveReport
-from statecraft.errors import ValidationFailedError
+from statecraft.checkpoint.triggers import TriggerFacts
+from statecraft.errors import TrackingError, ValidationFailedError
 
-__all__ = ["before_writing", "due_boundary", "execute"]
+__all__ = ["before_writing", "check_epoch", "due_boundary", "execute"]
 
 
-def due_boundary(context: RunContext, state: RunState, *, final: bool) -> Boundary:
+def check_epoch(epoch: object) -> None:
+    """Refuse a ``step_end(epoch=...)`` that is not ``None`` or an int >= 1.
+
+    Raises:
+        TrackingError: naming the value and the fix.
+    """
+    if epoch is None or (type(epoch) is int and epoch >= 1):
+        return
+    raise TrackingError(
+        f"step_end(epoch={epoch!r}): epoch is the number of epochs completed (an int >= 1, "
+        "the same on every rank), passed at the step that completes an epoch; pass nothing "
+        "at the other steps"
+    )
+
+
+def _triggered(context: RunContext, state: RunState, epoch: int | None) -> bool:
+    """The run's save triggers, asked on rank 0 and broadcast (no collective without any)."""
+    facts = TriggerFacts(step=state.step, epoch=epoch, since=state.last_saved_at)
+    return context.triggers.decide(facts, context.collective)
+
+
+def due_boundary(
+    context: RunContext,
+    state: RunState,
+    *,
+    final: bool,
+    triggers: bool = False,
+    epoch: int | None = None,
+) -> Boundary:
     """What is due at the run's current step (a step boundary, or ``finalize()`` with
     ``final``): the regular save and the validation, each only at a quiescent boundary after
     at least one applied update, unioned by :func:`decide_boundary`. A validation of a step
     this run already saved (the final validation of a step the cadence saved) is ephemeral:
-    the committed checkpoint is not saved again."""
+    the committed checkpoint is not saved again. With ``triggers`` (``step_end``, not
+    ``final``; never the emergency path) a save trigger may make the regular save due too
+    (:mod:`statecraft.checkpoint.triggers`: asked only where a save could happen and
+    ``save_every`` does not already make one; ``epoch`` is ``step_end``'s)."""
     clocks, step = state.tracked.clocks, state.step
     ready = clocks.quiescent and step > 0
     regular = ready and regular_save_due(
@@ -40,6 +72,8 @@ def due_boundary(context: RunContext, state: RunState, *, final: bool) -> Bounda
         last_saved_step=state.last_saved_step,
         final=final,
     )
+    if triggers and ready and not regular and not final and step != state.last_saved_step:
+        regular = _triggered(context, state, epoch)
     due = ready and validation_due(
         context.config,
         step=step,

@@ -34,6 +34,7 @@ A termination (signal, sentinel file, deadline: ``termination.*``) is decided at
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from statecraft.checkpoint.artifacts.saving import ArtifactReport
@@ -41,7 +42,7 @@ from statecraft.checkpoint.async_writes.write_slot import PendingSave
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.facade.boundary import decide_boundary
 from statecraft.checkpoint.facade.boundary_run import BoundaryRunner
-from statecraft.checkpoint.facade.boundary_step import due_boundary, execute
+from statecraft.checkpoint.facade.boundary_step import check_epoch, due_boundary, execute
 from statecraft.checkpoint.facade.checkpointer_views import CheckpointerViews
 from statecraft.checkpoint.facade.construction import close_run, start_run
 from statecraft.checkpoint.facade.resume_run import run_resume
@@ -56,6 +57,7 @@ from statecraft.checkpoint.resume.bindings import ResumeResult
 from statecraft.checkpoint.retention.run import RetentionPlan
 from statecraft.checkpoint.save.saving import SaveReport
 from statecraft.checkpoint.state import Outcome, SchedulerIdentity
+from statecraft.checkpoint.triggers import SaveTrigger
 from statecraft.errors import TrackingError
 from statecraft.parallel.collectives import Collective
 from statecraft.storage.filesystem import Filesystem
@@ -78,15 +80,22 @@ class Checkpointer(CheckpointerViews):
             them, ``None`` follows the ``quiet`` knob (only without the script's own logging).
         retention: a :class:`RetentionPlan` of policy objects (best-N by a metric, every-N
             steps, any-of, ``keep_fn``, ``require_uploaded``); it replaces the
-            ``keep_optim_last`` / ``keep_model_last`` knobs. ``None``: the plan of the knobs
-            (``RetentionPlan.from_config``).
+            ``keep_optim_last`` / ``keep_model_last`` knobs, so giving it with either knob set
+            is refused. ``None``: the plan of the knobs (``RetentionPlan.from_config``).
+        save_triggers: saves beyond ``save_every``: an :class:`EveryNSeconds` (wall clock),
+            :class:`EveryNEpochs` (with ``step_end(epoch=...)``), :class:`SaveFn`
+            (``should_save(step) -> bool``), or a list of them (any due: a save). Decided on
+            rank 0 and broadcast, so every rank saves at the same step; a stop's emergency
+            save replaces them as it replaces ``save_every``.
 
     Raises:
         NotSupportedYetError: a knob asks for a feature this release does not build.
         TrackingError: ``config`` is not a ``CheckpointConfig``.
         ConfigError: ``output_root`` is not a ``str`` / ``os.PathLike`` path (not ``bytes``),
             or empty, or holds a NUL; ``run`` is neither a ``RunIdentity`` nor a run name;
-            ``retention`` is not a ``RetentionPlan``; ``termination.deadline="slurm"``
+            ``save_triggers`` holds something that is not a save trigger;
+            ``retention`` is not a ``RetentionPlan``, or comes with a ``keep_optim_last`` /
+            ``keep_model_last`` knob set (the error names both); ``termination.deadline="slurm"``
             without a parsable ``$SLURM_JOB_END_TIME``.
         WriterLeaseError: (at the first ``resume`` / ``save``) another live process writes
             this attempt; and at a save whose lease was taken over since.
@@ -110,6 +119,7 @@ class Checkpointer(CheckpointerViews):
         filesystem: Filesystem | None = None,
         quiet: bool | None = None,
         retention: RetentionPlan | None = None,
+        save_triggers: SaveTrigger | Sequence[SaveTrigger] | None = None,
     ) -> None:
         self.run_context, self.run_state = start_run(
             config,
@@ -119,6 +129,7 @@ class Checkpointer(CheckpointerViews):
             filesystem=filesystem,
             quiet=quiet,
             retention=retention,
+            save_triggers=save_triggers,
         )
         self._runner = BoundaryRunner(
             self.run_context, self.run_state, StepSaver(self.run_context, self.run_state)
@@ -271,13 +282,20 @@ class Checkpointer(CheckpointerViews):
         """Advance the update clocks by one microbatch outcome."""
         self.run_state.tracked.clocks.record(outcome)
 
-    def step_end(self) -> StepEnd:
+    def step_end(self, *, epoch: int | None = None) -> StepEnd:
         """Call at every step boundary: runs what is due at a quiescent boundary (a
         ``save_every`` save, a ``validation.every`` validation, or their union as one save;
         :func:`~statecraft.checkpoint.facade.boundary.decide_boundary`). First it asks the
         termination watch (one collective): on a stop the synchronous emergency save
         replaces what was due (a due validation: a full evaluation-pending checkpoint, no
         evaluation), then ``DONE.json`` (:mod:`statecraft.checkpoint.facade.emergency_step`).
+        Without a stop, the save triggers (``save_triggers``) are asked on rank 0 (one
+        broadcast) at a boundary that could save and ``save_every`` does not already save.
+
+        Args:
+            epoch: at the step that completes an epoch, the epochs completed so far (``1``
+                after the first; every rank passes the same): what :class:`EveryNEpochs`
+                counts. ``None`` (the default) at every other step.
 
         Returns:
             a :class:`StepEnd` (``saved`` / ``artifact`` reports on rank 0, ``metrics``,
@@ -287,6 +305,7 @@ class Checkpointer(CheckpointerViews):
         Raises:
             RunStoppedError: the run was stopped at an earlier ``step_end()`` (nothing
                 written).
+            TrackingError: ``epoch`` is not ``None`` or an int >= 1.
             ResumeRequiredError: a save was due in an attempt holding commits and this process
                 did not call ``resume()``; nothing was written.
             ValidationFailedError: the evaluation failed (every rank); a checkpoint or
@@ -294,11 +313,16 @@ class Checkpointer(CheckpointerViews):
         """
         context, state = self.run_context, self.run_state
         refuse_after_stop(state, "step_end()")
+        check_epoch(epoch)
         stopped = poll_stop(context, state, self._runner)
         if stopped is not None:
             return stopped
         return execute(
-            context, state, self._runner, due_boundary(context, state, final=False), state.step
+            context,
+            state,
+            self._runner,
+            due_boundary(context, state, final=False, triggers=True, epoch=epoch),
+            state.step,
         )
 
     def finalize(self) -> SaveReport | PendingSave | ArtifactReport | None:

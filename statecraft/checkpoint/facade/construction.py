@@ -23,6 +23,7 @@ from statecraft.checkpoint.facade.run_state import RunState
 from statecraft.checkpoint.kernel.layout import RunIdentity, as_run_identity
 from statecraft.checkpoint.retention.run import RetentionPlan
 from statecraft.checkpoint.stop.termination import TerminationWatch
+from statecraft.checkpoint.triggers import SaveTriggers
 from statecraft.errors import ConfigError, ConfigIssue, NotSupportedYetError, TrackingError
 from statecraft.logs import configure_default_output
 from statecraft.parallel.collectives import Collective, default_collective
@@ -39,7 +40,8 @@ def check_arguments(config: Any, *, quiet: Any, retention: Any) -> None:
     Raises:
         TrackingError: ``config`` is not a ``CheckpointConfig``.
         ConfigError: ``quiet`` is not ``True`` / ``False`` / ``None``; ``retention`` is not a
-            ``RetentionPlan`` or ``None``.
+            ``RetentionPlan`` or ``None``, or is given together with a ``keep_optim_last`` /
+            ``keep_model_last`` knob it would replace (naming both).
     """
     if not isinstance(config, CheckpointConfig):
         raise TrackingError(f"config must be a CheckpointConfig, got {type(config).__name__}")
@@ -53,6 +55,41 @@ def check_arguments(config: Any, *, quiet: Any, retention: Any) -> None:
             [ConfigIssue("retention", type(retention).__name__, "a RetentionPlan or None")],
             source="Checkpointer(retention=...)",
         )
+    if retention is not None:
+        refuse_knobs_beside_plan(config, retention)
+
+
+def refuse_knobs_beside_plan(config: CheckpointConfig, retention: RetentionPlan) -> None:
+    """A ``retention=`` plan replaces the ``keep_optim_last`` / ``keep_model_last`` knobs, so
+    giving both is a conflict, refused naming both (never a silent override).
+
+    Raises:
+        ConfigError: a ``keep_*_last`` knob is set (not its default) beside ``retention``.
+    """
+    given = [
+        (knob, value)
+        for knob, value, default in (
+            ("keep_optim_last", config.keep_optim_last, None),
+            ("keep_model_last", config.keep_model_last, 0),
+        )
+        if value != default
+    ]
+    if not given:
+        return
+    knobs = ", ".join(f"{knob}={'null' if v is None else v}" for knob, v in given)
+    raise ConfigError(
+        [
+            ConfigIssue(
+                knob,
+                value,
+                f"unset (its default) when Checkpointer(retention=...) is given: the plan "
+                f"({retention.describe()}) replaces the keep_*_last knobs; drop {knobs} from "
+                "the config, or drop retention= and let the knobs decide",
+            )
+            for knob, value in given
+        ],
+        source="Checkpointer(retention=...) and the keep_*_last knobs",
+    )
 
 
 def start_run(
@@ -64,6 +101,7 @@ def start_run(
     filesystem: Filesystem | None,
     quiet: bool | None,
     retention: RetentionPlan | None,
+    save_triggers: Any = None,
 ) -> tuple[RunContext, RunState]:
     """The body of the ``Checkpointer`` constructor (which documents its arguments and
     errors): check the arguments, set up the default ``statecraft:`` output, log the config's
@@ -73,6 +111,7 @@ def start_run(
         what ``Checkpointer(...)`` raises.
     """
     check_arguments(config, quiet=quiet, retention=retention)
+    triggers = SaveTriggers(save_triggers)  # refuses what is not a trigger
     collective = collective or default_collective()
     # First, so the config's own warnings below reach the user too (statecraft.logs).
     configure_default_output(rank=collective.rank, quiet=config.quiet if quiet is None else quiet)
@@ -105,6 +144,7 @@ def start_run(
         retention=plan,
         termination=termination,
         machines=machines,
+        triggers=triggers,
     )
     machines.load("save")
     # a DCP save is collective and synchronous: save_async applies to consolidated ones

@@ -27,6 +27,7 @@ from statecraft.checkpoint.kernel.layout import RunAttempt, RunIdentity
 from statecraft.checkpoint.kernel.machines import load_machine
 from statecraft.checkpoint.retention.run import RetentionPlan
 from statecraft.checkpoint.stop.termination import TerminationWatch
+from statecraft.checkpoint.triggers import SaveTriggers
 from statecraft.engine import Machine
 from statecraft.parallel.collectives import Collective
 from statecraft.storage.base import Store
@@ -70,6 +71,7 @@ class RunContext:
         retention: the retention plan (``require_uploaded`` forced on with an archive).
         termination: the termination watch (signals, sentinel file, deadline).
         machines: the shipped tables, loaded once each.
+        triggers: the save triggers beyond ``save_every`` (``Checkpointer(save_triggers=...)``).
     """
 
     config: CheckpointConfig
@@ -80,6 +82,7 @@ class RunContext:
     retention: RetentionPlan
     termination: TerminationWatch
     machines: MachineShelf = attrs.field(factory=MachineShelf)
+    triggers: SaveTriggers = attrs.field(factory=SaveTriggers)
 
     @property
     def job_dir(self) -> Path:

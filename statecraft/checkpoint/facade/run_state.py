@@ -8,6 +8,7 @@ same order); the reports (``saves``, ``artifacts``) are rank 0's.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import attrs
@@ -51,6 +52,8 @@ class RunState:
         saves / artifacts: the reports of the saves and artifacts (rank 0).
         retained: the retention passes run after a durable validation's publication.
         last_saved_step / last_validated_step: the newest step saved / validated by this run.
+        last_saved_at: the monotonic time of this run's last save (its start before the first;
+            what a wall-clock save trigger measures from).
         last_resume_run: the resume machine's run and trace.
         stopped / stop_end: the stop decided at a ``step_end()``, and what that boundary did.
         final: what ``finalize()`` did.
@@ -71,6 +74,7 @@ class RunState:
     retained: list[RetentionReport] = attrs.field(factory=list)
     last_saved_step: int | None = None
     last_validated_step: int | None = None
+    last_saved_at: float = attrs.field(factory=time.monotonic)
     last_resume_run: RunResult | None = None
     stopped: StopDecision | None = None
     stop_end: StepEnd | None = None
@@ -96,3 +100,4 @@ class RunState:
     def mark_saved(self, step: int) -> None:
         """Record that ``step`` was written by this process (a checkpoint or an artifact)."""
         self.last_saved_step = self.lifecycle.saved = step
+        self.last_saved_at = time.monotonic()

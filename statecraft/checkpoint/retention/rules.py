@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from statecraft.checkpoint.config import CheckpointConfig
 
 __all__ = [
+    "DEFAULT_OPTIMIZER_NOTICE",
     "KEPT_AS_LATEST",
     "KEPT_AS_NEWEST",
     "KEPT_AS_NEWEST_RESUMABLE",
@@ -48,6 +49,14 @@ KEPT_AS_NEWEST = "newest committed"
 KEPT_AS_NEWEST_RESUMABLE = "newest with optimizer"
 KEPT_AS_LATEST = "named by latest"
 KEPT_NOT_UPLOADED = "not uploaded"
+
+#: what the first retention pass of a run says when ``keep_optim_last`` is left at its default
+DEFAULT_OPTIMIZER_NOTICE = (
+    "retention: by default only the newest checkpoint keeps its optimizer state; every older "
+    "one becomes weights-only (optim.pt removed: it still loads with load_weights, it is no "
+    "longer a resume source). This is keep_optim_last=null (resolves to 1); set "
+    "keep_optim_last=0 to keep every optimizer, or keep_optim_last=N to keep the newest N"
+)
 
 
 def _policy_or_none(field: str, value: object) -> RetentionPolicy | None:
@@ -68,6 +77,9 @@ class RetentionPlan:
         model: which committed iterations survive at all (``None``: all).
         require_uploaded: only iterations holding ``iter_N/.uploaded`` are pruned or deleted
             (the only copy is never removed).
+        notice: said once, at the first pass of a run over a checkpoints root (``""``: none);
+            :meth:`from_config` sets it when the default ``keep_optim_last=null`` resolves to
+            1, so a run learns that older checkpoints lose their optimizer state, and the knob.
 
     Raises:
         ConfigError: a policy is not a :class:`RetentionPolicy`, or ``require_uploaded`` is
@@ -81,6 +93,7 @@ class RetentionPlan:
     optimizer: RetentionPolicy | None = None
     model: RetentionPolicy | None = None
     require_uploaded: bool = False
+    notice: str = attrs.field(default="", kw_only=True, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         _policy_or_none("optimizer", self.optimizer)
@@ -98,10 +111,12 @@ class RetentionPlan:
         (``require_uploaded``)."""
         optim = config.resolved_keep_optim_last()
         model = config.keep_model_last
+        by_default = config.keep_optim_last is None and optim == 1
         return cls(
             optimizer=LatestN(optim) if optim > 0 else None,
             model=LatestN(model) if model > 0 else None,
             require_uploaded=bool(config.upload.enabled),
+            notice=DEFAULT_OPTIMIZER_NOTICE if by_default else "",
         )
 
     @property

@@ -103,6 +103,7 @@ def run_retention(
             committed and durable, and the fix. What was marked is finished by the next pass.
         WriterLeaseError: another process took over the attempt; nothing more was removed.
     """
+    _say_notice_once(store, plan)
     started = time.perf_counter()
     ctx = RetentionContext(store, plan, saved_iteration, lease)
     result = (machine or _shipped_machine()).recover(ctx)
@@ -127,6 +128,18 @@ def run_retention(
             list(report.garbage) or "none",
         )
     return report
+
+
+#: the checkpoints roots whose plan notice this process has said (once per run's root)
+_NOTICED: set[str] = set()
+
+
+def _say_notice_once(store: Store, plan: RetentionPlan) -> None:
+    """Log the plan's notice at the first pass over ``store`` in this process."""
+    if not plan.notice or store.describe() in _NOTICED:
+        return
+    _NOTICED.add(store.describe())
+    log.info("%s", plan.notice)
 
 
 def _failure(ctx: RetentionContext, error: BaseException | None) -> BaseException:
