@@ -2,8 +2,9 @@
 
 - ``publish --artifact-dir D --upload-prefix P [--bucket B] [--credentials F]``: archive the
   artifact ``D`` (``.../checkpoint_artifacts/iter_N``) under the checkpoints-root prefix ``P``
-  (``s3://bucket/prefix``, or a bare prefix with ``--bucket``); the artifact goes to the sibling
-  ``.../checkpoint_artifacts/iter_N`` (the publish transaction).
+  (``s3://bucket/prefix``, or a bare prefix with ``--bucket``); the artifact goes to
+  ``P/checkpoint_artifacts/iter_N``, under ``P`` exactly as given, whatever ``P`` ends in (the
+  publish transaction).
 - ``fetch --artifact-uri s3://.../iter_N --dst D``: an artifact or a full checkpoint, placed at
   ``D/iter_N`` only once every payload is proven (the fetch transaction).
 - ``prune-verified --paths D1,D2``: release each artifact's payloads only once its archive is
@@ -137,7 +138,9 @@ def run_archive_publish(args: argparse.Namespace) -> int:
         from statecraft.checkpoint.archive.publish_bindings import publish_artifact
 
         report = publish_artifact(
-            LocalStore(str(artifact_dir.parent)), iteration, ArchiveDestination(bucket, prefix)
+            LocalStore(str(artifact_dir.parent)),
+            iteration,
+            ArchiveDestination.under(bucket, prefix),
         )
     except StatecraftError as exc:
         return fail(command, args, exc)

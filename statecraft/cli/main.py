@@ -71,7 +71,11 @@ def _archive_parsers(sub: Any) -> None:
     publish.add_argument(
         "--upload-prefix",
         required=True,
-        help="s3://<bucket>/<...>/checkpoints, or a bare prefix with --bucket",
+        help=(
+            "s3://<bucket>/<prefix>, or a bare <prefix> with --bucket; the artifact is "
+            "written to <prefix>/checkpoint_artifacts/iter_N/, under the prefix exactly as "
+            "given (never a sibling of it)"
+        ),
     )
     publish.add_argument("--bucket", help="bucket of a bare --upload-prefix")
     _transfer_flags(publish)
