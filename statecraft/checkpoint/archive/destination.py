@@ -65,6 +65,11 @@ class ArchiveDestination:
         prefix: the checkpoints-root prefix, no leading or trailing ``/``.
         artifacts_root: where partial artifacts go, as given (``None``: the rule of
             :attr:`artifacts_prefix`).
+        catch_up_per_save: how many committed iterations without a receipt a save's upload
+            archives besides its own (``upload.catch_up_per_save``;
+            :func:`~statecraft.checkpoint.archive.catch_up.archive_saved`).
+        pending_disk_share: warn when iterations without a receipt hold more than this share
+            of the disk (``upload.pending_disk_share``).
     """
 
     bucket: ArchiveBucket
@@ -72,6 +77,8 @@ class ArchiveDestination:
     artifacts_root: str | None = attrs.field(
         default=None, converter=lambda p: None if p is None else str(p).strip("/")
     )
+    catch_up_per_save: int = 2
+    pending_disk_share: float = 0.5
 
     @classmethod
     def under(cls, bucket: ArchiveBucket, prefix: str) -> ArchiveDestination:
