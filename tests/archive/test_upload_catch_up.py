@@ -54,7 +54,8 @@ def committed_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     train(ckpt, objects, 8)
     ckpt.finalize()
     ckpt.close()
-    return next(p for p in (out / "proj" / "group" / "name").iterdir()) / "checkpoints"
+    (root,) = (out / "proj" / "group" / "name").glob("*/checkpoints")
+    return root
 
 
 @pytest.fixture
@@ -228,3 +229,22 @@ def test_training_run_catches_up_after_the_outage(
 def test_bad_knobs_are_refused(knob: str, named: str) -> None:
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
         sc.CheckpointConfig.load(None, [knob])
+
+
+def test_a_refused_iteration_uses_no_catch_up_slot(
+    root: Path, destination: ArchiveDestination, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An iteration the upload refuses (here iter_2, whose trainer.pt no longer matches its
+    manifest) is skipped without a WARNING and does not use the save's catch-up slot; it is
+    never uploaded and its local files are untouched."""
+    store = LocalStore(str(root))
+    trainer = root / "iter_000000002" / "trainer.pt"
+    trainer.write_bytes(trainer.read_bytes() + b"\0")
+    damaged = trainer.read_bytes()
+    caplog.set_level(logging.WARNING, logger="statecraft.upload")
+    done = archive_saved(store, 8, destination, catch_up=1)
+    assert done.caught_up == (4,)
+    assert done.catch_up_error is None
+    assert _warnings(caplog, "statecraft.upload") == []
+    assert _receipts(root) == ["iter_000000004", "iter_000000008"]
+    assert trainer.read_bytes() == damaged

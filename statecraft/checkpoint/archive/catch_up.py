@@ -194,11 +194,13 @@ def archive_saved(
         caught_up: list[int] = []
         failed: Exception | None = None
         try:
-            candidates = pending_uploads(store, destination, exclude=iteration)[:limit]
+            candidates = pending_uploads(store, destination, exclude=iteration) if limit else []
         except Exception as exc:  # reading the root failed: no catch-up this time
             log.warning("the archive catch-up could not list %s: %s", store.describe(), exc)
             candidates = []
-        for older in candidates:
+        for older in candidates:  # a refused one (validation pending) uses no slot
+            if len(caught_up) >= limit:
+                break
             before = retries.retries
             try:
                 upload_checkpoint(store, older, destination, lease=lease)
