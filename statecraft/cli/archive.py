@@ -1,13 +1,17 @@
-"""``statecraft archive publish | fetch | prune-verified``.
+"""``statecraft archive publish | fetch | prune-verified | list``.
 
 - ``publish --artifact-dir D --upload-prefix P [--bucket B] [--credentials F]``: archive the
   artifact ``D`` (``.../checkpoint_artifacts/iter_N``) under the checkpoints-root prefix ``P``
-  (``s3://bucket/prefix``, or a bare prefix with ``--bucket``); the artifact goes to the sibling
-  ``.../checkpoint_artifacts/iter_N`` (the publish transaction).
+  (``s3://bucket/prefix``, or a bare prefix with ``--bucket``); the artifact goes to
+  ``P/checkpoint_artifacts/iter_N``, under ``P`` exactly as given, whatever ``P`` ends in (the
+  publish transaction).
 - ``fetch --artifact-uri s3://.../iter_N --dst D``: an artifact or a full checkpoint, placed at
   ``D/iter_N`` only once every payload is proven (the fetch transaction).
 - ``prune-verified --paths D1,D2``: release each artifact's payloads only once its archive is
   proven; the others are kept, each with its reason (exit 1 when any was kept).
+- ``list s3://bucket/prefix``: every archived iteration under the prefix and its
+  ``checkpoint_artifacts/``, with its size and state, ``complete`` / ``partial`` / ``corrupt``
+  (read-only; exit 1 when any is corrupt).
 
 Credentials: ``--credentials F``, else ``$STATECRAFT_S3_CREDENTIALS``. Exit codes: 0 done, 1 a
 refusal or an error (the envelope's ``errors`` say which), 2 bad usage (argparse).
@@ -28,6 +32,7 @@ __all__ = [
     "CREDENTIALS_ENV",
     "open_s3_bucket",
     "run_archive_fetch",
+    "run_archive_list",
     "run_archive_prune",
     "run_archive_publish",
 ]
@@ -137,7 +142,9 @@ def run_archive_publish(args: argparse.Namespace) -> int:
         from statecraft.checkpoint.archive.publish_bindings import publish_artifact
 
         report = publish_artifact(
-            LocalStore(str(artifact_dir.parent)), iteration, ArchiveDestination(bucket, prefix)
+            LocalStore(str(artifact_dir.parent)),
+            iteration,
+            ArchiveDestination.under(bucket, prefix),
         )
     except StatecraftError as exc:
         return fail(command, args, exc)
@@ -245,3 +252,36 @@ def _prune_data(decisions: list[Any]) -> dict[str, Any]:
         ],
         "freed_bytes": sum(d.freed_bytes for d in decisions),
     }
+
+
+# ---------------------------------------------------------------------------------- list
+def run_archive_list(args: argparse.Namespace) -> int:
+    """``statecraft archive list s3://bucket/prefix``: every archived iteration under the
+    prefix (and its ``checkpoint_artifacts/``) with its size and state (complete / partial /
+    corrupt); read-only. Exit 0 when nothing is corrupt, 1 otherwise or on an error."""
+    from statecraft.checkpoint.archive.destination import parse_s3_uri
+    from statecraft.checkpoint.archive.listing import list_archive
+    from statecraft.cli.inspect.remote import ReadOnlyBucket
+    from statecraft.cli.inspect.remote_archive import archive_lines
+
+    command = "archive list"
+    try:
+        bucket_name, prefix = parse_s3_uri(args.prefix, what="PREFIX")
+        bucket = open_s3_bucket(args, bucket_name)
+        listing = list_archive(ReadOnlyBucket(bucket), prefix)
+    except StatecraftError as exc:
+        return fail(command, args, exc, data={"root": args.prefix})
+    data = listing.to_dict()
+    corrupt = [it for it in listing.iterations if it.state == "corrupt"]
+    errors = [("archive_corrupt", f"{listing.uri}/{it.name}: {it.reason}") for it in corrupt]
+    text = "\n".join(archive_lines(data))
+    if not listing.iterations:
+        text = f"{listing.uri}: no archived iteration there"
+    return emit(
+        command,
+        as_json=args.json,
+        data=data,
+        errors=errors,
+        exit_code=1 if corrupt else 0,
+        text=text,
+    )

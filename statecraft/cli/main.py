@@ -9,12 +9,14 @@ Subcommands:
     demo                        train, SIGKILL, preempt, resume, compare bit-for-bit with a
                                 clean run
     inspect PATH [--verify]     attempts and checkpoints under PATH and what resume=auto would pick
-                                (PATH may be s3://bucket/prefix: a direct root, read-only)
+                                (PATH may be s3://bucket/prefix: a direct root or an archive,
+                                read-only)
     lease show | takeover URI   the object-store writer lease of a direct root (takeover:
                                 deliberate, only once the owner is known dead)
     bench save | validation | async | emergency | upload | dcp | lightning | hf | engine
                                 ratios against in-process baselines
-    archive publish | fetch | prune-verified              archived artifacts (S3)
+    archive publish | fetch | prune-verified | list
+                                archived checkpoints and artifacts (S3)
     objects download | copy     move object-store prefixes (idempotent, streamed)
 
 ``--json`` prints one versioned envelope: ``{"result_version", "command", "status",
@@ -64,14 +66,20 @@ def _transfer_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _archive_parsers(sub: Any) -> None:
-    archive = sub.add_parser("archive", help="publish, fetch and prune-verified archived artifacts")
+    archive = sub.add_parser(
+        "archive", help="publish, fetch, prune-verified and list archived checkpoints"
+    )
     asub = archive.add_subparsers(dest="archive_command", required=True)
     publish = asub.add_parser("publish", help="archive an artifact directory to S3")
     publish.add_argument("--artifact-dir", required=True, help=".../checkpoint_artifacts/iter_N")
     publish.add_argument(
         "--upload-prefix",
         required=True,
-        help="s3://<bucket>/<...>/checkpoints, or a bare prefix with --bucket",
+        help=(
+            "s3://<bucket>/<prefix>, or a bare <prefix> with --bucket; the artifact is "
+            "written to <prefix>/checkpoint_artifacts/iter_N/, under the prefix exactly as "
+            "given (never a sibling of it)"
+        ),
     )
     publish.add_argument("--bucket", help="bucket of a bare --upload-prefix")
     _transfer_flags(publish)
@@ -89,6 +97,12 @@ def _archive_parsers(sub: Any) -> None:
     prune.add_argument("--paths", required=True, help="comma-separated artifact directories")
     _transfer_flags(prune)
     prune.set_defaults(func=_lazy("statecraft.cli.archive", "run_archive_prune"))
+    listing = asub.add_parser(
+        "list", help="archived iterations under s3://bucket/prefix: size, complete/partial/corrupt"
+    )
+    listing.add_argument("prefix", help="s3://<bucket>/<prefix> (an upload or publish prefix)")
+    _transfer_flags(listing)
+    listing.set_defaults(func=_lazy("statecraft.cli.archive", "run_archive_list"))
 
     objects = sub.add_parser("objects", help="download or copy object-store prefixes")
     osub = objects.add_subparsers(dest="objects_command", required=True)

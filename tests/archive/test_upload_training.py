@@ -139,8 +139,9 @@ class TestTrainingWithUpload:
         caplog: pytest.LogCaptureFixture,
     ) -> None:
         """While every PUT answers InternalError, the save's upload fails: training goes on,
-        a WARNING names the destination and the error, no receipt is written and retention
-        never prunes it; a later save uploads its own."""
+        one WARNING names the destination and the error, no receipt is written and retention
+        never prunes it while it has none; a later save uploads its own, then catches the
+        failed one up (issue 28 item 4), after which retention may release it."""
         prefix = _prefix()
         knobs = _knobs(proxied_credentials, prefix, "keep_model_last=1")
         ckpt, objects = open_checkpointer(tmp_path, *knobs)
@@ -148,10 +149,7 @@ class TestTrainingWithUpload:
         clean_proxy.inject(Fault.INTERNAL_ERROR, method="PUT", times=10_000)
         with caplog.at_level(logging.WARNING, logger="statecraft.upload"):
             train(ckpt, objects, 2)
-        clean_proxy.clear()
-        train(ckpt, objects, 2)
-        ckpt.finalize()
-        ckpt.close()
+            ckpt.wait()
         root = _checkpoints(tmp_path)
         warned = [r.getMessage() for r in caplog.records if "upload of" in r.getMessage()]
         assert warned
@@ -159,9 +157,16 @@ class TestTrainingWithUpload:
         assert "InternalError" in warned[0] or "500" in warned[0]
         assert not (root / "iter_000000002" / ".uploaded").exists()
         assert (root / "iter_000000002" / "optim.pt").exists()  # never pruned
+        clean_proxy.clear()
+        train(ckpt, objects, 2)
+        ckpt.finalize()
+        ckpt.close()
         assert _receipt(root / "iter_000000004").iteration == 4
         assert ckpt.saves[0].upload is None
         assert ckpt.saves[0].upload_error is not None
+        caught_up = _remote(s3_server, f"{prefix}/iter_000000002")
+        assert {".posttrain-manifest.json", "model.pt", "optim.pt", "trainer.pt"} <= set(caught_up)
+        assert not (root / "iter_000000002").exists()  # archived, then released by retention
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,10 @@
 The default prefix mirrors the local layout, ``<project>/<group>/<name>/<RUN_TS>/checkpoints``,
 so ``iter_N`` of a run lands at ``s3://<bucket>/<prefix>/iter_N/`` and its partial artifacts at
 the sibling ``.../<RUN_TS>/checkpoint_artifacts/iter_N/``. A prefix that does not end in
-``/checkpoints`` keeps its artifacts under ``<prefix>/checkpoint_artifacts/``.
+``/checkpoints`` keeps its artifacts under ``<prefix>/checkpoint_artifacts/``. A destination
+built with an explicit ``artifacts_root`` (what ``statecraft archive publish --upload-prefix P``
+does, :meth:`ArchiveDestination.under`) puts them at ``<artifacts_root>/iter_N/`` and never
+rewrites the prefix it was given.
 """
 
 from __future__ import annotations
@@ -60,10 +63,30 @@ class ArchiveDestination:
     Attributes:
         bucket: the remote bucket (:class:`~statecraft.storage.objects.ArchiveBucket`).
         prefix: the checkpoints-root prefix, no leading or trailing ``/``.
+        artifacts_root: where partial artifacts go, as given (``None``: the rule of
+            :attr:`artifacts_prefix`).
+        catch_up_per_save: how many committed iterations without a receipt a save's upload
+            archives besides its own (``upload.catch_up_per_save``;
+            :func:`~statecraft.checkpoint.archive.catch_up.archive_saved`).
+        pending_disk_share: warn when iterations without a receipt hold more than this share
+            of the disk (``upload.pending_disk_share``).
     """
 
     bucket: ArchiveBucket
     prefix: str = attrs.field(converter=lambda p: str(p).strip("/"))
+    artifacts_root: str | None = attrs.field(
+        default=None, converter=lambda p: None if p is None else str(p).strip("/")
+    )
+    catch_up_per_save: int = 2
+    pending_disk_share: float = 0.5
+
+    @classmethod
+    def under(cls, bucket: ArchiveBucket, prefix: str) -> ArchiveDestination:
+        """The destination of ``archive publish --upload-prefix <prefix>``: everything under
+        ``prefix`` exactly as given; an artifact lands at
+        ``<prefix>/checkpoint_artifacts/iter_N/`` (never at a sibling of ``prefix``)."""
+        inside = cls(bucket, prefix)
+        return cls(bucket, prefix, artifacts_root=inside.key(ARTIFACTS_DIR))
 
     def key(self, relative: str) -> str:
         """The object key of ``relative`` under the prefix."""
@@ -76,7 +99,10 @@ class ArchiveDestination:
     @property
     def artifacts_prefix(self) -> str:
         """Where partial artifacts go: the sibling ``checkpoint_artifacts`` of a prefix ending
-        in ``checkpoints``, else ``<prefix>/checkpoint_artifacts``."""
+        in ``checkpoints``, else ``<prefix>/checkpoint_artifacts`` (or ``artifacts_root`` when
+        given)."""
+        if self.artifacts_root is not None:
+            return self.artifacts_root
         if posixpath.basename(self.prefix) == CHECKPOINTS_DIR:
             parent = posixpath.dirname(self.prefix)
             return f"{parent}/{ARTIFACTS_DIR}" if parent else ARTIFACTS_DIR

@@ -121,4 +121,9 @@ def upload_destination(
                 problem=exc.fields.get("problem"),
             ) from None
     prefix = str(upload.prefix).strip("/") or default_prefix(run, run_ts)
-    return ArchiveDestination(bucket, prefix)
+    return ArchiveDestination(
+        bucket,
+        prefix,
+        catch_up_per_save=upload.catch_up_per_save,
+        pending_disk_share=upload.pending_disk_share,
+    )

@@ -110,6 +110,16 @@ def _lease_ttl(value: Any, path: str) -> tuple[Any, list[ConfigIssue]]:
     return value, []
 
 
+def _share(value: Any, path: str) -> tuple[Any, list[ConfigIssue]]:
+    """A share of a whole, a number in (0, 1]."""
+    allowed = "a share of the disk: a number greater than 0 and at most 1 (0.5 is half)"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return value, [ConfigIssue(path, value, allowed + _number_hint(value))]
+    if not 0 < value <= 1:  # NaN fails this too
+        return value, [ConfigIssue(path, value, allowed)]
+    return value, []
+
+
 def _choice(*choices: str) -> _Checker:
     allowed = "one of " + ", ".join(repr(c) for c in choices)
 

@@ -39,6 +39,7 @@ from statecraft.checkpoint.config.knobs import (
     _raise_if,
     _resume,
     _run_ts,
+    _share,
     _signals,
     _text,
 )
@@ -98,6 +99,8 @@ class UploadConfig:
     bucket: str = attrs.field(default="", metadata={_CHECK: _text})
     credentials: str = attrs.field(default="", metadata={_CHECK: _text})
     prefix: str = attrs.field(default="", metadata={_CHECK: _text})
+    catch_up_per_save: int = attrs.field(default=2, metadata={_CHECK: _COUNT})
+    pending_disk_share: float = attrs.field(default=0.5, metadata={_CHECK: _share})
 
     def __attrs_post_init__(self) -> None:
         _raise_if(_check_fields(self), "UploadConfig")

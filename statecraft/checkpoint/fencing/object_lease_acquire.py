@@ -1,6 +1,7 @@
 """Taking the lease of a direct checkpoints root: :func:`acquire_object_lease` (before the
 first write of a job: create by ``If-None-Match``, or take over an expired, released or dead
-owner's by ``If-Match``; a live owner refuses, named) and :func:`take_over_seen_lease` (what
+owner's by ``If-Match``, or at once the live lease of an earlier incarnation of this very
+scheduler job, requeued; any other live owner refuses, named) and :func:`take_over_seen_lease` (what
 ``statecraft lease takeover`` runs on the version it showed). Overview:
 :mod:`statecraft.checkpoint.fencing.object_lease`.
 """
@@ -12,7 +13,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from statecraft.checkpoint.fencing.object_lease_handle import Clock, ObjectStoreLease
 from statecraft.checkpoint.fencing.object_lease_io import (
@@ -27,6 +28,7 @@ from statecraft.checkpoint.fencing.object_lease_record import (
     ObjectLeaseRecord,
     iso_utc,
 )
+from statecraft.checkpoint.fencing.scheduler_job import SchedulerJob, scheduler_job
 from statecraft.checkpoint.kernel.layout import LATEST_POINTER
 from statecraft.errors import ObjectRequestError, PreconditionFailed, WriterLeaseError
 from statecraft.storage.objects import ObjectStore
@@ -53,7 +55,12 @@ def owner_alive(record: ObjectLeaseRecord) -> bool:
 
 
 def _new_record(
-    generation: int, ttl_s: float, now: float, host: str, pid: int
+    generation: int,
+    ttl_s: float,
+    now: float,
+    host: str,
+    pid: int,
+    job: SchedulerJob | None = None,
 ) -> ObjectLeaseRecord:
     stamp = iso_utc(now)
     return ObjectLeaseRecord(
@@ -66,19 +73,27 @@ def _new_record(
         renewed=stamp,
         expires=iso_utc(now + ttl_s),
         ttl_s=float(ttl_s),
+        job=None if job is None else job.key,
+        restart_count=None if job is None else job.restart_count,
     )
 
 
-def _refuse_live(store: ObjectStore, current: ObjectLeaseRecord) -> WriterLeaseError:
+def _refuse_live(
+    store: ObjectStore, current: ObjectLeaseRecord, job: SchedulerJob | None
+) -> WriterLeaseError:
     where = lease_where(store)
     root = root_of(store)
+    mine = f"job {job.describe()}" if job is not None else "no scheduler job"
+    theirs = f"job {current.job} restart {current.restart_count}" if current.job else "no job"
     return WriterLeaseError(
         f"{where}: {root} is being written by {current.describe()}. Two jobs must not write "
         "one checkpoints root: stop the other job (or wait for it to finish), or point this "
         "one at another checkpoint_store.prefix. If that owner is dead, wait until its lease "
         f"expires ({current.expires}) or take the root over deliberately, only after making "
         f"sure it is dead: statecraft lease takeover {root} (or checkpoint_store.lease_takeover"
-        "=true for one launch)",
+        "=true for one launch). (A job its scheduler requeued takes its own lease at once: same "
+        f"SLURM_JOB_ID, higher SLURM_RESTART_COUNT; this process is {mine}, the lease records "
+        f"{theirs}.)",
         path=where,
         **current.fields(),
     )
@@ -94,6 +109,7 @@ def acquire_object_lease(
     pid: int | None = None,
     pointers: tuple[str, ...] = (LATEST_POINTER,),
     alive: Callable[[ObjectLeaseRecord], bool] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> ObjectStoreLease:
     """Take the writer lease of the direct checkpoints root ``store`` (before its first write).
 
@@ -110,6 +126,11 @@ def acquire_object_lease(
             :func:`owner_alive`: an owner on this host whose PID is gone is dead, so a
             relaunch after a SIGKILL on the same node does not wait for the expiry; an owner
             on another host counts as alive: it cannot be told, so it fails closed).
+        environ: where the scheduler's variables are read (default ``os.environ``;
+            :func:`~statecraft.checkpoint.fencing.scheduler_job.scheduler_job`). The lease
+            records the job; a live lease whose record names the same job with a lower restart
+            count (``SLURM_JOB_ID`` equal, ``SLURM_RESTART_COUNT`` higher here: the scheduler
+            requeued this job, on any node) is taken over at once, logged at WARNING.
 
     Returns:
         the lease (written to the bucket already).
@@ -126,13 +147,14 @@ def acquire_object_lease(
     host = socket.gethostname() if host is None else host
     pid = os.getpid() if pid is None else pid
     alive = owner_alive if alive is None else alive
+    job = scheduler_job(environ)
     where = lease_where(store)
     lease: ObjectStoreLease | None = None
     for _ in range(_RACE_ATTEMPTS):
         found = read_object_lease(store)
         now = clock()
         if found is None:
-            record = _new_record(1, ttl_s, now, host, pid)
+            record = _new_record(1, ttl_s, now, host, pid, job)
             try:
                 etag = store.put_if(
                     OBJECT_LEASE_NAME, record.encode(), if_match=None, if_none_match=True
@@ -150,9 +172,10 @@ def acquire_object_lease(
         current, seen = found
         live = not current.expired(now)
         dead = live and not alive(current)
-        if live and not dead and not takeover:
-            raise _refuse_live(store, current)
-        record = _new_record(current.generation + 1, ttl_s, now, host, pid)
+        requeued = job is not None and job.requeue_of(current.job, current.restart_count)
+        if live and not dead and not takeover and not requeued:
+            raise _refuse_live(store, current, job)
+        record = _new_record(current.generation + 1, ttl_s, now, host, pid, job)
         try:
             etag = store.put_if(
                 OBJECT_LEASE_NAME, record.encode(), if_match=seen, if_none_match=False
@@ -164,7 +187,18 @@ def acquire_object_lease(
             if landed is None:
                 raise
             etag = landed
-        if dead and not takeover:
+        if live and requeued and not dead and not takeover:
+            log.warning(
+                "%s: took over the live lease of %s at once: the scheduler requeued the same "
+                "job (%s); now %s on host %s (generation %d)",
+                where,
+                current.describe(),
+                job.describe() if job is not None else "",
+                record.owner,
+                host,
+                record.generation,
+            )
+        elif dead and not takeover:
             log.warning(
                 "%s: took over the lease of %s: its process is gone from this host; now %s "
                 "(generation %d)",
@@ -212,6 +246,7 @@ def take_over_seen_lease(
     clock: Clock = time.time,
     host: str | None = None,
     pid: int | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> ObjectStoreLease:
     """Take over exactly the lease version ``seen`` (a record and its etag, as
     :func:`read_object_lease` returned them), whatever its expiry: ``If-Match`` on that etag,
@@ -225,7 +260,7 @@ def take_over_seen_lease(
     current, etag = seen
     host = socket.gethostname() if host is None else host
     pid = os.getpid() if pid is None else pid
-    record = _new_record(current.generation + 1, ttl_s, clock(), host, pid)
+    record = _new_record(current.generation + 1, ttl_s, clock(), host, pid, scheduler_job(environ))
     data = record.encode()
     try:
         new_etag = store.put_if(OBJECT_LEASE_NAME, data, if_match=etag, if_none_match=False)

@@ -17,6 +17,7 @@ import attrs
 
 from statecraft.checkpoint.fencing.lease_record import lease_error
 from statecraft.checkpoint.kernel.records import record_codec
+from statecraft.errors import CheckpointError
 
 __all__ = [
     "OBJECT_LEASE_NAME",
@@ -63,6 +64,8 @@ class ObjectLeaseRecord:
         acquired, renewed, expires: ISO 8601 UTC; ``expires`` is ``renewed + ttl_s``.
         ttl_s: the owner's ``checkpoint_store.lease_ttl_s``.
         released: the owner gave it up cleanly (the next writer takes it at once).
+        job: the owner's scheduler job (``slurm:<SLURM_JOB_ID>``), ``None`` outside one.
+        restart_count: that job's ``SLURM_RESTART_COUNT`` (with ``job``).
     """
 
     schema: str
@@ -75,6 +78,8 @@ class ObjectLeaseRecord:
     expires: str
     ttl_s: float
     released: bool = False
+    job: str | None = None
+    restart_count: int | None = None
 
     @property
     def expires_at(self) -> float:
@@ -91,12 +96,20 @@ class ObjectLeaseRecord:
         Raises:
             CheckpointError: the record breaks the schema (a bug); nothing is written.
         """
-        return _CODEC.encode(self, what=OBJECT_LEASE_NAME)
+        problems = _date_problems(self)
+        if problems:
+            raise CheckpointError(f"refusing to write {OBJECT_LEASE_NAME}: " + "; ".join(problems))
+        document = _CODEC.converter.unstructure(self)
+        for name in ("job", "restart_count"):  # absent outside a scheduler: the old bytes
+            if document.get(name) is None:
+                document.pop(name, None)
+        return _CODEC.encode_document(document, what=OBJECT_LEASE_NAME)
 
     def describe(self) -> str:
         state = "released" if self.released else f"expires {self.expires}"
+        job = f"job {self.job} restart {self.restart_count}, " if self.job else ""
         return (
-            f"owner {self.owner} (host {self.host}, PID {self.pid}, generation "
+            f"owner {self.owner} (host {self.host}, PID {self.pid}, {job}generation "
             f"{self.generation}, since {self.acquired}, {state})"
         )
 
@@ -114,6 +127,8 @@ class ObjectLeaseRecord:
             "renewed": self.renewed,
             "expires": self.expires,
             "ttl_s": self.ttl_s,
+            "job": self.job,
+            "restart_count": self.restart_count,
             "etag": etag,
         }
 

@@ -35,8 +35,9 @@ from typing import Any
 
 import attrs
 
+from statecraft.checkpoint.archive.catch_up import archive_saved
 from statecraft.checkpoint.archive.destination import ArchiveDestination
-from statecraft.checkpoint.archive.upload_bindings import UploadReport, upload_checkpoint
+from statecraft.checkpoint.archive.upload_bindings import UploadReport
 from statecraft.checkpoint.fencing.lease import WriterLease
 from statecraft.checkpoint.retention.run import RetentionPlan, RetentionReport, run_retention
 from statecraft.checkpoint.save.bindings import SaveContext
@@ -53,7 +54,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("statecraft.write_job")
-upload_log = logging.getLogger("statecraft.upload")
 
 
 @attrs.define
@@ -245,7 +245,9 @@ def upload_archive(ctx: WriteJobContext) -> None:
     """Archive durable ``iter_N`` (the ``upload`` machine). Best effort: any failure
     (a request, the verification, a refusal) is logged at WARNING with the destination and
     the error, kept in ``upload_error``, and the job goes on to retention (which keeps the
-    iteration: it holds no receipt).
+    iteration: it holds no receipt). Once it succeeded, up to ``upload.catch_up_per_save``
+    older committed iterations without a receipt are archived too (:func:`~statecraft.
+    checkpoint.archive.catch_up.archive_saved`), so retention can release them.
 
     Raises:
         CheckpointError: the save is not known durable in this job (a table bug; nothing is
@@ -260,17 +262,9 @@ def upload_archive(ctx: WriteJobContext) -> None:
     if destination is None:  # the upload_planned guard let this run: a table bug
         raise CheckpointError(f"{ctx.where}: upload_archive ran without a destination")
     started = time.perf_counter()
-    try:
-        ctx.upload_report = upload_checkpoint(
-            ctx.save.store, ctx.iteration, destination, lease=ctx.lease
-        )
-    except Exception as exc:  # best effort: the checkpoint is durable locally and kept
-        ctx.upload_error = exc
-        upload_log.warning(
-            "the upload of %s to %s failed (the local checkpoint is kept and retention will "
-            "not prune it; the next save uploads its own): %s",
-            ctx.where, destination.uri(destination.iteration_prefix(ctx.iteration)), exc,
-        )  # fmt: skip
+    try:  # best effort: one WARNING per failed upload; then the bounded catch-up
+        outcome = archive_saved(ctx.save.store, ctx.iteration, destination, lease=ctx.lease)
+        ctx.upload_report, ctx.upload_error = outcome.report, outcome.error
     finally:
         ctx.upload_seconds = time.perf_counter() - started
 

@@ -41,12 +41,15 @@ this module is the command.
 
 PATH may also be ``s3://bucket/prefix`` (a direct object-store checkpoints root) or
 ``s3://bucket/prefix/iter_N`` (:mod:`.remote`: each iteration's manifest, DCP components,
-``latest``, the object-store lease), read-only, with the credentials of ``statecraft objects``
+``latest``, the object-store lease), or an archive the upload or ``archive publish`` wrote
+(:mod:`.remote_archive`: each iteration complete / partial / corrupt), read-only, with the
+credentials of ``statecraft objects``
 (``--credentials FILE``, else ``$STATECRAFT_S3_CREDENTIALS``). DCP iterations (local or remote)
 list per component the shard count, sizes and world size at save (:mod:`.dcp`).
 
 Exit status: 0 when PATH holds a checkpoints layout (whatever state the checkpoints are in);
-1 when PATH does not exist or holds no checkpoints layout. ``--json`` prints the same data in
+1 when PATH does not exist or holds no checkpoints layout, or is an archive with a corrupt
+iteration. ``--json`` prints the same data in
 the CLI's versioned envelope (see :func:`statecraft.cli.envelope.emit`).
 """
 
@@ -76,7 +79,12 @@ def _run_remote(args: argparse.Namespace, as_json: bool) -> int:
         data = inspect_remote(args.path, bucket)
     except StatecraftError as exc:
         return fail(COMMAND, args, exc, data={"path": str(args.path)})
-    return emit(COMMAND, as_json=as_json, data=data, text=render_remote_text(data))
+    corrupt = [it for it in data["iterations"] if it["state"] == "corrupt"]
+    if data["kind"] != "remote_archive" or not corrupt:
+        return emit(COMMAND, as_json=as_json, data=data, text=render_remote_text(data))
+    errors = [("archive_corrupt", f"{it['uri']}: {it['reason']}") for it in corrupt]
+    text = render_remote_text(data)
+    return emit(COMMAND, as_json=as_json, data=data, errors=errors, exit_code=1, text=text)
 
 
 def run_inspect(args: argparse.Namespace) -> int:

@@ -34,6 +34,7 @@ from statecraft.checkpoint.kernel.layout import (
     parse_latest,
 )
 from statecraft.cli.inspect.dcp import dcp_component_report, dcp_lines, dcp_report
+from statecraft.cli.inspect.remote_archive import archive_lines, inspect_archive
 from statecraft.errors import CheckpointCorruptError, InspectError, StoreError, WriterLeaseError
 from statecraft.storage.objects import ObjectInfo, ObjectStore
 
@@ -217,7 +218,11 @@ def inspect_remote(uri: str, bucket: Any, *, now: float | None = None) -> dict[s
 
     Returns:
         ``{"path", "kind" ("remote_root" | "remote_iteration"), "root", "latest", "lease",
-        "iterations" (newest first), "newest_committed", "other_entries", "explicit_resume"}``.
+        "iterations" (newest first), "newest_committed", "other_entries", "explicit_resume"}``;
+        for an archive (the upload's or ``archive publish``'s, :mod:`.remote_archive`):
+        ``{"path", "kind": "remote_archive", "root", "iterations" (oldest first, each
+        ``complete`` / ``partial`` / ``corrupt``), "complete", "partial", "corrupt", "bytes",
+        "newest_complete", "other_entries"}``.
 
     Raises:
         ConfigError: ``uri`` is not ``s3://bucket/prefix[/iter_N]``.
@@ -225,6 +230,9 @@ def inspect_remote(uri: str, bucket: Any, *, now: float | None = None) -> dict[s
     """
     _, prefix, only = parse_direct_uri(uri)
     name = bucket.identity().bucket
+    archive = inspect_archive(uri, ReadOnlyBucket(bucket), prefix, only)
+    if archive is not None:
+        return archive
     store = ObjectStore(ReadOnlyBucket(bucket), prefix=prefix, name=name)
     root_uri = f"s3://{name}/{prefix}" if prefix else f"s3://{name}"
     keys = [
@@ -278,6 +286,8 @@ def inspect_remote(uri: str, bucket: Any, *, now: float | None = None) -> dict[s
 
 def render_remote_text(data: dict[str, Any]) -> str:
     """The text of :func:`inspect_remote`'s data."""
+    if data["kind"] == "remote_archive":
+        return "\n".join(archive_lines(data))
     lines = [f"direct checkpoints root {data['root']} ({data['total_objects']} objects)"]
     lease = data["lease"]
     if lease is None:
