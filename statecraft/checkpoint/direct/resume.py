@@ -193,11 +193,11 @@ def resume_direct(
 ) -> DirectResume:
     """``Checkpointer.resume()`` under ``checkpoint_store.backend=object_store`` (every rank,
     after :func:`refuse_local_only_features` and with the local attempt open: its run
-    directory, resolved config, RUN_TS and the local writer lease stay under the output root): open the direct root (wrong credentials, an
-    unknown bucket or a dead endpoint fail here, nothing written), take its object-store
-    lease on rank 0 (a live owner refuses, named), then load latest of the root
-    (``resume=auto``), nothing (``resume=off``: a fresh start) or the explicit
-    ``resume=s3://.../iter_N``. The facade then saves into the returned root.
+    directory, resolved config, RUN_TS and the local writer lease stay under the output
+    root): open the direct root (wrong credentials, an unknown bucket or a dead endpoint fail
+    here, nothing written), take its object-store lease on rank 0 (a live owner refuses,
+    named), then load latest of the root (``resume=auto``), nothing (``resume=off``: a fresh
+    start) or the explicit ``resume=s3://.../iter_N``. The facade then saves into the returned root.
 
     Raises:
         WriterLeaseError: another job holds the root's lease (named); nothing was loaded.
