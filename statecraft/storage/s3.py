@@ -35,7 +35,14 @@ from statecraft.storage.s3_transfer import download_file, upload_bytes, upload_f
 #: the longest :meth:`S3Bucket.check` retries an endpoint that does not answer (seconds)
 CHECK_WAIT_S = 10.0
 
-__all__ = ["CHECK_WAIT_S", "SHA256_METADATA", "RemoteObject", "RetryPolicy", "S3Bucket", "TransferSettings"]
+__all__ = [
+    "CHECK_WAIT_S",
+    "SHA256_METADATA",
+    "RemoteObject",
+    "RetryPolicy",
+    "S3Bucket",
+    "TransferSettings",
+]
 
 
 class S3Bucket(S3Requests):
@@ -168,9 +175,7 @@ class S3Bucket(S3Requests):
                 "head-bucket",
                 "",
                 lambda: self.client.head_bucket(Bucket=self.bucket),
-                retry=attrs.evolve(
-                    self.retry, max_wait_s=min(self.retry.max_wait_s, CHECK_WAIT_S)
-                ),
+                retry=attrs.evolve(self.retry, max_wait_s=min(self.retry.max_wait_s, CHECK_WAIT_S)),
             )
         except FileNotFoundError:
             failure = Failure(404, "NoSuchBucket", False, "The specified bucket does not exist")

@@ -213,7 +213,7 @@ def open_credentials(
     """
     text = os.fspath(setting).strip()
     if text in ("", DEFAULT_CHAIN):
-        return S3Credentials(source="the default AWS credential chain")
+        return S3Credentials()
     if text.startswith(PROFILE_PREFIX):
         name = text[len(PROFILE_PREFIX) :].strip()
         if not name:
@@ -290,9 +290,7 @@ def _check_combination(where: str, raw: dict[str, Any]) -> None:
             "together (or omit both to use a profile or the default AWS credential chain)",
         )
     if "aws_session_token" in raw and not has_id:
-        raise _problem(
-            where, "aws_session_token needs aws_access_key_id and aws_secret_access_key"
-        )
+        raise _problem(where, "aws_session_token needs aws_access_key_id and aws_secret_access_key")
     if "profile" in raw and has_id:
         raise _problem(where, "give profile or the keys, not both")
 

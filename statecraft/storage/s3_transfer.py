@@ -343,7 +343,8 @@ def _range_fetcher(
 def _short_body() -> Exception:
     import botocore.exceptions as bce
 
-    return bce.IncompleteReadError(actual_bytes=0, expected_bytes=1)
+    error: Exception = bce.IncompleteReadError(actual_bytes=0, expected_bytes=1)
+    return error
 
 
 def _check(bucket: S3Requests, key: str, there: RemoteObject, size: int, sha: str) -> None:

@@ -465,7 +465,8 @@ class TestBadInput:
         assert str(info.value) == (
             f"s3://{BUCKET} at 127.0.0.1:{port}: get 'k' failed after 4 attempt(s) "
             "(EndpointConnectionError: could not connect to the endpoint). Check endpoint_url "
-            f"in credentials file {path} and that the service at 127.0.0.1:{port} is running and reachable"
+            f"in credentials file {path} and that the service at 127.0.0.1:{port} is running "
+            "and reachable"
         )
         assert_no_secret(s3_server, info.value)
 
