@@ -221,10 +221,11 @@ class S3Requests:
         creds = self.credentials
         source = creds.source or "the credentials"
         if failure.access_denied:
+            token = " (and aws_session_token: expired?)" if creds.aws_session_token else ""
             fix = (
-                f"Access denied to {self.describe()} for key id {creds.key_hint} from "
-                f"{source}: check the keys there (aws_access_key_id, aws_secret_access_key, "
-                "aws_session_token: expired?) and the key's permissions on the bucket"
+                f"Access denied to {self.describe()} for key id {creds.key_hint}: check "
+                f"aws_access_key_id and aws_secret_access_key in {source}{token} and the "
+                "key's permissions on the bucket"
             )
         elif failure.code == "NoSuchBucket":
             fix = f"Bucket {self.bucket!r} does not exist: create it or fix the bucket name"

@@ -159,8 +159,7 @@ class TestSources:
             bucket.put("t/token", b"x")
         assert sent == [token.encode()]
         message = str(info.value)
-        assert f"from credentials file {path}" in message
-        assert "aws_session_token: expired?" in message
+        assert f"in credentials file {path} (and aws_session_token: expired?)" in message
         assert token not in message
         assert bucket.credentials.scrub(f"x {token} y") == "x *** y"
 
@@ -178,7 +177,7 @@ class TestSources:
         with pytest.raises(ObjectRequestError) as info:
             bucket.check()
         assert token not in str(info.value)
-        assert "from AWS credentials from the environment" in str(info.value)
+        assert "in AWS credentials from the environment" in str(info.value)
 
 
 class TestRefusals:
@@ -196,7 +195,7 @@ class TestRefusals:
         with pytest.raises(ObjectRequestError) as info:
             bucket.check()
         message = str(info.value)
-        assert "from AWS credentials from the environment (AWS_ACCESS_KEY_ID" in message
+        assert "in AWS credentials from the environment (AWS_ACCESS_KEY_ID" in message
         assert message.count(f"...{s3_server.access_key[-4:]}") == 1
         assert s3_server.access_key not in message
         assert wrong not in message
@@ -205,7 +204,7 @@ class TestRefusals:
     def test_wrong_keys_of_a_profile(self, s3_server: S3Server, clean_aws: Path) -> None:
         write_profile(clean_aws, s3_server, "training", secret="not-the-secret-0123")
         bucket = S3Bucket(open_credentials("profile:training"), BUCKET, retry=FAST_RETRY)
-        with pytest.raises(ObjectRequestError, match="from AWS profile 'training' via") as info:
+        with pytest.raises(ObjectRequestError, match="in AWS profile 'training' via") as info:
             bucket.put("t/never", b"x")
         assert "not-the-secret-0123" not in str(info.value)
 

@@ -431,10 +431,9 @@ class TestBadInput:
         assert message.startswith(f"{bucket.describe()}: put '{prefix}/k' failed (")
         assert "SignatureDoesNotMatch 403" in message
         assert message.endswith(
-            f"Access denied to {bucket.describe()} for key id ...{s3_server.access_key[-4:]} "
-            f"from credentials file {path}: check the keys there (aws_access_key_id, "
-            "aws_secret_access_key, aws_session_token: expired?) and the key's permissions on "
-            "the bucket"
+            f"Access denied to {bucket.describe()} for key id ...{s3_server.access_key[-4:]}: "
+            f"check aws_access_key_id and aws_secret_access_key in credentials file {path} "
+            "and the key's permissions on the bucket"
         )
         assert wrong not in message
         assert s3_server.access_key not in message
