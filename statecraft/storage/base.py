@@ -20,6 +20,7 @@ Write protocol (who calls what):
 
 from __future__ import annotations
 
+from types import TracebackType
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 import attrs
@@ -92,7 +93,12 @@ class AtomicWriter(Protocol):
 
     def __enter__(self) -> AtomicWriter: ...
 
-    def __exit__(self, exc_type, exc, tb) -> None: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
 
 
 @runtime_checkable

@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import os
 import posixpath
+from types import TracebackType
 from typing import Protocol
 
 from statecraft.errors import DiskFullError, StoreConflictError, StoreError
@@ -251,7 +252,12 @@ class LocalAtomicWriter:
     def __enter__(self) -> LocalAtomicWriter:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if exc_type is None:
             self.commit()
         elif issubclass(exc_type, Exception):

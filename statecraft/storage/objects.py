@@ -14,6 +14,7 @@ here, where callers have always found them.
 from __future__ import annotations
 
 import io
+from types import TracebackType
 from typing import BinaryIO
 
 from statecraft.errors import ObjectRequestError, PreconditionFailed, StoreConflictError, StoreError
@@ -81,7 +82,12 @@ class ObjectAtomicWriter:
     def __enter__(self) -> ObjectAtomicWriter:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if exc_type is None:
             self.commit()
         elif issubclass(exc_type, Exception):

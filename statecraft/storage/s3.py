@@ -23,6 +23,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from statecraft.errors import ObjectRequestError
 from statecraft.storage.base import Store
 from statecraft.storage.bucket import ObjectInfo, RemoteObject
@@ -30,7 +32,17 @@ from statecraft.storage.s3_requests import SHA256_METADATA, S3Requests
 from statecraft.storage.s3_retry import Failure, RetryPolicy, TransferSettings
 from statecraft.storage.s3_transfer import download_file, upload_bytes, upload_file
 
-__all__ = ["SHA256_METADATA", "RemoteObject", "RetryPolicy", "S3Bucket", "TransferSettings"]
+#: the longest :meth:`S3Bucket.check` retries an endpoint that does not answer (seconds)
+CHECK_WAIT_S = 10.0
+
+__all__ = [
+    "CHECK_WAIT_S",
+    "SHA256_METADATA",
+    "RemoteObject",
+    "RetryPolicy",
+    "S3Bucket",
+    "TransferSettings",
+]
 
 
 class S3Bucket(S3Requests):
@@ -151,13 +163,20 @@ class S3Bucket(S3Requests):
             pass
 
     def check(self) -> None:
-        """Prove the bucket exists and these keys may use it (one HEAD of the bucket).
+        """Prove the bucket exists and these keys may use it (one HEAD of the bucket). An
+        endpoint that does not answer is reported within :data:`CHECK_WAIT_S` (or the retry
+        budget, when smaller), not after the whole budget of a request.
 
         Raises:
             ObjectRequestError: unknown bucket, access denied, or the endpoint is down.
         """
         try:
-            self.call("head-bucket", "", lambda: self.client.head_bucket(Bucket=self.bucket))
+            self.call(
+                "head-bucket",
+                "",
+                lambda: self.client.head_bucket(Bucket=self.bucket),
+                retry=attrs.evolve(self.retry, max_wait_s=min(self.retry.max_wait_s, CHECK_WAIT_S)),
+            )
         except FileNotFoundError:
             failure = Failure(404, "NoSuchBucket", False, "The specified bucket does not exist")
             raise self.failed("head-bucket", "", failure, 1) from None

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import boto3
+import attrs
 from botocore.config import Config
 
 from statecraft.errors import ObjectRequestError, PreconditionFailed
@@ -66,7 +66,6 @@ class S3Requests:
         read_timeout_s: float = 60.0,
         list_page_size: int = 1000,
     ) -> None:
-        self.credentials = credentials
         self.bucket = bucket
         self.retry = retry or RetryPolicy()
         self.transfer = transfer or TransferSettings()
@@ -74,19 +73,20 @@ class S3Requests:
         config = Config(
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
-            s3={"addressing_style": "path"},
-            retries={"total_max_attempts": 1, "mode": "standard"},
+            # path-style for a named endpoint (MinIO, SeaweedFS...); AWS picks its own
+            s3={"addressing_style": "path" if credentials.endpoint_url else "auto"},
+            retries={"total_max_attempts": 1, "mode": "standard"},  # call() retries
             connect_timeout=connect_timeout_s,
             read_timeout=read_timeout_s,
             max_pool_connections=max(10, 2 * self.transfer.concurrency),
         )
-        session = boto3.session.Session(
-            aws_access_key_id=credentials.aws_access_key_id,
-            aws_secret_access_key=credentials.aws_secret_access_key,
-            region_name=credentials.region,
-        )
+        session, resolved = credentials.session()
         self.client: Any = session.client(
-            "s3", endpoint_url=credentials.endpoint_url, config=config
+            "s3", endpoint_url=credentials.endpoint_url or None, config=config
+        )
+        #: the credentials as resolved (key id, secret and token to scrub, where from)
+        self.credentials = attrs.evolve(
+            resolved, endpoint_url=str(self.client.meta.endpoint_url or resolved.endpoint_url)
         )
 
     def __repr__(self) -> str:
@@ -162,6 +162,7 @@ class S3Requests:
         send: Callable[[], T],
         *,
         on_failure: Callable[[Failure], None] | None = None,
+        retry: RetryPolicy | None = None,
     ) -> T:
         """``send()`` with bounded retries.
 
@@ -170,8 +171,11 @@ class S3Requests:
             FileNotFoundError: a 404 of the key.
             ObjectRequestError: a failure that is not retried, or the last attempt's failure.
         """
-        attempts = self.retry.attempts
-        for attempt in range(1, attempts + 1):
+        retry = retry or self.retry
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 return send()
             except Exception as error:
@@ -184,45 +188,60 @@ class S3Requests:
                     raise FileNotFoundError(f"no object {key!r} in {self.describe()}") from None
                 if failure.not_found:
                     raise FileNotFoundError(self.bucket) from None
-                if not failure.retryable or attempt == attempts:
-                    raise self.failed(op, key, failure, attempt) from None
+                elapsed = time.monotonic() - started
+                pause = retry.next_pause(attempt, elapsed) if failure.retryable else None
+                if pause is None:
+                    budget = ""
+                    if failure.retryable and attempt < retry.attempts:
+                        budget = (
+                            f"over {elapsed:.1f} s, the retry budget (raise it with "
+                            f"{retry.knob}, now {retry.max_wait_s:g} s)"
+                        )
+                    raise self.failed(op, key, failure, attempt, budget) from None
                 if on_failure is not None:
                     on_failure(failure)
-                pause = self.retry.delay(attempt)
                 log.warning(
-                    "s3 %s %r at %s: attempt %d/%d failed (%s); retrying in %.2f s",
+                    "s3 %s %r at %s: attempt %d failed after %.1f s (%s); retrying in %.2f s "
+                    "(budget %g s)",
                     op,
                     key,
                     self.identity(),
                     attempt,
-                    attempts,
+                    elapsed,
                     self.credentials.scrub(f"{failure.code} {failure.status}".strip()),
                     pause,
+                    retry.max_wait_s,
                 )
                 time.sleep(pause)
-        raise AssertionError("unreachable")  # pragma: no cover
 
-    def failed(self, op: str, key: str, failure: Failure, attempts: int) -> ObjectRequestError:
+    def failed(
+        self, op: str, key: str, failure: Failure, attempts: int, budget: str = ""
+    ) -> ObjectRequestError:
         """The :class:`ObjectRequestError` for ``failure``, with the fix for its kind."""
-        source = self.credentials.source or "the credentials"
+        creds = self.credentials
+        source = creds.source or "the credentials"
         if failure.access_denied:
+            token = " (and aws_session_token: expired?)" if creds.aws_session_token else ""
             fix = (
-                f"Access denied to {self.describe()}: check aws_access_key_id and "
-                f"aws_secret_access_key in {source} and the key's permissions on the bucket"
+                f"Access denied to {self.describe()} for key id {creds.key_hint}: check "
+                f"aws_access_key_id and aws_secret_access_key in {source}{token} and the "
+                "key's permissions on the bucket"
             )
         elif failure.code == "NoSuchBucket":
             fix = f"Bucket {self.bucket!r} does not exist: create it or fix the bucket name"
+        elif failure.code == "NoCredentialsError":
+            fix = f"No credentials from {source}: set them there or give a credentials file"
         elif failure.status == 0:
             fix = (
                 f"Check endpoint_url in {source} and that the service at "
-                f"{self.credentials.endpoint_authority} is running and reachable"
+                f"{creds.endpoint_authority} is running and reachable"
             )
         elif failure.retryable:
             fix = "The service kept failing; try again later"
         else:
             fix = "The request was refused and not applied"
-        error = request_error(self.describe(), op, key, failure, attempts, fix)
-        scrubbed = self.credentials.scrub(str(error))
+        error = request_error(self.describe(), op, key, failure, attempts, fix, budget)
+        scrubbed = creds.scrub(str(error))
         if scrubbed != str(error):
             error.args = (scrubbed,)
         return error

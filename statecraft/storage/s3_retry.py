@@ -1,7 +1,8 @@
 """Retries of S3 requests: which failures are worth another attempt, the backoff between
 attempts, and the error a request ends with.
 
-Retried (bounded by :attr:`RetryPolicy.attempts`): throttling (503 SlowDown, 429), other 5xx,
+Retried (bounded by :attr:`RetryPolicy.attempts` and by :attr:`RetryPolicy.max_wait_s`, the
+outage a request rides out: 90 s by default): throttling (503 SlowDown, 429), other 5xx,
 request timeouts, and dropped or refused connections. Never retried: 412 (the caller decides,
 see ``S3Bucket``), 404, access denied, an unknown bucket, any other 4xx. A retried mutating
 request may have been applied by an earlier attempt whose response was lost; callers make
@@ -39,29 +40,45 @@ def _positive(path: str, value: float, allowed: str) -> None:
 
 @attrs.frozen
 class RetryPolicy:
-    """Bounded attempts with exponential backoff and full jitter.
+    """Bounded attempts with exponential backoff and full jitter, within a time budget.
 
     Attempt ``n`` (1-based) that fails waits ``uniform(0, min(max_delay_s, base_delay_s *
-    2**(n-1)))`` before the next one.
+    2**(n-1)))`` before the next one. A request gives up after ``attempts`` attempts or once
+    ``max_wait_s`` seconds have passed since its first attempt, whichever comes first; the
+    last pause is shortened so that one attempt is made at the end of the budget. The
+    defaults ride out an outage of the service (a restart, a failover, a network blip) of
+    about ``max_wait_s`` = 90 s. ``knob`` names the setting that changes the budget in the
+    error a request ends with (``checkpoint_store.retry_wait_s`` for a direct primary).
 
     Raises:
-        ConfigError: ``attempts`` < 1 or a delay that is not positive.
+        ConfigError: ``attempts`` < 1 or a delay or budget that is not positive.
     """
 
-    attempts: int = 5
+    attempts: int = 1000
     base_delay_s: float = 0.05
-    max_delay_s: float = 2.0
+    max_delay_s: float = 5.0
+    max_wait_s: float = 90.0
+    knob: str = "RetryPolicy(max_wait_s=...)"
 
     def __attrs_post_init__(self) -> None:
         _positive("attempts", self.attempts, "an integer >= 1")
         _positive("base_delay_s", self.base_delay_s, "seconds > 0")
         _positive("max_delay_s", self.max_delay_s, "seconds > 0")
+        _positive("max_wait_s", self.max_wait_s, "seconds > 0")
 
     def delay(
         self, attempt: int, uniform: Callable[[float, float], float] = random.uniform
     ) -> float:
         """Seconds to wait after failed attempt ``attempt`` (1-based)."""
         return uniform(0.0, min(self.max_delay_s, self.base_delay_s * 2 ** (attempt - 1)))
+
+    def next_pause(self, attempt: int, elapsed_s: float) -> float | None:
+        """The pause before the attempt after failed attempt ``attempt``, ``elapsed_s``
+        seconds after the first one began; ``None`` when the budget is spent."""
+        left = self.max_wait_s - elapsed_s
+        if attempt >= self.attempts or left <= 0:
+            return None
+        return min(self.delay(attempt), left)
 
 
 @attrs.frozen
@@ -150,13 +167,22 @@ def _connection_message(error: BaseException) -> str:
 
 
 def request_error(
-    where: str, op: str, key: str, failure: Failure, attempts: int, fix: str
+    where: str,
+    op: str,
+    key: str,
+    failure: Failure,
+    attempts: int,
+    fix: str,
+    budget: str = "",
 ) -> ObjectRequestError:
     """The error a request ends with, naming the destination, the request, what the server
-    (or the connection) said, how many attempts were made and what to do."""
+    (or the connection) said, how many attempts were made (and ``budget``: how long, when
+    the time budget ran out, and its knob) and what to do."""
     said = f"{failure.code} {failure.status}" if failure.status else failure.code
     detail = f": {failure.message}" if failure.message else ""
     tried = f" after {attempts} attempt(s)" if attempts > 1 else ""
+    if tried and budget:
+        tried += f" {budget}"
     return ObjectRequestError(
         f"{where}: {op} {key!r} failed{tried} ({said}{detail}). {fix}",
         op=op,

@@ -5,7 +5,9 @@ Upload: a file up to ``part_size`` is one PUT (``S3Bucket.put_file`` sends it); 
 is a multipart upload of
 ``part_size`` parts read with ``pread``, at most ``concurrency`` in flight (the memory bound),
 each part retried on its own (re-sending a part number is idempotent), completed with the
-same condition a PUT would carry, and aborted on failure. A completion retried after an
+same condition a PUT would carry, and aborted on failure (the abort retries for at least
+:data:`ABORT_WAIT_S`, so an upload that failed because the service went down leaves no
+orphaned parts once it is back within that time). A completion retried after an
 attempt whose response was lost meets 412 or ``NoSuchUpload``; it then compares the object
 there (size and stored sha256) with the file and succeeds when they are equal.
 
@@ -32,13 +34,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import attrs
+
 from statecraft.errors import ObjectRequestError, PreconditionFailed, StoreError
 from statecraft.storage.bucket import RemoteObject
 from statecraft.storage.filesystem import OsFilesystem
-from statecraft.storage.s3_requests import SHA256_METADATA, S3Requests
+from statecraft.storage.s3_requests import SHA256_METADATA, S3Requests, log
 from statecraft.storage.s3_retry import Failure
 
 __all__ = ["download_file", "file_sha256", "upload_bytes", "upload_file"]
+
+#: the least an abort of a failed multipart upload retries (seconds), whatever the budget
+ABORT_WAIT_S = 30.0
 
 #: starts the device writeback of ranges already hashed (a hint; durability is the fsync)
 _WRITEBACK = OsFilesystem()
@@ -232,7 +239,11 @@ def _complete(
 
 
 def _abort(bucket: S3Requests, key: str, upload_id: str) -> None:
-    """Best effort: a failed abort leaves parts the bucket's lifecycle rules reclaim."""
+    """Abort the upload, retrying for at least :data:`ABORT_WAIT_S` within the policy's
+    attempts (an upload that failed because the service went away leaves no orphaned parts
+    once it is back). Best effort beyond that: a failed abort leaves parts the bucket's
+    lifecycle rules reclaim."""
+    patient = attrs.evolve(bucket.retry, max_wait_s=max(bucket.retry.max_wait_s, ABORT_WAIT_S))
     try:
         bucket.call(
             "abort-multipart",
@@ -240,9 +251,18 @@ def _abort(bucket: S3Requests, key: str, upload_id: str) -> None:
             lambda: bucket.client.abort_multipart_upload(
                 Bucket=bucket.bucket, Key=key, UploadId=upload_id
             ),
+            retry=patient,
         )
-    except (ObjectRequestError, FileNotFoundError):
+    except FileNotFoundError:  # NoSuchUpload: already gone
         pass
+    except ObjectRequestError:
+        log.warning(
+            "s3 abort of the multipart upload of %r at %s failed; its parts stay until the "
+            "bucket's lifecycle rules reclaim them (upload id %s)",
+            key,
+            bucket.identity(),
+            upload_id,
+        )
 
 
 def download_file(bucket: S3Requests, key: str, path: Path) -> RemoteObject:
@@ -343,7 +363,8 @@ def _range_fetcher(
 def _short_body() -> Exception:
     import botocore.exceptions as bce
 
-    return bce.IncompleteReadError(actual_bytes=0, expected_bytes=1)
+    error: Exception = bce.IncompleteReadError(actual_bytes=0, expected_bytes=1)
+    return error
 
 
 def _check(bucket: S3Requests, key: str, there: RemoteObject, size: int, sha: str) -> None:

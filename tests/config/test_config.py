@@ -804,6 +804,7 @@ class TestToDict:
             "prefix": "",
             "lease_ttl_s": 600,
             "lease_takeover": False,
+            "retry_wait_s": 90,
         }
         assert data["keep_optim_last"] is None
         assert set(data) == {f.name for f in attrs.fields(CheckpointConfig)}

@@ -100,7 +100,8 @@ class TestOpenSim:
         with pytest.raises(ConfigError) as exc:
             open_direct_root(CheckpointStoreConfig(backend="object_store"), _attempt(tmp_path))
         assert "checkpoint_store.bucket" in str(exc.value)
-        assert "checkpoint_store.credentials" in str(exc.value)
+        # an empty checkpoint_store.credentials is boto3's default chain, not an issue
+        assert "checkpoint_store.credentials" not in str(exc.value)
         with pytest.raises(ConfigError, match=r"checkpoint_store\.prefix"):
             open_direct_root(
                 CheckpointStoreConfig(backend="object_store", bucket="sim-bucket", prefix="a//b"),

@@ -431,10 +431,12 @@ class TestBadInput:
         assert message.startswith(f"{bucket.describe()}: put '{prefix}/k' failed (")
         assert "SignatureDoesNotMatch 403" in message
         assert message.endswith(
-            f"Access denied to {bucket.describe()}: check aws_access_key_id and "
-            f"aws_secret_access_key in {path} and the key's permissions on the bucket"
+            f"Access denied to {bucket.describe()} for key id ...{s3_server.access_key[-4:]}: "
+            f"check aws_access_key_id and aws_secret_access_key in credentials file {path} "
+            "and the key's permissions on the bucket"
         )
         assert wrong not in message
+        assert s3_server.access_key not in message
         assert_no_secret(s3_server, info.value)
         assert remote(s3_server, prefix) == {}
 
@@ -462,7 +464,8 @@ class TestBadInput:
         assert str(info.value) == (
             f"s3://{BUCKET} at 127.0.0.1:{port}: get 'k' failed after 4 attempt(s) "
             "(EndpointConnectionError: could not connect to the endpoint). Check endpoint_url "
-            f"in {path} and that the service at 127.0.0.1:{port} is running and reachable"
+            f"in credentials file {path} and that the service at 127.0.0.1:{port} is running "
+            "and reachable"
         )
         assert_no_secret(s3_server, info.value)
 
@@ -617,7 +620,13 @@ class TestCredentials:
             (None, "no such file; write the JSON credentials file there"),
             ('{"endpoint_url": "x", ' + SECRET, "is not valid JSON (line 1, column 23)"),
             ([1], "must hold a JSON object, got a list"),
-            ({"region": "r"}, "missing key(s) endpoint_url, aws_access_key_id, "),
+            (
+                '{"region": "r", "aws_access_key_id": "AKID"}',
+                "missing key(s) aws_secret_access_key; aws_access_key_id and "
+                "aws_secret_access_key go together",
+            ),
+            ('{"aws_session_token": "t"}', "aws_session_token needs aws_access_key_id and"),
+            ({"profile": "training"}, "give profile or the keys, not both"),
             ({"aws_secret_access_key": 7}, "key(s) aws_secret_access_key must be non-empty"),
             ({"extra": SECRET}, "unknown key(s) extra; expected only endpoint_url"),
             ({"endpoint_url": "s3.example.com"}, "endpoint_url 's3.example.com' must be an"),
@@ -631,8 +640,6 @@ class TestCredentials:
             path = tmp_path / "absent.json"
         elif isinstance(content, dict) and len(content) == 1:
             path = self.write(tmp_path, {**self.good(), **content})
-            if "region" in content:
-                path = self.write(tmp_path, content)
         else:
             path = self.write(tmp_path, content)
         with pytest.raises(CredentialsError) as info:

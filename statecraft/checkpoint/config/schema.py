@@ -67,6 +67,9 @@ class CheckpointStoreConfig:
     each renewal (renewed after half of it); ``lease_takeover`` lets one launch take over an
     unexpired lease of another owner (only after making sure that owner is dead). Both are
     ignored for ``backend="local"`` (local disk fences with the attempt's writer lease).
+    ``retry_wait_s`` is the outage each request to the bucket rides out (retries with
+    backoff) before the save or resume fails. An empty ``credentials`` is boto3's default
+    credential chain (see :func:`~statecraft.storage.s3_credentials.open_credentials`).
 
     Raises:
         ConfigError: a knob has the wrong type or a value outside what is allowed.
@@ -80,6 +83,7 @@ class CheckpointStoreConfig:
     prefix: str = attrs.field(default="", metadata={_CHECK: _text})
     lease_ttl_s: float = attrs.field(default=600, metadata={_CHECK: _LEASE_TTL})
     lease_takeover: bool = attrs.field(default=False, metadata={_CHECK: _flag})
+    retry_wait_s: float = attrs.field(default=90, metadata={_CHECK: _LEASE_TTL})
 
     def __attrs_post_init__(self) -> None:
         _raise_if(_check_fields(self), "CheckpointStoreConfig")

@@ -28,7 +28,6 @@ from typing import Any
 import attrs
 
 from statecraft.checkpoint.archive.destination import default_prefix, parse_s3_uri
-from statecraft.checkpoint.archive.open import resolve_credentials_path
 from statecraft.checkpoint.config.schema import CheckpointStoreConfig
 from statecraft.checkpoint.kernel.layout import (
     RunAttempt,
@@ -39,7 +38,8 @@ from statecraft.checkpoint.kernel.layout import (
 from statecraft.errors import ConfigError, ConfigIssue, CredentialsError, ObjectRequestError
 from statecraft.storage.objects import ArchiveBucket, ObjectStore
 from statecraft.storage.s3 import S3Bucket
-from statecraft.storage.s3_credentials import load_credentials
+from statecraft.storage.s3_credentials import open_credentials
+from statecraft.storage.s3_retry import RetryPolicy
 
 __all__ = ["DirectRoot", "check_root_prefix", "open_direct_root", "parse_direct_uri"]
 
@@ -162,7 +162,8 @@ def open_direct_root(
     """The direct root of this attempt, with the bucket proven usable. Writes nothing.
 
     Args:
-        config: the ``checkpoint_store.*`` knobs (``bucket`` and ``credentials`` required).
+        config: the ``checkpoint_store.*`` knobs (``bucket`` required; an empty
+            ``credentials`` is boto3's default credential chain).
         attempt: the resolved attempt (its RUN_TS names the default prefix).
         run: the job's identity (default: read from the attempt's directory).
         bucket: an already opened bucket (tests, the crash harness): no credentials read.
@@ -172,10 +173,10 @@ def open_direct_root(
             timeouts).
 
     Raises:
-        ConfigError: ``checkpoint_store.bucket`` or ``.credentials`` is empty, the bucket name
-            is not DNS-style, or the prefix is unclean (naming the knob).
-        CredentialsError: the credentials file is missing, unreadable or malformed (named,
-            never the secret).
+        ConfigError: ``checkpoint_store.bucket`` is empty, the bucket name is not DNS-style,
+            or the prefix is unclean (naming the knob).
+        CredentialsError: the credentials file is missing, unreadable or malformed, or no
+            credentials were found (named, never the secret).
         ObjectRequestError: the bucket does not exist, the keys are refused, or the endpoint
             does not answer; the message names the bucket, the endpoint and the credentials
             file (never the secret) and says nothing was written.
@@ -183,14 +184,6 @@ def open_direct_root(
     issues = []
     if not config.bucket.strip():
         issues.append(ConfigIssue("checkpoint_store.bucket", config.bucket, "the bucket's name"))
-    if bucket is None and not config.credentials.strip():
-        issues.append(
-            ConfigIssue(
-                "checkpoint_store.credentials",
-                config.credentials,
-                "the path of the JSON credentials file (relative paths: against the CWD)",
-            )
-        )
     if issues:
         raise ConfigError(issues, source="checkpoint_store (backend=object_store)")
     parse_s3_uri(f"s3://{config.bucket}", what="checkpoint_store.bucket")  # DNS-style name
@@ -205,24 +198,28 @@ def open_direct_root(
 def _open_bucket(
     config: CheckpointStoreConfig, base: str | os.PathLike[str] | None, **settings: Any
 ) -> S3Bucket:
-    path = resolve_credentials_path(config.credentials, base=base)
     try:
-        credentials = load_credentials(path)
+        credentials = open_credentials(config.credentials, base=base)
+        settings.setdefault(
+            "retry",
+            RetryPolicy(max_wait_s=config.retry_wait_s, knob="checkpoint_store.retry_wait_s"),
+        )
+        opened = S3Bucket(credentials, config.bucket, **settings)
     except CredentialsError as exc:
         raise CredentialsError(
             f"checkpoint_store.credentials: {exc}",
             path=exc.fields.get("path"),
             problem=exc.fields.get("problem"),
         ) from None
-    opened = S3Bucket(credentials, config.bucket, **settings)
+    credentials = opened.credentials
     try:
         opened.check()
     except ObjectRequestError as exc:
         text = credentials.scrub(str(exc))
         raise ObjectRequestError(
             f"direct checkpoint bucket s3://{config.bucket} at "
-            f"{credentials.endpoint_authority} cannot be used with the keys of {path}: {text}. "
-            "Check checkpoint_store.bucket, the endpoint and the keys in the credentials file "
-            "(checkpoint_store.credentials); nothing was written"
+            f"{credentials.endpoint_authority} cannot be used with the keys of "
+            f"{credentials.source}: {text}. Check checkpoint_store.bucket, the endpoint and the "
+            "keys (checkpoint_store.credentials); nothing was written"
         ) from None
     return opened

@@ -63,16 +63,17 @@ def _service(
     """``(S3Credentials, how)``: the given service, or a local SeaweedFS started here."""
     import attrs
 
-    from statecraft.storage.s3_credentials import load_credentials
+    from statecraft.storage.s3_credentials import load_credentials, open_credentials
 
     path = credentials or (os.environ.get(CREDENTIALS_ENV) if endpoint else None)
     if endpoint and not path:
         raise CredentialsError(
-            f"bench upload --endpoint {endpoint}: no credentials; give --credentials F or set "
-            f"${CREDENTIALS_ENV} to a credentials JSON file"
+            f"bench upload --endpoint {endpoint}: no credentials; give --credentials F (a "
+            "credentials JSON file, profile:NAME, or default for the AWS default chain) or set "
+            f"${CREDENTIALS_ENV} to one"
         )
     if path:
-        loaded = load_credentials(path)
+        loaded = open_credentials(path)
         if endpoint:
             loaded = attrs.evolve(loaded, endpoint_url=endpoint)
         yield loaded, "given"
@@ -96,21 +97,18 @@ def _service(
 
 
 def _boto3_client(credentials: Any) -> Any:
-    """A plain boto3 client with the botocore settings ``S3Bucket`` uses."""
-    import boto3
+    """A plain boto3 client with the botocore settings ``S3Bucket`` uses (the same source
+    of keys: a file's, a profile's or the default chain's)."""
     from botocore.config import Config
 
-    return boto3.session.Session(
-        aws_access_key_id=credentials.aws_access_key_id,
-        aws_secret_access_key=credentials.aws_secret_access_key,
-        region_name=credentials.region,
-    ).client(
+    session, _ = credentials.session()
+    return session.client(
         "s3",
-        endpoint_url=credentials.endpoint_url,
+        endpoint_url=credentials.endpoint_url or None,
         config=Config(
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
-            s3={"addressing_style": "path"},
+            s3={"addressing_style": "path" if credentials.endpoint_url else "auto"},
         ),
     )
 
