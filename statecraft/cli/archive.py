@@ -40,51 +40,44 @@ __all__ = [
 CREDENTIALS_ENV = "STATECRAFT_S3_CREDENTIALS"
 
 
-def credentials_path(args: argparse.Namespace) -> str:
-    """``--credentials``, else ``$STATECRAFT_S3_CREDENTIALS``.
-
-    Raises:
-        CredentialsError: neither is set.
-    """
-    path = getattr(args, "credentials", None) or os.environ.get(CREDENTIALS_ENV)
-    if not path:
-        raise CredentialsError(
-            "no object-store credentials: pass --credentials FILE or set "
-            f"${CREDENTIALS_ENV} to a JSON file with endpoint_url, region, aws_access_key_id "
-            "and aws_secret_access_key",
-            path=None,
-            problem="missing",
-        )
-    return str(path)
+def credentials_setting(args: argparse.Namespace) -> str:
+    """``--credentials``, else ``$STATECRAFT_S3_CREDENTIALS``, else ``""``: boto3's default
+    credential chain (environment, ``AWS_PROFILE`` and ``~/.aws``, instance and container
+    roles). A setting is a JSON file, ``profile:NAME`` or ``default``
+    (:func:`~statecraft.storage.s3_credentials.open_credentials`)."""
+    return str(getattr(args, "credentials", None) or os.environ.get(CREDENTIALS_ENV) or "")
 
 
 def open_s3_bucket(args: argparse.Namespace, bucket: str) -> Any:
     """The S3 bucket ``bucket`` with the invocation's credentials, proven reachable.
 
     Raises:
-        CredentialsError: no credentials, or a malformed file.
+        CredentialsError: no credentials anywhere, an unknown profile, or a malformed file.
         ObjectRequestError: unknown bucket, wrong keys, or the endpoint is down.
     """
-    path = credentials_path(args)
-    try:
-        from statecraft.checkpoint.archive.open import open_bucket  # H1's opener, when present
-    except ImportError:
-        from statecraft.storage.s3 import S3Bucket
-        from statecraft.storage.s3_credentials import load_credentials
+    from statecraft.checkpoint.archive.open import open_bucket
 
-        found = S3Bucket(load_credentials(path), bucket)
-        found.check()
-        return found
-    return open_bucket(path, bucket)
+    setting = credentials_setting(args)
+    try:
+        return open_bucket(setting, bucket)
+    except CredentialsError as exc:
+        if setting:
+            raise
+        raise CredentialsError(
+            f"no object-store credentials: pass --credentials FILE (or profile:NAME), set "
+            f"${CREDENTIALS_ENV}, or configure boto3's default chain ({exc})",
+            path=None,
+            problem="missing",
+        ) from None
 
 
 def _scrubbed(args: argparse.Namespace, exc: StatecraftError) -> str:
     """The error's message without the secret (belt and braces: messages never hold it)."""
     message = str(exc)
     try:
-        from statecraft.storage.s3_credentials import load_credentials
+        from statecraft.storage.s3_credentials import open_credentials
 
-        return load_credentials(credentials_path(args)).scrub(message)
+        return open_credentials(credentials_setting(args)).scrub(message)
     except (StatecraftError, OSError):
         return message
 

@@ -80,11 +80,29 @@ class TestBadUploadInput:
         text = _refused(tmp_path / "out", str(path), ObjectRequestError)
         assert f"127.0.0.1:{port}" in text
 
-    def test_empty_bucket_and_credentials_knobs(self, tmp_path: Path) -> None:
-        """upload.enabled with no bucket and no credentials names both knobs."""
+    def test_empty_bucket_knob(self, tmp_path: Path) -> None:
+        """upload.enabled with no bucket names the knob; an empty upload.credentials is not
+        an error (it means boto3's default credential chain)."""
         ckpt, _ = open_checkpointer(tmp_path, "upload.enabled=true")
         with pytest.raises(ConfigError) as caught:
             ckpt.resume()
         assert "upload.bucket" in str(caught.value)
-        assert "upload.credentials" in str(caught.value)
+        assert "upload.credentials" not in str(caught.value)
         assert not RUN.job_dir(tmp_path).exists()
+
+    def test_default_chain_reaches_the_archive(
+        self, tmp_path: Path, s3_server: S3Server, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """upload.credentials left empty: the keys and endpoint come from the environment
+        (boto3's chain), and the archive opens."""
+        import json
+
+        values = json.loads(Path(s3_server.credentials_file).read_text())
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", values["aws_access_key_id"])
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", values["aws_secret_access_key"])
+        monkeypatch.setenv("AWS_ENDPOINT_URL_S3", values["endpoint_url"])
+        monkeypatch.setenv("AWS_DEFAULT_REGION", values.get("region") or "us-east-1")
+        ckpt = _open(tmp_path / "out", "", BUCKET)
+        ckpt.resume()
+        ckpt.close()
+        assert RUN.job_dir(tmp_path / "out").exists()

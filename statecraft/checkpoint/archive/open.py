@@ -14,61 +14,54 @@ Example::
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 from statecraft.checkpoint.archive.destination import ArchiveDestination, default_prefix
 from statecraft.checkpoint.kernel.layout import RunIdentity
 from statecraft.errors import ConfigError, ConfigIssue, CredentialsError, ObjectRequestError
 from statecraft.storage.s3 import S3Bucket
-from statecraft.storage.s3_credentials import load_credentials
+from statecraft.storage.s3_credentials import open_credentials
 
-__all__ = ["check_upload_knobs", "open_bucket", "resolve_credentials_path", "upload_destination"]
-
-
-def resolve_credentials_path(path: str, *, base: str | os.PathLike[str] | None = None) -> str:
-    """``path`` made absolute: a relative path is resolved against ``base`` (default: the
-    current working directory when called)."""
-    candidate = Path(path).expanduser()
-    if not candidate.is_absolute():
-        candidate = Path(base if base is not None else os.getcwd()) / candidate
-    return str(candidate)
+__all__ = ["check_upload_knobs", "open_bucket", "upload_destination"]
 
 
-def open_bucket(credentials_path: str, bucket: str, **settings: Any) -> S3Bucket:
-    """The bucket ``bucket`` at the endpoint of the credentials file ``credentials_path``,
-    proven reachable with these keys (one HEAD of the bucket).
+def open_bucket(credentials: str, bucket: str, **settings: Any) -> S3Bucket:
+    """The bucket ``bucket`` reached with the credentials setting ``credentials``, proven
+    reachable with these keys (one HEAD of the bucket).
 
     Args:
-        credentials_path: the JSON credentials file (relative: against the CWD).
+        credentials: what :func:`~statecraft.storage.s3_credentials.open_credentials` takes:
+            ``""``/``"default"`` (boto3's default chain), ``"profile:NAME"``, or the path of a
+            JSON credentials file (relative: against the CWD).
         bucket: the bucket name.
         settings: passed to :class:`~statecraft.storage.s3.S3Bucket` (retry, transfer,
             timeouts).
 
     Raises:
-        CredentialsError: the file is missing, unreadable or malformed (named; no secret).
+        CredentialsError: no credentials anywhere, an unknown profile, or a file that is
+            missing, unreadable or malformed (named; no secret).
         ObjectRequestError: the bucket does not exist, the keys are refused, or the endpoint
-            does not answer; the message names the bucket, the endpoint and the credentials
-            file, never the secret.
+            does not answer; the message names the bucket, the endpoint and where the keys
+            came from, never the secret.
     """
-    path = resolve_credentials_path(credentials_path)
-    credentials = load_credentials(path)
-    opened = S3Bucket(credentials, bucket, **settings)
+    opened_credentials = open_credentials(credentials)
+    opened = S3Bucket(opened_credentials, bucket, **settings)
     try:
         opened.check()
     except ObjectRequestError as exc:
-        text = credentials.scrub(str(exc))
+        text = opened_credentials.scrub(str(exc))
+        source = opened_credentials.source or "boto3's default credential chain"
         raise ObjectRequestError(
-            f"archive bucket s3://{bucket} at {credentials.endpoint_authority} cannot be "
-            f"used with the keys of {path}: {text}. Check upload.bucket, the endpoint and the "
-            "keys in the credentials file (or set upload.enabled=false); nothing was written"
+            f"archive bucket s3://{bucket} at {opened_credentials.endpoint_authority} cannot be "
+            f"used with the keys of {source}: {text}. Check upload.bucket, the endpoint and "
+            "upload.credentials (or set upload.enabled=false); nothing was written"
         ) from None
     return opened
 
 
-def check_upload_knobs(config: Any, *, credentials: bool = True) -> None:
-    """With ``upload.enabled``: ``upload.bucket`` (and ``upload.credentials``) must be set.
+def check_upload_knobs(config: Any) -> None:
+    """With ``upload.enabled``: ``upload.bucket`` must be set (an empty
+    ``upload.credentials`` is boto3's default credential chain).
 
     Raises:
         ConfigError: naming each empty knob and what it must hold.
@@ -77,14 +70,6 @@ def check_upload_knobs(config: Any, *, credentials: bool = True) -> None:
     issues = []
     if not str(upload.bucket).strip():
         issues.append(ConfigIssue("upload.bucket", upload.bucket, "the archive bucket's name"))
-    if credentials and not str(upload.credentials).strip():
-        issues.append(
-            ConfigIssue(
-                "upload.credentials",
-                upload.credentials,
-                "the path of the JSON credentials file (relative paths: against the CWD)",
-            )
-        )
     if issues:
         raise ConfigError(issues, source="upload (upload.enabled=true)")
 
@@ -110,7 +95,7 @@ def upload_destination(
     upload = config.upload
     if not upload.enabled:
         return None
-    check_upload_knobs(config, credentials=bucket is None)
+    check_upload_knobs(config)
     if bucket is None:
         try:
             bucket = open_bucket(upload.credentials, upload.bucket)
