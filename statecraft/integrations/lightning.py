@@ -1,10 +1,13 @@
 """A crash-consistent Lightning ``CheckpointIO``: ``Trainer(plugins=[StatecraftCheckpointIO()])``.
 
 Each path Lightning saves to (``epoch=0-step=10.ckpt``, ``last.ckpt``, ``hpc_ckpt_1.ckpt``)
-becomes a slot directory of generations (:mod:`statecraft.integrations.lightning_slots`): a
-save writes the checkpoint dict as ``checkpoint.pt`` of a new generation (durable, digested,
-commit manifest last, directory fsynced) and only then retires the older generations of that
-slot, so ``last.ckpt``, rewritten at every save, always holds a committed generation. A load
+has a slot of generations in ``.statecraft/`` beside it
+(:mod:`statecraft.integrations.lightning_slots`): a save writes the checkpoint dict as
+``checkpoint.pt`` of a new generation (durable, digested, commit manifest last, directory
+fsynced), then makes the path itself a link to that committed file
+(:mod:`statecraft.integrations.lightning_links`), and only then retires the older generations
+of that slot. So ``last.ckpt``, rewritten at every save, always names a committed generation,
+and ``torch.load(path)`` / ``load_from_checkpoint(path)`` open it as Lightning users expect. A load
 takes the newest generation that verifies (deep: every digest), logging each newer one it
 passed over; a remove invalidates before it deletes.
 
@@ -28,25 +31,23 @@ the requeue signal (SIGUSR1 by default: it saves ``hpc_ckpt_N.ckpt`` through thi
 runs ``scontrol requeue``) and SIGTERM; do not also install statecraft's
 ``TerminationWatch`` in a Lightning process.
 
-Requires ``pip install 'statecraft[lightning]'`` (``pytorch_lightning``).
+Works with either distribution: ``import lightning.pytorch as L`` (``pip install lightning``)
+or ``import pytorch_lightning as pl`` (``pip install pytorch-lightning``); with both installed
+the class is an instance of both ``CheckpointIO`` classes (the other registered as an ABC), so
+either ``Trainer`` accepts it. Requires ``pip install 'statecraft[lightning]'``.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
+import posixpath
 import time
 from collections.abc import Callable
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-try:
-    from lightning_fabric.plugins.io.checkpoint_io import CheckpointIO
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "statecraft.integrations.lightning needs pytorch-lightning: "
-        "pip install 'statecraft[lightning]'"
-    ) from exc
-
+import attrs
 import torch
 
 from statecraft.checkpoint.async_writes.staging import (
@@ -55,18 +56,60 @@ from statecraft.checkpoint.async_writes.staging import (
     isolation_problem,
 )
 from statecraft.checkpoint.async_writes.write_slot import PendingSave, WriteSlot
-from statecraft.checkpoint.units import UnitReport, prune_slot, seal_generation
+from statecraft.checkpoint.units import (
+    UnitReport,
+    next_generation,
+    prune_slot,
+    prune_unit,
+    seal_unit,
+)
 from statecraft.errors import UnitError, UnitNotCommittedError
+from statecraft.integrations.lightning_links import publish, unpublish
 from statecraft.integrations.lightning_slots import (
     CHECKPOINT_FILE,
     FRAMEWORK,
+    SLOTS_DIR,
     SlotAddress,
     automatic_fallback,
     committed_checkpoint_file,
     last_committed_checkpoint,
     newest_slot_generation,
+    published_unit,
     slot_address,
 )
+from statecraft.storage.local import LocalStore
+
+_BASES = (
+    "lightning.fabric.plugins.io.checkpoint_io",  # pip install lightning (import lightning.pytorch)
+    "lightning_fabric.plugins.io.checkpoint_io",  # pip install pytorch-lightning
+)
+
+
+def _checkpoint_io_bases() -> list[Any]:
+    """The ``CheckpointIO`` class of every Lightning distribution installed (each Trainer
+    checks ``isinstance`` against its own)."""
+    found = []
+    for module in _BASES:
+        try:
+            found.append(importlib.import_module(module).CheckpointIO)
+        except ImportError:
+            continue
+    return found
+
+
+_FOUND_BASES = _checkpoint_io_bases()
+if not _FOUND_BASES:  # pragma: no cover - exercised only without the extra
+    raise ImportError(
+        "statecraft.integrations.lightning needs Lightning: pip install "
+        "'statecraft[lightning]' (it installs pytorch-lightning and lightning; either one "
+        "is enough)"
+    )
+
+if TYPE_CHECKING:
+    from lightning_fabric.plugins.io.checkpoint_io import CheckpointIO
+else:
+    CheckpointIO = _FOUND_BASES[-1]
+
 
 __all__ = [
     "CHECKPOINT_FILE",
@@ -200,16 +243,15 @@ class StatecraftCheckpointIO(CheckpointIO):
                 "which takes none; call trainer.save_checkpoint(path) without it"
             )
         address = slot_address(path, follow_link=False)
-        if os.path.lexists(address.path) and (
-            os.path.islink(address.path) or not os.path.isdir(address.path)
-        ):
+        familiar = address.familiar
+        if os.path.lexists(familiar) and not address.legacy and published_unit(familiar) is None:
             raise UnitError(
-                f"cannot save a statecraft checkpoint at {address.path}: a "
-                f"{'symlink' if os.path.islink(address.path) else 'plain file'} holds that "
+                f"cannot save a statecraft checkpoint at {familiar}: a "
+                f"{'symlink' if os.path.islink(familiar) else 'plain file'} holds that "
                 "name (a checkpoint written without statecraft, or a save_last='link' link). "
                 "It was left untouched; move it away or save under another name.",
-                path=address.path,
-                reason="not a slot directory",
+                path=familiar,
+                reason="not a statecraft checkpoint",
             )
         step, meta = _step_meta(checkpoint, address)
         if self._saving:
@@ -278,14 +320,27 @@ class StatecraftCheckpointIO(CheckpointIO):
 
     @staticmethod
     def _write(address: SlotAddress, obj: Any, step: int | None, meta: dict) -> UnitReport:
-        report = seal_generation(
-            address.store,
-            address.slot,
+        """Seal the next generation, publish the familiar path's link to it, then retire the
+        older generations (and a legacy slot directory at the familiar path, which the link
+        replaces): :mod:`statecraft.integrations.lightning_links` gives the order's reasons."""
+        linked = attrs.evolve(address, root=posixpath.join(posixpath.dirname(address.familiar),
+                                                           SLOTS_DIR), legacy=False)  # fmt: skip
+        store = linked.store
+        unit, older = next_generation(store, linked.slot)
+        report = seal_unit(
+            store,
+            unit,
             framework=FRAMEWORK,
             step=step,
             meta=meta,
             payloads={CHECKPOINT_FILE: _torch_payload(obj)},
         )
+        if address.legacy:  # the directory the link replaces: invalidated first
+            prune_slot(LocalStore(posixpath.dirname(address.familiar)), address.slot)
+        publish(linked, unit)
+        for retired in older:
+            prune_unit(store, retired)
+        report = attrs.evolve(report, retired=tuple(older))
         log.debug("committed %s (%d bytes, %.3f s)", report.unit, report.bytes, report.seconds)
         return report
 
@@ -316,13 +371,17 @@ class StatecraftCheckpointIO(CheckpointIO):
         self._join()
         location = _cpu_storage if map_location is None else map_location
         address = slot_address(path, follow_link=True)
-        if self.allow_unverified and os.path.isfile(address.path):
+        if (
+            self.allow_unverified
+            and os.path.isfile(address.familiar)
+            and not os.path.islink(address.familiar)
+        ):
             log.warning(
                 "loading %s without verification: a plain file with no commit manifest "
                 "(allow_unverified=True)",
                 address.path,
             )
-            with open(address.path, "rb") as handle:
+            with open(address.familiar, "rb") as handle:
                 return torch.load(handle, map_location=location, weights_only=weights_only)
         try:
             verdict, _ = newest_slot_generation(address)
@@ -363,13 +422,26 @@ class StatecraftCheckpointIO(CheckpointIO):
     @staticmethod
     def _remove_now(path: str) -> None:
         address = slot_address(path, follow_link=False)
-        # a save_last="link" link or a plain file statecraft never wrote is unlinked itself
-        # (never the link's target); a slot is invalidated generation by generation first
-        prune_slot(address.store, address.slot)
-        log.debug("removed checkpoint %s", address.path)
+        familiar = address.familiar
+        if address.legacy:
+            prune_slot(address.store, address.slot)  # every generation invalidated first
+        elif os.path.lexists(familiar) and published_unit(familiar) is None:
+            # a save_last="link" link or a plain file statecraft never wrote: unlinked itself
+            # (never the link's target)
+            prune_slot(LocalStore(posixpath.dirname(familiar)), address.slot)
+        else:
+            unpublish(address)  # the link first: it never names an invalidated generation
+            if address.exists():
+                prune_slot(address.store, address.slot)
+        log.debug("removed checkpoint %s", familiar)
 
     # -------------------------------------------------------------- teardown
     def teardown(self) -> None:
         """Join the write in flight (its error is raised here) and run deferred removals.
         The plugin stays usable (``trainer.test`` after ``fit`` saves and loads again)."""
         self._join()
+
+
+for _base in _FOUND_BASES:  # the other distribution's Trainer checks isinstance too
+    if not issubclass(StatecraftCheckpointIO, _base):
+        _base.register(StatecraftCheckpointIO)
