@@ -39,15 +39,12 @@ either ``Trainer`` accepts it. Requires ``pip install 'statecraft[lightning]'``.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import os
-import posixpath
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import Any, BinaryIO
 
-import attrs
 import torch
 
 from statecraft.checkpoint.async_writes.staging import (
@@ -56,18 +53,12 @@ from statecraft.checkpoint.async_writes.staging import (
     isolation_problem,
 )
 from statecraft.checkpoint.async_writes.write_slot import PendingSave, WriteSlot
-from statecraft.checkpoint.units import (
-    UnitReport,
-    next_generation,
-    prune_slot,
-    prune_unit,
-    seal_unit,
-)
+from statecraft.checkpoint.units import UnitReport
 from statecraft.errors import UnitError, UnitNotCommittedError
-from statecraft.integrations.lightning_links import publish, unpublish
+from statecraft.integrations.lightning_bases import CheckpointIO, register_everywhere
+from statecraft.integrations.lightning_links import remove_path, write_generation
 from statecraft.integrations.lightning_slots import (
     CHECKPOINT_FILE,
-    FRAMEWORK,
     SLOTS_DIR,
     SlotAddress,
     automatic_fallback,
@@ -77,42 +68,10 @@ from statecraft.integrations.lightning_slots import (
     published_unit,
     slot_address,
 )
-from statecraft.storage.local import LocalStore
-
-_BASES = (
-    "lightning.fabric.plugins.io.checkpoint_io",  # pip install lightning (import lightning.pytorch)
-    "lightning_fabric.plugins.io.checkpoint_io",  # pip install pytorch-lightning
-)
-
-
-def _checkpoint_io_bases() -> list[Any]:
-    """The ``CheckpointIO`` class of every Lightning distribution installed (each Trainer
-    checks ``isinstance`` against its own)."""
-    found = []
-    for module in _BASES:
-        try:
-            found.append(importlib.import_module(module).CheckpointIO)
-        except ImportError:
-            continue
-    return found
-
-
-_FOUND_BASES = _checkpoint_io_bases()
-if not _FOUND_BASES:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "statecraft.integrations.lightning needs Lightning: pip install "
-        "'statecraft[lightning]' (it installs pytorch-lightning and lightning; either one "
-        "is enough)"
-    )
-
-if TYPE_CHECKING:
-    from lightning_fabric.plugins.io.checkpoint_io import CheckpointIO
-else:
-    CheckpointIO = _FOUND_BASES[-1]
-
 
 __all__ = [
     "CHECKPOINT_FILE",
+    "SLOTS_DIR",
     "StatecraftCheckpointIO",
     "committed_checkpoint_file",
     "last_committed_checkpoint",
@@ -320,27 +279,7 @@ class StatecraftCheckpointIO(CheckpointIO):
 
     @staticmethod
     def _write(address: SlotAddress, obj: Any, step: int | None, meta: dict) -> UnitReport:
-        """Seal the next generation, publish the familiar path's link to it, then retire the
-        older generations (and a legacy slot directory at the familiar path, which the link
-        replaces): :mod:`statecraft.integrations.lightning_links` gives the order's reasons."""
-        linked = attrs.evolve(address, root=posixpath.join(posixpath.dirname(address.familiar),
-                                                           SLOTS_DIR), legacy=False)  # fmt: skip
-        store = linked.store
-        unit, older = next_generation(store, linked.slot)
-        report = seal_unit(
-            store,
-            unit,
-            framework=FRAMEWORK,
-            step=step,
-            meta=meta,
-            payloads={CHECKPOINT_FILE: _torch_payload(obj)},
-        )
-        if address.legacy:  # the directory the link replaces: invalidated first
-            prune_slot(LocalStore(posixpath.dirname(address.familiar)), address.slot)
-        publish(linked, unit)
-        for retired in older:
-            prune_unit(store, retired)
-        report = attrs.evolve(report, retired=tuple(older))
+        report = write_generation(address, _torch_payload(obj), step=step, meta=meta)
         log.debug("committed %s (%d bytes, %.3f s)", report.unit, report.bytes, report.seconds)
         return report
 
@@ -421,19 +360,8 @@ class StatecraftCheckpointIO(CheckpointIO):
 
     @staticmethod
     def _remove_now(path: str) -> None:
-        address = slot_address(path, follow_link=False)
-        familiar = address.familiar
-        if address.legacy:
-            prune_slot(address.store, address.slot)  # every generation invalidated first
-        elif os.path.lexists(familiar) and published_unit(familiar) is None:
-            # a save_last="link" link or a plain file statecraft never wrote: unlinked itself
-            # (never the link's target)
-            prune_slot(LocalStore(posixpath.dirname(familiar)), address.slot)
-        else:
-            unpublish(address)  # the link first: it never names an invalidated generation
-            if address.exists():
-                prune_slot(address.store, address.slot)
-        log.debug("removed checkpoint %s", familiar)
+        remove_path(slot_address(path, follow_link=False))
+        log.debug("removed checkpoint %s", path)
 
     # -------------------------------------------------------------- teardown
     def teardown(self) -> None:
@@ -442,6 +370,4 @@ class StatecraftCheckpointIO(CheckpointIO):
         self._join()
 
 
-for _base in _FOUND_BASES:  # the other distribution's Trainer checks isinstance too
-    if not issubclass(StatecraftCheckpointIO, _base):
-        _base.register(StatecraftCheckpointIO)
+register_everywhere(StatecraftCheckpointIO)  # the other distribution's Trainer accepts it too

@@ -24,16 +24,30 @@ from __future__ import annotations
 import logging
 import os
 import posixpath
+from collections.abc import Mapping
 
+import attrs
+
+from statecraft.checkpoint.units import (
+    Payload,
+    UnitReport,
+    next_generation,
+    prune_slot,
+    prune_unit,
+    seal_unit,
+)
+from statecraft.checkpoint.units.manifest import MetaValue
 from statecraft.integrations.lightning_slots import (
     CHECKPOINT_FILE,
+    FRAMEWORK,
     SLOTS_DIR,
     SlotAddress,
     published_unit,
 )
 from statecraft.storage.filesystem import OsFilesystem
+from statecraft.storage.local import LocalStore
 
-__all__ = ["publish", "unpublish"]
+__all__ = ["publish", "remove_path", "unpublish", "write_generation"]
 
 log = logging.getLogger("statecraft.lightning")
 
@@ -67,3 +81,56 @@ def unpublish(address: SlotAddress) -> bool:
     os.unlink(address.familiar)
     OsFilesystem().fsync_dir(posixpath.dirname(address.familiar))
     return True
+
+
+def write_generation(
+    address: SlotAddress,
+    payload: Payload,
+    *,
+    step: int | None,
+    meta: Mapping[str, MetaValue],
+) -> UnitReport:
+    """Seal the next generation of ``address``'s slot in ``.statecraft/`` with ``payload``
+    as its ``checkpoint.pt``, :func:`publish` the familiar path's link to it, then retire the
+    older generations (and a legacy slot directory at the familiar path, which the link
+    replaces, invalidated first) -- in that order (see the module doc).
+
+    Raises:
+        as :func:`~statecraft.checkpoint.units.seal_unit` (nothing published, nothing
+        retired), or OSError from :func:`publish` (the new generation is committed, the link
+        and the older generations are as they were).
+    """
+    parent = posixpath.dirname(address.familiar)
+    linked = attrs.evolve(address, root=posixpath.join(parent, SLOTS_DIR), legacy=False)
+    store = linked.store
+    unit, older = next_generation(store, linked.slot)
+    report = seal_unit(
+        store,
+        unit,
+        framework=FRAMEWORK,
+        step=step,
+        meta=meta,
+        payloads={CHECKPOINT_FILE: payload},
+    )
+    if address.legacy:
+        prune_slot(LocalStore(parent), address.slot)
+    publish(linked, unit)
+    for retired in older:
+        prune_unit(store, retired)
+    return attrs.evolve(report, retired=tuple(older))
+
+
+def remove_path(address: SlotAddress) -> None:
+    """Remove the checkpoint at ``address`` (``follow_link=False``): a legacy slot directory
+    generation by generation (each invalidated first); a link statecraft published, durably,
+    *then* its slot; a ``save_last="link"`` link or a plain file statecraft never wrote, itself
+    only (never a link's target). Absent is fine; a rerun finishes an interrupted removal."""
+    familiar = address.familiar
+    if address.legacy:
+        prune_slot(address.store, address.slot)
+    elif os.path.lexists(familiar) and published_unit(familiar) is None:
+        prune_slot(LocalStore(posixpath.dirname(familiar)), address.slot)
+    else:
+        unpublish(address)
+        if address.exists():
+            prune_slot(address.store, address.slot)

@@ -86,12 +86,11 @@ class TestPublishedLink:
         io = StatecraftCheckpointIO()
         path = tmp_path / "epoch=0-step=1.ckpt"
         io.save_checkpoint(_state(1), path)
-        from statecraft.integrations import lightning as plugin
 
         def refuse(store: Any, slot: str, **_kw: Any) -> None:
             raise OSError("injected: prune refused")
 
-        monkeypatch.setattr(plugin, "prune_slot", refuse)
+        monkeypatch.setattr(lightning_links, "prune_slot", refuse)
         with pytest.raises(OSError, match="injected"):
             io.remove_checkpoint(path)
         monkeypatch.undo()
