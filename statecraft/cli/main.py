@@ -124,7 +124,11 @@ def _lease_parsers(sub: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="statecraft", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="statecraft",
+        description="Crash-consistent checkpoints for PyTorch training: check the transaction "
+        "tables, crash-test them, inspect checkpoints, run the demo and the benchmarks.",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
 

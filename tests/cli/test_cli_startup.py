@@ -86,3 +86,16 @@ def test_import_statecraft_is_lazy_and_every_public_name_resolves() -> None:
     assert set(statecraft.__all__) <= set(dir(statecraft))
     with pytest.raises(AttributeError, match="no_such_name"):
         statecraft.no_such_name  # noqa: B018 - the attribute access is the test
+
+
+def test_help_is_plain_text() -> None:
+    """``statecraft --help`` and the inspect help carry no reStructuredText markup and
+    document the PATH argument."""
+    done = _fresh(["--help"])
+    assert "``" not in done.stdout
+    assert "usage: statecraft" in done.stdout
+    inspect_help = _fresh(["inspect", "--help"]).stdout
+    assert "``" not in inspect_help
+    assert "PATH" in inspect_help
+    assert "Lightning" in inspect_help
+    assert "--files" in inspect_help
