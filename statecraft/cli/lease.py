@@ -19,7 +19,6 @@ Credentials as for ``statecraft objects`` (``--credentials F``, else
 from __future__ import annotations
 
 import argparse
-import logging
 from typing import Any
 
 from statecraft.cli.archive import fail, open_s3_bucket
@@ -27,8 +26,6 @@ from statecraft.cli.envelope import emit
 from statecraft.errors import StatecraftError, WriterLeaseError
 
 __all__ = ["run_lease_show", "run_lease_takeover"]
-
-log = logging.getLogger("statecraft.lease")
 
 
 def _root(args: argparse.Namespace) -> Any:
@@ -95,12 +92,7 @@ def run_lease_takeover(args: argparse.Namespace) -> int:
         lease.release()
     except StatecraftError as exc:
         return fail(command, args, exc, data={"root": args.root})
-    log.warning(
-        "%s: the lease of %s was taken over deliberately (generation %d) and released",
-        root.uri,
-        previous.describe(),
-        lease.generation,
-    )
+    # the takeover itself is logged once, by take_over_seen_lease; this is the result
     data = {
         "root": root.uri,
         "previous": previous.report("", 0.0) | {"status": "taken over"},

@@ -138,7 +138,11 @@ def _lease_parsers(sub: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="statecraft", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="statecraft",
+        description="Crash-consistent checkpoints for PyTorch training: check the transaction "
+        "tables, crash-test them, inspect checkpoints, run the demo and the benchmarks.",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -199,9 +203,32 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true")
     demo.set_defaults(func=_lazy("statecraft.cli.demo", "run_demo"))
 
-    inspect = sub.add_parser("inspect", help="list attempts and checkpoints under PATH")
-    inspect.add_argument("path")
+    inspect = sub.add_parser(
+        "inspect",
+        help="list attempts and checkpoints under PATH",
+        description="What is on disk under PATH, what state each checkpoint is in, and what "
+        "a resume would pick. Read-only.",
+    )
+    inspect.add_argument(
+        "path",
+        metavar="PATH",
+        help="an output root (or a directory of them, as the demo prints), a job dir "
+        "<root>/<project>/<group>/<name>, an attempt, a checkpoints/ dir, an iter_* dir, a "
+        "Lightning ModelCheckpoint dirpath or *.ckpt, a Hugging Face output_dir or "
+        "checkpoint-N, a committed unit, or s3://bucket/prefix[/iter_N]",
+    )
     inspect.add_argument("--verify", action="store_true", help="verify every file's digest")
+    view = inspect.add_mutually_exclusive_group()
+    view.add_argument(
+        "--brief",
+        dest="files",
+        action="store_false",
+        help="one line per iteration, files only where something is wrong (the default)",
+    )
+    view.add_argument(
+        "--files", dest="files", action="store_true", help="every file of each iteration"
+    )
+    inspect.set_defaults(files=False)
     inspect.add_argument(
         "--credentials",
         help="credentials JSON for an s3:// PATH (default: $STATECRAFT_S3_CREDENTIALS)",

@@ -56,13 +56,16 @@ continuing with checkpoints that are not durable. A folder the Trainer did not c
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import sys
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 try:
-    from transformers import TrainerCallback
+    from transformers import Trainer, TrainerCallback
     from transformers.trainer import TRAINER_STATE_NAME
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 except ImportError as exc:  # pragma: no cover - exercised only without the extra
@@ -137,6 +140,18 @@ def _collective(should_act: bool, action: Callable[[], None]) -> None:
         raise failure
 
 
+def _constructing_trainer() -> Any | None:
+    """The ``Trainer`` whose ``__init__`` is on the stack (it fires ``on_init_end``), or
+    ``None`` when the event was fired some other way."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        candidate = frame.f_locals.get("self")
+        if frame.f_code.co_name == "__init__" and isinstance(candidate, Trainer):
+            return candidate
+        frame = frame.f_back
+    return None
+
+
 class StatecraftCallback(TrainerCallback):
     """Seals every ``checkpoint-N`` the ``Trainer`` writes and takes over ``save_total_limit``.
 
@@ -189,13 +204,29 @@ class StatecraftCallback(TrainerCallback):
 
     def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._take_over_limit(args)
-        if getattr(args, "should_save", True):
-            self._warn_if_newest_uncommitted(os.fspath(args.output_dir))
+        if not getattr(args, "should_save", True):
+            return
+        output_dir = os.fspath(args.output_dir)
+        trainer = _constructing_trainer()
+        if trainer is None:  # built by hand, not by Trainer.__init__: say it now
+            self._warn_if_newest_uncommitted(output_dir)
+            return
+        train = trainer.train
+
+        @functools.wraps(train)
+        def train_warning_first(*a: Any, **kw: Any) -> Any:
+            resume = kw.get("resume_from_checkpoint", a[0] if a else None)
+            if isinstance(resume, bool) and resume:  # the Trainer's own test
+                self._warn_if_newest_uncommitted(output_dir)
+            return train(*a, **kw)
+
+        trainer.train = train_warning_first
 
     def _warn_if_newest_uncommitted(self, output_dir: str) -> None:
         """``Trainer.train(resume_from_checkpoint=True)`` resolves the newest folder with
-        ``get_last_checkpoint`` (no completeness check) before any callback runs: say so at
-        construction when that folder is a killed save's leftover. Reads only."""
+        ``get_last_checkpoint`` (no completeness check) before any callback runs: when it is
+        called so (the only call that picks a folder unchecked) over a killed save's leftover,
+        say so before the Trainer reads it. Reads only."""
         folders = checkpoint_folders(output_dir)
         if not folders:
             return
@@ -203,9 +234,9 @@ class StatecraftCallback(TrainerCallback):
         verdict = verify_unit(folder_store(output_dir), newest, deep=False)
         if verdict.state != "committed":
             self.log.warning(
-                "%s is %s (%s): Trainer.train(resume_from_checkpoint=True) would pick it "
+                "%s is %s (%s): Trainer.train(resume_from_checkpoint=True) picks it "
                 "(transformers' get_last_checkpoint takes the newest folder unchecked) and "
-                "fail or load a torn state; pass "
+                "will fail or load a torn state; pass "
                 "resume_from_checkpoint=last_committed_checkpoint(output_dir) instead",
                 os.path.join(output_dir, newest), verdict.state, verdict.reason,
             )  # fmt: skip

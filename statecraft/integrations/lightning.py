@@ -1,10 +1,13 @@
 """A crash-consistent Lightning ``CheckpointIO``: ``Trainer(plugins=[StatecraftCheckpointIO()])``.
 
 Each path Lightning saves to (``epoch=0-step=10.ckpt``, ``last.ckpt``, ``hpc_ckpt_1.ckpt``)
-becomes a slot directory of generations (:mod:`statecraft.integrations.lightning_slots`): a
-save writes the checkpoint dict as ``checkpoint.pt`` of a new generation (durable, digested,
-commit manifest last, directory fsynced) and only then retires the older generations of that
-slot, so ``last.ckpt``, rewritten at every save, always holds a committed generation. A load
+has a slot of generations in ``.statecraft/`` beside it
+(:mod:`statecraft.integrations.lightning_slots`): a save writes the checkpoint dict as
+``checkpoint.pt`` of a new generation (durable, digested, commit manifest last, directory
+fsynced), then makes the path itself a link to that committed file
+(:mod:`statecraft.integrations.lightning_links`), and only then retires the older generations
+of that slot. So ``last.ckpt``, rewritten at every save, always names a committed generation,
+and ``torch.load(path)`` / ``load_from_checkpoint(path)`` open it as Lightning users expect. A load
 takes the newest generation that verifies (deep: every digest), logging each newer one it
 passed over; a remove invalidates before it deletes.
 
@@ -28,7 +31,10 @@ the requeue signal (SIGUSR1 by default: it saves ``hpc_ckpt_N.ckpt`` through thi
 runs ``scontrol requeue``) and SIGTERM; do not also install statecraft's
 ``TerminationWatch`` in a Lightning process.
 
-Requires ``pip install 'statecraft[lightning]'`` (``pytorch_lightning``).
+Works with either distribution: ``import lightning.pytorch as L`` (``pip install lightning``)
+or ``import pytorch_lightning as pl`` (``pip install pytorch-lightning``); with both installed
+the class is an instance of both ``CheckpointIO`` classes (the other registered as an ABC), so
+either ``Trainer`` accepts it. Requires ``pip install 'statecraft[lightning]'``.
 """
 
 from __future__ import annotations
@@ -39,14 +45,6 @@ import time
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
-try:
-    from lightning_fabric.plugins.io.checkpoint_io import CheckpointIO
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise ImportError(
-        "statecraft.integrations.lightning needs pytorch-lightning: "
-        "pip install 'statecraft[lightning]'"
-    ) from exc
-
 import torch
 
 from statecraft.checkpoint.async_writes.staging import (
@@ -55,21 +53,25 @@ from statecraft.checkpoint.async_writes.staging import (
     isolation_problem,
 )
 from statecraft.checkpoint.async_writes.write_slot import PendingSave, WriteSlot
-from statecraft.checkpoint.units import UnitReport, prune_slot, seal_generation
+from statecraft.checkpoint.units import UnitReport
 from statecraft.errors import UnitError, UnitNotCommittedError
+from statecraft.integrations.lightning_bases import CheckpointIO, register_everywhere
+from statecraft.integrations.lightning_links import remove_path, write_generation
 from statecraft.integrations.lightning_slots import (
     CHECKPOINT_FILE,
-    FRAMEWORK,
+    SLOTS_DIR,
     SlotAddress,
     automatic_fallback,
     committed_checkpoint_file,
     last_committed_checkpoint,
     newest_slot_generation,
+    published_unit,
     slot_address,
 )
 
 __all__ = [
     "CHECKPOINT_FILE",
+    "SLOTS_DIR",
     "StatecraftCheckpointIO",
     "committed_checkpoint_file",
     "last_committed_checkpoint",
@@ -200,16 +202,15 @@ class StatecraftCheckpointIO(CheckpointIO):
                 "which takes none; call trainer.save_checkpoint(path) without it"
             )
         address = slot_address(path, follow_link=False)
-        if os.path.lexists(address.path) and (
-            os.path.islink(address.path) or not os.path.isdir(address.path)
-        ):
+        familiar = address.familiar
+        if os.path.lexists(familiar) and not address.legacy and published_unit(familiar) is None:
             raise UnitError(
-                f"cannot save a statecraft checkpoint at {address.path}: a "
-                f"{'symlink' if os.path.islink(address.path) else 'plain file'} holds that "
+                f"cannot save a statecraft checkpoint at {familiar}: a "
+                f"{'symlink' if os.path.islink(familiar) else 'plain file'} holds that "
                 "name (a checkpoint written without statecraft, or a save_last='link' link). "
                 "It was left untouched; move it away or save under another name.",
-                path=address.path,
-                reason="not a slot directory",
+                path=familiar,
+                reason="not a statecraft checkpoint",
             )
         step, meta = _step_meta(checkpoint, address)
         if self._saving:
@@ -278,14 +279,7 @@ class StatecraftCheckpointIO(CheckpointIO):
 
     @staticmethod
     def _write(address: SlotAddress, obj: Any, step: int | None, meta: dict) -> UnitReport:
-        report = seal_generation(
-            address.store,
-            address.slot,
-            framework=FRAMEWORK,
-            step=step,
-            meta=meta,
-            payloads={CHECKPOINT_FILE: _torch_payload(obj)},
-        )
+        report = write_generation(address, _torch_payload(obj), step=step, meta=meta)
         log.debug("committed %s (%d bytes, %.3f s)", report.unit, report.bytes, report.seconds)
         return report
 
@@ -316,13 +310,17 @@ class StatecraftCheckpointIO(CheckpointIO):
         self._join()
         location = _cpu_storage if map_location is None else map_location
         address = slot_address(path, follow_link=True)
-        if self.allow_unverified and os.path.isfile(address.path):
+        if (
+            self.allow_unverified
+            and os.path.isfile(address.familiar)
+            and not os.path.islink(address.familiar)
+        ):
             log.warning(
                 "loading %s without verification: a plain file with no commit manifest "
                 "(allow_unverified=True)",
                 address.path,
             )
-            with open(address.path, "rb") as handle:
+            with open(address.familiar, "rb") as handle:
                 return torch.load(handle, map_location=location, weights_only=weights_only)
         try:
             verdict, _ = newest_slot_generation(address)
@@ -362,14 +360,14 @@ class StatecraftCheckpointIO(CheckpointIO):
 
     @staticmethod
     def _remove_now(path: str) -> None:
-        address = slot_address(path, follow_link=False)
-        # a save_last="link" link or a plain file statecraft never wrote is unlinked itself
-        # (never the link's target); a slot is invalidated generation by generation first
-        prune_slot(address.store, address.slot)
-        log.debug("removed checkpoint %s", address.path)
+        remove_path(slot_address(path, follow_link=False))
+        log.debug("removed checkpoint %s", path)
 
     # -------------------------------------------------------------- teardown
     def teardown(self) -> None:
         """Join the write in flight (its error is raised here) and run deferred removals.
         The plugin stays usable (``trainer.test`` after ``fit`` saves and loads again)."""
         self._join()
+
+
+register_everywhere(StatecraftCheckpointIO)  # the other distribution's Trainer accepts it too

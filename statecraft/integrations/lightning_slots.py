@@ -1,13 +1,19 @@
 """Where a Lightning checkpoint path lives in statecraft's terms, and how to find the newest
 one that verifies.
 
-Every path Lightning hands a ``CheckpointIO`` (``.../epoch=0-step=10.ckpt``, ``.../last.ckpt``,
-``.../hpc_ckpt_1.ckpt``) is a **slot**: a directory of generations ``g00000001/``,
-``g00000002/`` ..., each a committed unit (:mod:`statecraft.checkpoint.units`) holding one
-file, :data:`CHECKPOINT_FILE` (the checkpoint dict, ``torch.save``'d), and the commit manifest
-written last. The store is a :class:`~statecraft.storage.local.LocalStore` over the slot's
-parent directory, the slot its base name. A symlink made by ``ModelCheckpoint(save_last=
-"link")`` is followed for reads and never for deletes.
+Every path Lightning hands a ``CheckpointIO`` (``ckpts/epoch=0-step=10.ckpt``,
+``ckpts/last.ckpt``, ``ckpts/hpc_ckpt_1.ckpt``) has a **slot** ``ckpts/.statecraft/<name>/``:
+a directory of generations ``g00000001/``, ``g00000002/`` ..., each a committed unit
+(:mod:`statecraft.checkpoint.units`) holding one file, :data:`CHECKPOINT_FILE` (the
+checkpoint dict, ``torch.save``'d), and the commit manifest written last. The familiar path
+itself is a relative symlink to the ``checkpoint.pt`` of the slot's newest committed
+generation, **published** only after that generation committed
+(:mod:`statecraft.integrations.lightning_links`), so ``torch.load(path)`` and
+``load_from_checkpoint(path)`` work unchanged and never see an uncommitted file.
+
+A slot directory at the familiar path itself (the layout of statecraft before the link) is
+still read, written over (migrated) and removed: :attr:`SlotAddress.legacy`. A symlink made
+by ``ModelCheckpoint(save_last="link")`` is followed for reads and never for deletes.
 
 This module imports no framework: :func:`last_committed_checkpoint` and
 :func:`committed_checkpoint_file` work on a checkpoint directory without Lightning installed
@@ -35,11 +41,13 @@ from statecraft.storage.local import LocalStore
 __all__ = [
     "CHECKPOINT_FILE",
     "FRAMEWORK",
+    "SLOTS_DIR",
     "SlotAddress",
     "automatic_fallback",
     "committed_checkpoint_file",
     "last_committed_checkpoint",
     "newest_slot_generation",
+    "published_unit",
     "slot_address",
 ]
 
@@ -49,7 +57,14 @@ CHECKPOINT_FILE = "checkpoint.pt"
 FRAMEWORK = "lightning"
 """The ``framework`` recorded in every generation's commit manifest."""
 
+SLOTS_DIR = ".statecraft"
+"""The hidden directory beside the checkpoints that holds their slots."""
+
 log = logging.getLogger("statecraft.lightning")
+
+_LINK_TARGET = re.compile(
+    rf"^{re.escape(SLOTS_DIR)}/(?P<slot>[^/]+)/(?P<generation>g\d{{8}})/{re.escape(CHECKPOINT_FILE)}$"
+)
 
 
 @attrs.frozen
@@ -58,13 +73,34 @@ class SlotAddress:
 
     Attributes:
         path: the path as Lightning gave it (absolute).
-        store: a ``LocalStore`` over the slot's parent directory.
-        slot: the slot's name in ``store`` (the path's base name).
+        familiar: the path whose name the slot carries (``path`` itself, or for a
+            ``save_last="link"`` link followed on a read, the checkpoint it names).
+        root: the directory holding the slot (``<dir>/.statecraft``; for a legacy slot,
+            ``<dir>``).
+        slot: the slot's name in :attr:`store` (the familiar path's base name).
+        legacy: the slot is a directory at the familiar path itself (statecraft's layout
+            before the published link).
     """
 
     path: str
-    store: LocalStore
+    familiar: str
+    root: str
     slot: str
+    legacy: bool = False
+
+    @property
+    def store(self) -> LocalStore:
+        """A ``LocalStore`` over :attr:`root` (creating it: ask only to write, or once
+        :meth:`exists` said so)."""
+        return LocalStore(self.root)
+
+    def exists(self) -> bool:
+        """The slot directory exists (reads only)."""
+        return os.path.isdir(posixpath.join(self.root, self.slot))
+
+    @property
+    def slot_path(self) -> str:
+        return posixpath.join(self.root, self.slot)
 
 
 def _local_path(path: str | os.PathLike[str], *, what: str) -> str:
@@ -82,20 +118,50 @@ def _local_path(path: str | os.PathLike[str], *, what: str) -> str:
     return posixpath.normpath(os.path.abspath(text))
 
 
+def published_unit(familiar: str) -> str | None:
+    """The generation (``<slot>/g0000000N``) the symlink at ``familiar`` publishes, when it
+    is a link statecraft made (``.statecraft/<name>/g<8 digits>/checkpoint.pt`` with
+    ``<name>`` its own name); ``None`` for anything else. Reads only."""
+    if not os.path.islink(familiar):
+        return None
+    match = _LINK_TARGET.match(os.readlink(familiar))
+    if match is None or match.group("slot") != posixpath.basename(familiar):
+        return None
+    return f"{match.group('slot')}/{match.group('generation')}"
+
+
+def _resolve(absolute: str) -> str:
+    """Follow foreign symlinks (``save_last="link"``) to the checkpoint path they name; stop
+    at a link statecraft published (its name is the checkpoint's)."""
+    current = absolute
+    for _ in range(40):  # the kernel's own limit on nested links
+        if not os.path.islink(current) or published_unit(current) is not None:
+            return current
+        current = posixpath.normpath(
+            posixpath.join(posixpath.dirname(current), os.readlink(current))
+        )
+    return current
+
+
 def slot_address(path: str | os.PathLike[str], *, follow_link: bool) -> SlotAddress:
     """The slot of Lightning path ``path``.
 
     Args:
-        follow_link: resolve a symlink at ``path`` to its target (reads); deletes pass
-            ``False`` so the link itself is addressed.
+        follow_link: resolve a ``save_last="link"`` symlink at ``path`` to the checkpoint
+            it names (reads); deletes pass ``False`` so the link itself is addressed. A link
+            statecraft published is never followed: its name is the checkpoint's.
 
     Raises:
         UnitError: ``path`` is a URL (``s3://...``): only local directories are supported.
     """
     absolute = _local_path(path, what="checkpoint path")
-    target = os.path.realpath(absolute) if follow_link and os.path.islink(absolute) else absolute
-    parent, name = posixpath.split(target)
-    return SlotAddress(path=absolute, store=LocalStore(parent), slot=name)
+    familiar = _resolve(absolute) if follow_link else absolute
+    parent, name = posixpath.split(familiar)
+    if os.path.isdir(familiar) and not os.path.islink(familiar):
+        return SlotAddress(path=absolute, familiar=familiar, root=parent, slot=name, legacy=True)
+    return SlotAddress(
+        path=absolute, familiar=familiar, root=posixpath.join(parent, SLOTS_DIR), slot=name
+    )
 
 
 def _describe_passed(passed: Sequence[UnitVerdict]) -> str:
@@ -108,20 +174,14 @@ def newest_slot_generation(address: SlotAddress) -> tuple[UnitVerdict, list[Unit
 
     Raises:
         UnitNotCommittedError: the path is absent, a plain file (a checkpoint written without
-            statecraft, e.g. by ``TorchCheckpointIO``), or a directory with no generation that
-            verifies; the message names the path and every generation found with its state.
+            statecraft, e.g. by ``TorchCheckpointIO``), or has no generation that verifies;
+            the message names the path and every generation found with its state.
     """
     path = address.path
-    if not os.path.lexists(path):
+    familiar = address.familiar
+    if os.path.isfile(familiar) and not os.path.islink(familiar):
         raise UnitNotCommittedError(
-            f"no Lightning checkpoint at {path}: nothing exists there. Pass an existing "
-            "checkpoint path, or last_committed_checkpoint(dirpath) to find the newest one.",
-            path=path,
-            reason="absent",
-        )
-    if os.path.isfile(path):
-        raise UnitNotCommittedError(
-            f"{path} is a plain file, not a statecraft checkpoint slot: it was written "
+            f"{path} is a plain file, not a statecraft checkpoint: it was written "
             "without statecraft (Lightning's TorchCheckpointIO writes one file, with no "
             "commit manifest), so it cannot be verified and is not loaded. Load it with "
             "StatecraftCheckpointIO(allow_unverified=True) or TorchCheckpointIO if you trust "
@@ -129,12 +189,20 @@ def newest_slot_generation(address: SlotAddress) -> tuple[UnitVerdict, list[Unit
             path=path,
             reason="plain file without a commit manifest",
         )
-    if not os.path.isdir(path):
+    if not address.exists():
+        if os.path.lexists(familiar) and published_unit(familiar) is None:
+            raise UnitNotCommittedError(
+                f"{path} is neither a statecraft checkpoint nor a file (a dangling link or "
+                "a special file); nothing was loaded.",
+                path=path,
+                reason="not a checkpoint",
+            )
         raise UnitNotCommittedError(
-            f"{path} is neither a checkpoint slot directory nor a file (a dangling link or a "
-            "special file); nothing was loaded.",
+            f"no Lightning checkpoint at {path}: nothing exists there (no slot "
+            f"{address.slot_path}). Pass an existing checkpoint path, or "
+            "last_committed_checkpoint(dirpath) to find the newest one.",
             path=path,
-            reason="not a directory",
+            reason="absent",
         )
     verdict, passed = newest_generation(address.store, address.slot, deep=True, log=log)
     if verdict is None:
@@ -151,16 +219,13 @@ def newest_slot_generation(address: SlotAddress) -> tuple[UnitVerdict, list[Unit
 
 def committed_checkpoint_file(path: str | os.PathLike[str]) -> str:
     """The ``checkpoint.pt`` of the newest committed generation of Lightning checkpoint
-    ``path`` (deep-verified), for APIs that bypass ``CheckpointIO``.
+    ``path``, deep-verified now.
 
-    ``LightningModule.load_from_checkpoint(path)`` and ``torch.load(path)`` open ``path`` as a
-    file: given a statecraft slot directory they fail with ``IsADirectoryError``. Pass them
-    this function's result instead::
+    ``torch.load(path)`` and ``LightningModule.load_from_checkpoint(path)`` work on ``path``
+    itself (a link to the same committed file); this function adds the deep verification,
+    and finds the file of a legacy slot directory (which those calls cannot open)::
 
         model = MyModule.load_from_checkpoint(committed_checkpoint_file(ckpt.best_model_path))
-
-    The file is verified when this returns; nothing stops a later process from changing it
-    (committed generations are never rewritten by statecraft).
 
     Raises:
         UnitNotCommittedError: no generation of ``path`` verifies (see
@@ -172,26 +237,31 @@ def committed_checkpoint_file(path: str | os.PathLike[str]) -> str:
     return address.store.abspath(f"{verdict.unit}/{CHECKPOINT_FILE}")
 
 
-def _slot_candidates(store: LocalStore) -> list[tuple[int, float, str, UnitVerdict]]:
-    """Every slot directly under the store root with a generation that verifies shallowly
-    (sizes), as ``(step, manifest mtime, slot, verdict)``."""
-    out: list[tuple[int, float, str, UnitVerdict]] = []
-    for name in sorted(store.list("")):
-        full = store.abspath(name)
-        if os.path.islink(full) or not os.path.isdir(full):
-            continue  # a save_last="link" symlink names a slot listed under its own name
-        if not generation_units(store, name):
+def _slot_candidates(directory: str) -> list[tuple[int, float, str, SlotAddress]]:
+    """Every slot of the checkpoints in ``directory`` (under ``.statecraft/``, and legacy
+    slot directories beside them) whose newest generation verifies shallowly (sizes), as
+    ``(step, generation mtime, familiar path, address)``. Reads only."""
+    roots = [(posixpath.join(directory, SLOTS_DIR), False), (directory, True)]
+    out: list[tuple[int, float, str, SlotAddress]] = []
+    for root, legacy in roots:
+        if not os.path.isdir(root):
             continue
-        verdict, passed = newest_generation(store, name, deep=False, settle=False)
-        if verdict is None or verdict.manifest is None:
-            log.warning(
-                "passed over %s: no committed generation (%s)",
-                store.abspath(name),
-                _describe_passed(passed),
-            )
-            continue
-        step = verdict.manifest.step if verdict.manifest.step is not None else -1
-        out.append((step, os.stat(store.abspath(verdict.unit)).st_mtime, name, verdict))
+        store = LocalStore(root)
+        for name in sorted(store.list("")):
+            full = store.abspath(name)
+            if name == SLOTS_DIR or os.path.islink(full) or not os.path.isdir(full):
+                continue  # a save_last="link" symlink names a slot listed under its own name
+            if not generation_units(store, name):
+                continue
+            familiar = posixpath.join(directory, name)
+            verdict, passed = newest_generation(store, name, deep=False, settle=False)
+            if verdict is None or verdict.manifest is None:
+                log.warning("passed over %s: no committed generation (%s)", full,
+                            _describe_passed(passed))  # fmt: skip
+                continue
+            step = verdict.manifest.step if verdict.manifest.step is not None else -1
+            address = SlotAddress(familiar, familiar, root, name, legacy)
+            out.append((step, os.stat(store.abspath(verdict.unit)).st_mtime, familiar, address))
     return out
 
 
@@ -211,15 +281,13 @@ def last_committed_checkpoint(dirpath: str | os.PathLike[str]) -> str | None:
     root = _local_path(dirpath, what="checkpoint directory")
     if not os.path.isdir(root):
         return None
-    store = LocalStore(root)
-    candidates = sorted(_slot_candidates(store), key=lambda c: (c[0], c[1]), reverse=True)
-    for step, _, name, _ in candidates:
-        verdict, _passed = newest_generation(store, name, deep=True, log=log)
+    candidates = sorted(_slot_candidates(root), key=lambda c: (c[0], c[1]), reverse=True)
+    for step, _, familiar, address in candidates:
+        verdict, _passed = newest_generation(address.store, address.slot, deep=True, log=log)
         if verdict is not None:
-            chosen = store.abspath(name)
-            log.info("newest committed Lightning checkpoint: %s (step %s)", chosen, step)
-            return chosen
-        log.warning("passed over %s: no generation verifies on a deep check", store.abspath(name))
+            log.info("newest committed Lightning checkpoint: %s (step %s)", familiar, step)
+            return familiar
+        log.warning("passed over %s: no generation verifies on a deep check", familiar)
     return None
 
 
@@ -242,19 +310,20 @@ def automatic_fallback(address: SlotAddress) -> str | None:
     would be a silent change of trajectory. Reads and verifies only.
     """
     name = address.slot
+    directory = posixpath.dirname(address.familiar)
     hpc = _HPC.match(name)
     if hpc is not None:
         number = int(hpc.group(1))
-        siblings = sorted(
-            (int(m.group(1)), m.group(0))
-            for m in (_HPC.match(n) for n in address.store.list(""))
-            if m is not None and int(m.group(1)) < number
-        )
-        for _, sibling in reversed(siblings):
-            verdict, _ = newest_generation(address.store, sibling, deep=True, log=log)
+        siblings = []
+        for _, _, familiar, sibling in _slot_candidates(directory):
+            match = _HPC.match(sibling.slot)
+            if match is not None and int(match.group(1)) < number:
+                siblings.append((int(match.group(1)), familiar, sibling))
+        for _, familiar, sibling in sorted(siblings, key=lambda c: c[0], reverse=True):
+            verdict, _ = newest_generation(sibling.store, sibling.slot, deep=True, log=log)
             if verdict is not None:
-                return address.store.abspath(sibling)
+                return familiar
         return None
     if _LAST.match(name) is not None:
-        return last_committed_checkpoint(address.store.abspath(""))
+        return last_committed_checkpoint(directory)
     return None

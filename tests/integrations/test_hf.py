@@ -146,19 +146,35 @@ class TestResolution:
         with pytest.raises(UnitNotCommittedError):
             verified_checkpoint(run_dir / "checkpoint-99")
 
-    def test_constructing_a_trainer_warns_of_the_resume_true_trap(
+    def test_train_resume_true_warns_of_the_trap_and_nothing_else_does(
         self, run_dir: Path, caplog: pytest.LogCaptureFixture
     ) -> None:
         """``resume_from_checkpoint=True`` resolves the newest folder unchecked before any
-        callback runs; the callback says so when the Trainer is built over a killed save's
-        folder (and stays quiet over committed ones)."""
+        callback runs; the callback says so when ``train`` is called that way over a killed
+        save's folder, and stays quiet when the Trainer is built over it and resumed from
+        ``last_committed_checkpoint`` (the call it recommends) or over committed folders."""
+        from statecraft.integrations.hf import last_committed_checkpoint
+
+        def warnings() -> list[logging.LogRecord]:
+            return [r for r in caplog.records if "resume_from_checkpoint=True" in r.getMessage()]
+
         caplog.set_level(logging.WARNING, logger=HF_LOGGER)
         hf_runs.make_trainer(str(run_dir), max_steps=6, save_steps=2)
-        assert not [r for r in caplog.records if "resume_from_checkpoint=True" in r.getMessage()]
+        assert not warnings()
         (run_dir / "checkpoint-4" / UNIT_MANIFEST_NAME).unlink()
-        hf_runs.make_trainer(str(run_dir), max_steps=6, save_steps=2)
-        (warning,) = [r for r in caplog.records if "resume_from_checkpoint=True" in r.getMessage()]
-        assert "checkpoint-4 is uncommitted" in warning.getMessage()
+        trainer = hf_runs.make_trainer(str(run_dir), max_steps=4, save_steps=2)
+        assert not warnings()  # built over it: the script may resume correctly
+        resume = last_committed_checkpoint(run_dir)
+        assert resume == str(run_dir / "checkpoint-2")
+        trainer.train(resume_from_checkpoint=resume)
+        assert not warnings()
+        (run_dir / "checkpoint-4" / UNIT_MANIFEST_NAME).unlink(missing_ok=True)
+        (run_dir / "checkpoint-6").mkdir()  # a killed save's leftover, newest again
+        trainer = hf_runs.make_trainer(str(run_dir), max_steps=8, save_steps=2)
+        with pytest.raises(Exception):  # noqa: B017 - the Trainer's own failure
+            trainer.train(resume_from_checkpoint=True)
+        (warning,) = warnings()
+        assert "checkpoint-6 is uncommitted" in warning.getMessage()
         assert "last_committed_checkpoint(output_dir)" in warning.getMessage()
 
     def test_resuming_an_uncommitted_folder_stops_before_any_step(self, run_dir: Path) -> None:

@@ -25,6 +25,7 @@ from statecraft.checkpoint.units import (
 from statecraft.errors import UnitError, UnitNotCommittedError
 from statecraft.integrations.lightning import (
     CHECKPOINT_FILE,
+    SLOTS_DIR,
     StatecraftCheckpointIO,
     committed_checkpoint_file,
     last_committed_checkpoint,
@@ -32,6 +33,16 @@ from statecraft.integrations.lightning import (
 from statecraft.storage.local import LocalStore
 
 LOG = "statecraft.lightning"
+
+
+def _slots(directory: Path) -> LocalStore:
+    """The store of the slots of the checkpoints in ``directory`` (``.statecraft/``)."""
+    return LocalStore(str(directory / SLOTS_DIR))
+
+
+def _slot(path: Path) -> Path:
+    """The slot directory of checkpoint ``path``."""
+    return path.parent / SLOTS_DIR / path.name
 
 
 def _checkpoint(step: int, fill: float = 0.0) -> dict[str, Any]:
@@ -96,7 +107,7 @@ class TestSaveLoad:
         io.save_checkpoint(_checkpoint(10, 1.0), path)
         second = _checkpoint(20, 2.0)
         io.save_checkpoint(second, path)
-        store = LocalStore(str(tmp_path))
+        store = _slots(tmp_path)
         assert generation_units(store, "last.ckpt") == ["last.ckpt/g00000002"]
         verdict = verify_unit(store, "last.ckpt/g00000002")
         assert verdict.committed
@@ -127,7 +138,7 @@ class TestSaveLoad:
         path = tmp_path / "last.ckpt"
         first = _checkpoint(10, 1.0)
         io.save_checkpoint(first, path)
-        partial = path / "g00000002"
+        partial = _slot(path) / "g00000002"
         partial.mkdir()
         (partial / CHECKPOINT_FILE).write_bytes(b"PK\x03\x04 torn")
         with caplog.at_level(logging.WARNING, logger=LOG):
@@ -184,8 +195,8 @@ class TestSaveLoad:
         io.save_checkpoint(_checkpoint(10, fill=1.0), tmp_path / "hpc_ckpt_1.ckpt")
         io.save_checkpoint(_checkpoint(20, fill=2.0), tmp_path / "epoch=1-step=20.ckpt")
         for torn in ("hpc_ckpt_2.ckpt", "last.ckpt", "epoch=2-step=30.ckpt"):
-            (tmp_path / torn / "g00000001").mkdir(parents=True)
-            (tmp_path / torn / "g00000001" / CHECKPOINT_FILE).write_bytes(b"torn")
+            (_slot(tmp_path / torn) / "g00000001").mkdir(parents=True)
+            (_slot(tmp_path / torn) / "g00000001" / CHECKPOINT_FILE).write_bytes(b"torn")
         with caplog.at_level(logging.WARNING, LOG):
             hpc = io.load_checkpoint(tmp_path / "hpc_ckpt_2.ckpt")
             last = io.load_checkpoint(tmp_path / "last.ckpt")
@@ -195,7 +206,7 @@ class TestSaveLoad:
         assert f"loading {tmp_path / 'epoch=1-step=20.ckpt'} instead" in caplog.text
         with pytest.raises(UnitNotCommittedError, match="uncommitted"):
             io.load_checkpoint(tmp_path / "epoch=2-step=30.ckpt")
-        (tmp_path / "hpc_ckpt_1.ckpt" / "g00000001" / CHECKPOINT_FILE).write_bytes(b"x")
+        (_slot(tmp_path / "hpc_ckpt_1.ckpt") / "g00000001" / CHECKPOINT_FILE).write_bytes(b"x")
         with pytest.raises(UnitNotCommittedError, match="hpc_ckpt_2"):
             io.load_checkpoint(tmp_path / "hpc_ckpt_2.ckpt")  # no sibling verifies
 
@@ -244,10 +255,11 @@ class TestRemove:
         link = tmp_path / "last.ckpt"
         os.symlink(target.name, link)
         assert _equal(io.load_checkpoint(link, weights_only=True), obj)
-        assert committed_checkpoint_file(link).startswith(str(target))
+        assert committed_checkpoint_file(link).startswith(str(_slot(target)))
         io.remove_checkpoint(link)
         assert not os.path.lexists(link)
-        assert verify_unit(LocalStore(str(tmp_path)), f"{target.name}/g00000001").committed
+        assert verify_unit(_slots(tmp_path), f"{target.name}/g00000001").committed
+        assert _equal(torch.load(target, weights_only=True), obj)
 
 
 class TestAsync:
@@ -265,7 +277,8 @@ class TestAsync:
         assert gate.entered.wait(10), "the background write never started"
         assert io.last_blocking_seconds is not None
         obj["state_dict"]["weight"].add_(100.0)  # training goes on
-        assert not (tmp_path / "last.ckpt" / "g00000001" / UNIT_MANIFEST_NAME).exists()
+        assert not (_slot(tmp_path / "last.ckpt") / "g00000001" / UNIT_MANIFEST_NAME).exists()
+        assert not os.path.lexists(tmp_path / "last.ckpt")  # never visible before the commit
         gate.release.set()
         io.teardown()
         loaded = io.load_checkpoint(tmp_path / "last.ckpt", weights_only=False)
@@ -303,11 +316,13 @@ class TestAsync:
         io.save_checkpoint({**_checkpoint(2), "gate": gate}, new)
         assert gate.entered.wait(10)
         io.remove_checkpoint(old)
-        assert verify_unit(LocalStore(str(tmp_path)), f"{old.name}/g00000001").committed
+        assert verify_unit(_slots(tmp_path), f"{old.name}/g00000001").committed
+        assert os.path.isfile(old)
         gate.release.set()
         io.teardown()
-        assert not old.exists()
-        assert verify_unit(LocalStore(str(tmp_path)), f"{new.name}/g00000001").committed
+        assert not os.path.lexists(old)
+        assert not _slot(old).exists()
+        assert verify_unit(_slots(tmp_path), f"{new.name}/g00000001").committed
 
 
 class TestResolve:
@@ -320,7 +335,7 @@ class TestResolve:
         io.save_checkpoint(_checkpoint(10), tmp_path / "epoch=0-step=10.ckpt")
         io.save_checkpoint(_checkpoint(20), tmp_path / "epoch=1-step=20.ckpt")
         io.save_checkpoint(_checkpoint(5), tmp_path / "last.ckpt")
-        (tmp_path / "epoch=2-step=30.ckpt" / "g00000001").mkdir(parents=True)
+        (_slot(tmp_path / "epoch=2-step=30.ckpt") / "g00000001").mkdir(parents=True)
         os.symlink("epoch=0-step=10.ckpt", tmp_path / "link.ckpt")
         with caplog.at_level(logging.WARNING, logger=LOG):
             chosen = last_committed_checkpoint(tmp_path)
@@ -328,9 +343,12 @@ class TestResolve:
         assert "epoch=2-step=30.ckpt" in caplog.text
         assert last_committed_checkpoint(tmp_path / "nothing") is None
 
-    def test_load_from_checkpoint_needs_the_committed_file(self, tmp_path: Path) -> None:
-        """LightningModule.load_from_checkpoint bypasses CheckpointIO: given the slot
-        directory it fails (IsADirectoryError); given committed_checkpoint_file it loads."""
+    def test_load_from_checkpoint_and_torch_load_open_the_familiar_path(
+        self, tmp_path: Path
+    ) -> None:
+        """LightningModule.load_from_checkpoint and torch.load bypass CheckpointIO: given the
+        path Lightning saved to they load it unchanged (a link to the committed payload), and
+        committed_checkpoint_file names that same committed file."""
         from lightning_runs import build_module
 
         module = build_module()
@@ -346,10 +364,11 @@ class TestResolve:
             path,
         )
         cls = type(module)
-        with pytest.raises(IsADirectoryError):
-            cls.load_from_checkpoint(str(path))
-        loaded = cls.load_from_checkpoint(committed_checkpoint_file(path))
+        loaded = cls.load_from_checkpoint(str(path))
         assert _equal(loaded.state_dict(), module.state_dict())
+        assert _equal(torch.load(path, weights_only=True)["state_dict"], module.state_dict())
+        assert os.path.isfile(path)
+        assert committed_checkpoint_file(path) == os.path.realpath(path)
 
 
 class _Reenter:
@@ -377,7 +396,7 @@ class TestReentry:
         outer = _checkpoint(10, 1.0)
         reenter = type("Reenter", (_Reenter,), {"io": io, "path": hpc})()
         io.save_checkpoint({**outer, "reenter": reenter}, tmp_path / "last.ckpt")
-        assert verify_unit(LocalStore(str(tmp_path)), "hpc_ckpt_1.ckpt/g00000001").committed
+        assert verify_unit(_slots(tmp_path), "hpc_ckpt_1.ckpt/g00000001").committed
         io.teardown()
         loaded = io.load_checkpoint(tmp_path / "last.ckpt", weights_only=True)
         assert _equal(loaded["state_dict"], outer["state_dict"])
@@ -420,10 +439,15 @@ class TestTrainer:
         self._fit(tmp_path, 2, async_save=False, save_last="link")
         ckpts = tmp_path / "ckpts"
         assert os.path.islink(ckpts / "last.ckpt")
-        assert sorted(p.name for p in ckpts.iterdir()) == ["epoch=1-step=8.ckpt", "last.ckpt"]
+        assert sorted(p.name for p in ckpts.iterdir()) == [
+            SLOTS_DIR,
+            "epoch=1-step=8.ckpt",
+            "last.ckpt",
+        ]
+        assert sorted(p.name for p in (ckpts / SLOTS_DIR).iterdir()) == ["epoch=1-step=8.ckpt"]
         _, trainer = self._fit(tmp_path, 3, async_save=True, save_last="link", ckpt_path="last")
         assert trainer.global_step == 12
-        assert os.path.realpath(ckpts / "last.ckpt") == str(ckpts / "epoch=2-step=12.ckpt")
+        assert os.readlink(ckpts / "last.ckpt") == "epoch=2-step=12.ckpt"
 
     def test_a_failed_final_async_write_is_raised_by_fit(self, tmp_path: Path) -> None:
         """The last checkpoint's background write fails after fit's loop ended: teardown

@@ -22,7 +22,12 @@ pytest.importorskip("pytorch_lightning")
 from lightning_runs import BATCHES, build_module, build_trainer, final_state
 
 from statecraft.checkpoint.units import UNIT_MANIFEST_NAME, generation_units, verify_unit
-from statecraft.integrations.lightning import StatecraftCheckpointIO, committed_checkpoint_file
+from statecraft.integrations.lightning import (
+    CHECKPOINT_FILE,
+    SLOTS_DIR,
+    StatecraftCheckpointIO,
+    committed_checkpoint_file,
+)
 from statecraft.storage.local import LocalStore
 
 pytestmark = pytest.mark.slow
@@ -109,14 +114,16 @@ def test_sigkill_mid_write_then_resume_last_is_bit_exact(tmp_path: Path) -> None
     reference = final_state(module, trainer)
     _wait_for(marker, killed, "the checkpoint write blocked")
     ckpts = root / "ckpts"
-    store = LocalStore(str(ckpts))
+    store = LocalStore(str(ckpts / SLOTS_DIR))
     newest, previous = generation_units(store, "last.ckpt")[:2]
     # the premise: the kill lands mid-write (generation dir without its manifest)
     assert verify_unit(store, newest).state == "uncommitted"
     assert verify_unit(store, previous).committed
     _kill(killed)
     assert verify_unit(store, newest).state == "uncommitted"
-    assert not (ckpts / newest / UNIT_MANIFEST_NAME).exists()
+    assert not (ckpts / SLOTS_DIR / newest / UNIT_MANIFEST_NAME).exists()
+    # the file at the familiar path still names the previous committed generation
+    assert os.readlink(ckpts / "last.ckpt") == f"{SLOTS_DIR}/{previous}/{CHECKPOINT_FILE}"
 
     result = tmp_path / "resumed.pt"
     resumed = _launch("--root", str(root), "--epochs", str(EPOCHS), "--ckpt-path", "last",
@@ -156,14 +163,15 @@ def test_default_torch_io_picks_a_torn_last_ckpt(tmp_path: Path) -> None:
 
     root = tmp_path / "statecraft"
     _fit_in_process(root, 2, io="statecraft")
-    slot = root / "ckpts" / "last.ckpt"
-    (committed,) = generation_units(LocalStore(str(slot.parent)), "last.ckpt")
-    torn = slot / "g00000099"
+    last = root / "ckpts" / "last.ckpt"
+    slots = root / "ckpts" / SLOTS_DIR
+    (committed,) = generation_units(LocalStore(str(slots)), "last.ckpt")
+    torn = slots / "last.ckpt" / "g00000099"
     torn.mkdir()
-    raw = (slot.parent / committed / "checkpoint.pt").read_bytes()
+    raw = (slots / committed / "checkpoint.pt").read_bytes()
     (torn / "checkpoint.pt").write_bytes(raw[: len(raw) // 2])
     _, trainer = _fit_in_process(root, 3, io="statecraft", ckpt_path="last")
-    assert trainer.ckpt_path == str(slot)
+    assert trainer.ckpt_path == str(last)
     assert trainer.global_step == 3 * BATCHES
 
 
@@ -205,7 +213,7 @@ def test_slurm_sigusr1_saves_a_committed_hpc_checkpoint_and_requeues(
     assert record.read_text().split() == ["requeue", "4242"]
     _kill(child)  # what SLURM does to the requeued job
     hpc = root / "hpc_ckpt_1.ckpt"
-    verdict = verify_unit(LocalStore(str(root)), f"{hpc.name}/g00000001")
+    verdict = verify_unit(LocalStore(str(root / SLOTS_DIR)), f"{hpc.name}/g00000001")
     assert verdict.committed, verdict.reason
     assert verdict.manifest is not None
     saved = torch.load(committed_checkpoint_file(hpc), weights_only=False)

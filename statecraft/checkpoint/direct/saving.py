@@ -270,8 +270,9 @@ def save_direct_checkpoint(
         blocking_seconds=seconds,
     )
     log.info(
-        "saved iter %d directly: %.3f MiB in %.3f s (%d ranks)%s -> %s",
+        "saved iter %d directly: %.3f MiB in %.3f s (%d rank%s)%s -> %s",
         step, written / 2**20, seconds, collective.world_size,
+        "" if collective.world_size == 1 else "s",
         " (found committed: latest completed)" if report.retried_commit else "", location,
     )  # fmt: skip
     return report

@@ -45,9 +45,39 @@ def parse_progress(line: str) -> tuple[str, int, str] | None:
     return kind, number, rest
 
 
+def _children(pid: int) -> list[int]:
+    """The live child processes of ``pid`` (Linux ``/proc``; ``[]`` elsewhere)."""
+    found = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if int(fields[1]) == pid:  # fields: state, ppid, ...
+            found.append(int(name))
+    return found
+
+
 def _kill_group(proc: subprocess.Popen[str]) -> None:
     """SIGKILL the process group this launch started (``start_new_session``: its id is the
-    process's pid): the process and, under a launcher, every rank it spawned."""
+    process's pid) and, first, the group of each of its children: ``torchrun`` starts every
+    rank in a session of its own, so killing the agent's group alone would leave the ranks
+    training."""
+    for child in _children(proc.pid):
+        try:
+            os.killpg(child, signal.SIGKILL)  # a rank leads its own group (its dataloaders)
+        except (ProcessLookupError, PermissionError):
+            try:
+                os.kill(child, signal.SIGKILL)  # a child in the launch's own group
+            except ProcessLookupError:
+                pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:  # already gone

@@ -111,4 +111,5 @@ def run_inspect(args: argparse.Namespace) -> int:
             exit_code=1,
             errors=[("unreadable", f"{args.path}: cannot be read ({exc})")],
         )
-    return emit(COMMAND, as_json=as_json, data=data, text=render_text(data))
+    files = bool(getattr(args, "files", False))
+    return emit(COMMAND, as_json=as_json, data=data, text=render_text(data, files=files))

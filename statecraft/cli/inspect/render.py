@@ -17,6 +17,7 @@ from statecraft.cli.inspect.archive import archive_note
 from statecraft.cli.inspect.checkpoints import PARTIAL
 from statecraft.cli.inspect.dcp import dcp_lines
 from statecraft.cli.inspect.retention import file_note
+from statecraft.cli.inspect.units import units_lines
 
 __all__ = ["render_text"]
 
@@ -30,8 +31,9 @@ def _size(n: int | None) -> str:
     return f"{n} B"
 
 
-def _file_lines(it: dict[str, Any], manifest_name: str) -> list[str]:
-    """The files of one iteration or artifact, with what differs from its manifest."""
+def _file_lines(it: dict[str, Any], manifest_name: str, files: bool) -> list[str]:
+    """The files of one iteration or artifact, with what differs from its manifest; with
+    ``files`` false (the brief view) only the files that carry a note."""
     lines = []
     width = max((len(f["name"]) for f in it["files"]), default=0)
     for f in it["files"]:
@@ -47,11 +49,12 @@ def _file_lines(it: dict[str, Any], manifest_name: str) -> list[str]:
             note = f"  (MISSING; manifest recorded {f['recorded_size']} B)"
         elif f["recorded_size"] is not None and f["recorded_size"] != f["size"]:
             note = f"  (manifest recorded {f['recorded_size']} B)"
-        lines.append(f"      {f['name']:<{width}}  {_size(f['size'])}{note}")
+        if files or note:
+            lines.append(f"      {f['name']:<{width}}  {_size(f['size'])}{note}")
     return lines
 
 
-def _artifacts_lines(report: dict[str, Any]) -> list[str]:
+def _artifacts_lines(report: dict[str, Any], files: bool) -> list[str]:
     """An attempt's partial artifacts (never resume sources)."""
     lines = [f"  {ARTIFACTS_DIR}: {report['path']} (partial artifacts; never resume sources)"]
     if not report["entries"]:
@@ -67,7 +70,7 @@ def _artifacts_lines(report: dict[str, Any]) -> list[str]:
             lines.append(f"      archive: {a['archive']['detail']}")
         if a["metrics"]:
             lines.append(f"      metrics: {a['metrics']}")
-        lines.extend(_file_lines(a, ARTIFACT_MANIFEST_NAME))
+        lines.extend(_file_lines(a, ARTIFACT_MANIFEST_NAME, files))
     if report["newest_with_manifest"]:
         lines.append(
             f"    newest with a manifest: {report['newest_with_manifest']} (a resume must be at "
@@ -76,7 +79,7 @@ def _artifacts_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _checkpoints_lines(report: dict[str, Any]) -> list[str]:
+def _checkpoints_lines(report: dict[str, Any], files: bool) -> list[str]:
     lines = [f"  checkpoints: {report['path']}"]
     if not report["iterations"]:
         lines.append("    (no iter_* directories)")
@@ -90,8 +93,9 @@ def _checkpoints_lines(report: dict[str, Any]) -> list[str]:
             lines.append(f"      metrics: {it['metrics']}")
         for note in it["notes"]:
             lines.append(f"      note: {note}")
-        lines.extend(_file_lines(it, MANIFEST_NAME))
-        lines.extend(dcp_lines(it.get("dcp")))
+        lines.extend(_file_lines(it, MANIFEST_NAME, files))
+        if files:
+            lines.extend(dcp_lines(it.get("dcp")))
     for name in report["other_entries"]:
         lines.append(f"    {name}  (not a checkpoint)")
     lines.append(
@@ -138,8 +142,10 @@ def _runs_lines(runs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def render_text(data: dict[str, Any]) -> str:
-    """The human-readable report of :func:`inspect_path`'s data."""
+def render_text(data: dict[str, Any], *, files: bool = True) -> str:
+    """The human-readable report of :func:`inspect_path`'s data; ``files`` false (the
+    command's default, ``--brief``) shows one line per iteration and only the files that
+    carry a note, ``--files`` every file with its size."""
     level = data["verify_level"]
     how = (
         "sizes and content digests"
@@ -147,6 +153,8 @@ def render_text(data: dict[str, Any]) -> str:
         else "sizes only; --verify also checks content digests, as resume's default does"
     )
     lines = [f"{data['path']} ({data['kind']}; verification: {how})"]
+    if data["kind"] == "units":
+        return "\n".join(lines + units_lines(data["units"], files=files)) + "\n"
     if data["kind"] == "root":
         return "\n".join(lines + _runs_lines(data["runs"])) + "\n"
     if data["kind"] == "job":
@@ -163,9 +171,9 @@ def render_text(data: dict[str, Any]) -> str:
         lines.append("")
         lines.append(f"attempt {label}: {a['path']}")
         if a["artifacts"] is not None:
-            lines.extend(_artifacts_lines(a["artifacts"]))
+            lines.extend(_artifacts_lines(a["artifacts"], files))
         if a["checkpoints"] is not None:
-            lines.extend(_checkpoints_lines(a["checkpoints"]))
+            lines.extend(_checkpoints_lines(a["checkpoints"], files))
         elif data["kind"] != "artifact":
             lines.append(f"  no {CHECKPOINTS_DIR}/ yet")
     if data.get("explicit_resume") is not None and data["kind"] == "artifact":

@@ -31,6 +31,7 @@ from statecraft.cli.inspect.artifacts import artifacts_of, artifacts_report, aut
 from statecraft.cli.inspect.checkpoints import COMMITTED, CORRUPT, PARTIAL, checkpoints_report
 from statecraft.cli.inspect.disk import FS as _FS
 from statecraft.cli.inspect.disk import is_dir
+from statecraft.cli.inspect.units import units_report
 from statecraft.errors import InspectError
 from statecraft.storage.local import LocalStore
 
@@ -64,6 +65,36 @@ def _attempt_entry(
         "has_artifacts": is_dir(run_dir / ARTIFACTS_DIR),
         "artifacts": artifacts_report(artifacts, only=only_artifact),
         "checkpoints": checkpoints,
+    }
+
+
+def _nested_runs(target: Path, level: str) -> list[dict[str, Any]]:
+    """The runs of every output root directly under ``target`` (``<target>/<root>/<project>/
+    <group>/<name>``), each named ``<root>/<project>/<group>/<name>``."""
+    out = []
+    for name in sorted(_FS.listdir(str(target))):
+        root = target / name
+        if is_dir(root):
+            for job in find_runs(root, filesystem=_FS):
+                record = _run_report(root, job, level)
+                record["run"] = f"{name}/{record['run']}"
+                out.append(record)
+    return out
+
+
+def _units_data(target: Path, level: str, units: dict[str, Any]) -> dict[str, Any]:
+    """The data of a PATH holding framework checkpoints (:mod:`.units`)."""
+    return {
+        "path": str(target),
+        "kind": "units",
+        "verify_level": level,
+        "attempts": [],
+        "adopted_attempt": None,
+        "adoption_reason": None,
+        "resume_auto": None,
+        "explicit_resume": None,
+        "runs": [],
+        "units": units,
     }
 
 
@@ -165,6 +196,9 @@ def inspect_path(path: str | os.PathLike[str], *, verify: bool = False) -> dict[
             "or an iter_* dir"
         )
     if not found.is_dir:
+        units = units_report(target.absolute(), verify=verify)
+        if units is not None:
+            return _units_data(target.absolute(), level, units)
         raise InspectError(
             f"{target}: is a file, not a directory; point inspect at a job dir, "
             "an attempt, a checkpoints/ dir or an iter_* dir"
@@ -221,6 +255,14 @@ def inspect_path(path: str | os.PathLike[str], *, verify: bool = False) -> dict[
             data["kind"] = "root"
             data["runs"] = [_run_report(target, job, level) for job in runs]
             return data
+        nested = [] if attempts or legacy else _nested_runs(target, level)
+        if nested:  # a directory of output roots (the demo's --out: one root per run)
+            data["kind"] = "root"
+            data["runs"] = nested
+            return data
+        units = None if attempts or legacy else units_report(target, verify=verify)
+        if units is not None:
+            return _units_data(target, level, units)
         if not attempts and not legacy:
             raise InspectError(
                 f"{target}: holds no checkpoints layout (no run <project>/<group>/<name>, no "
