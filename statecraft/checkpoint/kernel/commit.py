@@ -199,19 +199,22 @@ def require_written(
         raise CheckpointCorruptError(where, f"files {missing} were not written", retry)
 
 
-def create_manifest_last(store: Store, path: str, data: bytes, *, flag: ConflictFlag) -> None:
+def create_manifest_last(
+    store: Store, path: str, data: bytes, *, flag: ConflictFlag | None = None
+) -> None:
     """The commit: create the manifest ``path`` by exclusive create, after every payload (the
     create settles the store's deferred files and directories first, so a failure there fails
     the commit).
 
     Raises:
         StoreConflictError: another commit holds the name (it is untouched;
-            ``flag.commit_conflict`` is set).
+            ``flag.commit_conflict`` is set where a flag is given).
     """
     try:
         store.create_exclusive(path, data)
     except StoreConflictError:
-        flag.commit_conflict = True
+        if flag is not None:
+            flag.commit_conflict = True
         raise
 
 
