@@ -17,6 +17,8 @@ Schema versions (both are read; new manifests are written as v2):
 from __future__ import annotations
 
 from collections.abc import Callable
+
+# Any: a v1 manifest's raw JSON before it is structured and checked (``_upgrade``).
 from typing import Any, Protocol, TypeVar
 
 import attrs

@@ -43,6 +43,8 @@ one already gone verify alike. Such a checkpoint loads for evaluation, never for
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
+
+# Any: the payloads verification deserializes are torch objects of no static type.
 from typing import Any
 
 import attrs
