@@ -84,7 +84,8 @@ def observe_iteration(store: Store, iteration: int) -> str:
     if entry.mark is not None:
         return CheckpointState.CORRUPT.value
     if entry.state is not CheckpointState.COMMITTED:
-        return entry.state.value  # absent / partial / corrupt
+        label: str = entry.state.value  # absent / partial / corrupt
+        return label
     if latest_iteration(store) == iteration:
         return "committed"
     return "manifest_committed"
