@@ -17,10 +17,9 @@ from typing import Any
 
 import attrs
 
-from statecraft.checkpoint.fencing.fenced_store import FencedStore, discard_own_leftovers
+from statecraft.checkpoint.fencing.fenced_store import FencedStore
 from statecraft.checkpoint.fencing.lease import WriterLease
 from statecraft.checkpoint.kernel.commit import (
-    advance_pointer,
     prepare_unit,
     require_staged,
     require_written,
@@ -32,7 +31,6 @@ from statecraft.checkpoint.kernel.commit_rules import (
     observe_iteration,
     publish_manifest,
     refuse_plan_drift,
-    refuse_untouchable,
     verify_found_commit,
 )
 from statecraft.checkpoint.kernel.layout import iter_dirname
@@ -45,6 +43,11 @@ from statecraft.checkpoint.kernel.plan import (
     plan_for,
 )
 from statecraft.checkpoint.kernel.verify import read_manifest
+from statecraft.checkpoint.save.commit_effects import (
+    advance_latest,
+    discard_partial,
+    refuse_corrupt,
+)
 from statecraft.engine import Bindings
 from statecraft.engine.tagging import Role, collect_bindings, effect, observer
 from statecraft.errors import (
@@ -56,11 +59,16 @@ from statecraft.storage.base import FileRecord, Store
 from statecraft.writers.base import Writer, tensor_bytes
 from statecraft.writers.consolidated import ConsolidatedWriter
 
+# advance_latest, discard_partial, refuse_corrupt: defined once in commit_effects (the
+# dcp_save table binds them too); collected from this module like its own.
 __all__ = [
     "FULL_COMPONENTS",
     "SaveContext",
+    "advance_latest",
+    "discard_partial",
     "full_save_plan",
     "read_manifest",
+    "refuse_corrupt",
     "save_bindings",
 ]
 
@@ -230,13 +238,6 @@ def commit_manifest(ctx: SaveContext) -> None:
 
 
 @effect(role=Role.COORDINATOR)
-def advance_latest(ctx: SaveContext) -> None:
-    """Point ``latest_checkpoint.txt`` at this iteration (atomic replace), once the lease is
-    confirmed ours (another writer's newer pointer is never replaced by an older one)."""
-    advance_pointer(ctx.fenced, ctx.plan.iteration)
-
-
-@effect(role=Role.COORDINATOR)
 def reconcile_committed(ctx: SaveContext) -> None:
     """A retry at a committed iteration: the plan must match and the files must be there and
     verify at ``found_level`` (a damaged commit is refused, ``latest`` is not moved onto it);
@@ -266,26 +267,6 @@ def reconcile_committed(ctx: SaveContext) -> None:
     settle_found_unit(ctx.store, [ctx.iter_dir])
     log.info(
         "%s is already committed with this plan: only the latest pointer is completed", ctx.iter_dir
-    )
-
-
-@effect(role=Role.COORDINATOR)
-def refuse_corrupt(ctx: SaveContext) -> None:
-    """The iteration holds a manifest that does not parse, or retention marked it: refuse to
-    touch it."""
-    refuse_untouchable(ctx.store, ctx.plan.iteration, ctx.iter_dir)
-
-
-@effect(role=Role.COORDINATOR)
-def discard_partial(ctx: SaveContext) -> None:
-    """After a failed write: remove this iteration's files so a full disk is not left fuller.
-
-    This includes a manifest this save published itself: the save failed before it was
-    acknowledged, and after a failed fsync that manifest may never become durable. Only when
-    the manifest's exclusive create met another writer's commit is the directory kept.
-    """
-    discard_own_leftovers(
-        ctx.store, ctx.iter_dir, conflict=ctx.commit_conflict, lease=ctx.lease, label=ctx.iter_dir
     )
 
 

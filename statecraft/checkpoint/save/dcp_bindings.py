@@ -24,10 +24,9 @@ from typing import Any, ClassVar
 
 import attrs
 
-from statecraft.checkpoint.fencing.fenced_store import FencedStore, discard_own_leftovers
+from statecraft.checkpoint.fencing.fenced_store import FencedStore
 from statecraft.checkpoint.fencing.lease import WriterLease
 from statecraft.checkpoint.kernel.commit import (
-    advance_pointer,
     prepare_unit,
     require_written,
     settle_found_unit,
@@ -38,13 +37,17 @@ from statecraft.checkpoint.kernel.commit_rules import (
     observe_iteration,
     publish_manifest,
     refuse_plan_drift,
-    refuse_untouchable,
     verify_found_commit,
 )
 from statecraft.checkpoint.kernel.layout import iter_dirname
 from statecraft.checkpoint.kernel.manifest import SavePlan
 from statecraft.checkpoint.kernel.plan import DCP_PLAN, Phase
 from statecraft.checkpoint.kernel.verify import read_manifest
+from statecraft.checkpoint.save.commit_effects import (
+    advance_latest,
+    discard_partial,
+    refuse_corrupt,
+)
 from statecraft.engine import Bindings
 from statecraft.engine.tagging import Role, collect_bindings, effect, observer
 from statecraft.errors import (
@@ -55,7 +58,16 @@ from statecraft.parallel.rank0 import portable_error, restore_error
 from statecraft.storage.base import FileRecord, Store
 from statecraft.writers.dcp import DcpWriter, save_dcp_state
 
-__all__ = ["DcpSaveContext", "dcp_save_bindings", "dcp_save_plan"]
+# advance_latest, discard_partial, refuse_corrupt: defined once in commit_effects (the save
+# table binds them too); collected from this module like its own.
+__all__ = [
+    "DcpSaveContext",
+    "advance_latest",
+    "dcp_save_bindings",
+    "dcp_save_plan",
+    "discard_partial",
+    "refuse_corrupt",
+]
 
 log = logging.getLogger("statecraft.save")
 
@@ -268,12 +280,6 @@ def commit_manifest(ctx: DcpSaveContext) -> None:
 
 
 @effect(role=Role.COORDINATOR)
-def advance_latest(ctx: DcpSaveContext) -> None:
-    """Point ``latest_checkpoint.txt`` at this iteration (atomic replace, fenced)."""
-    advance_pointer(ctx.fenced, ctx.plan.iteration)
-
-
-@effect(role=Role.COORDINATOR)
 def reconcile_committed(ctx: DcpSaveContext) -> None:
     """A retry at a committed iteration: the plan must match, every recorded file (every
     shard of every rank) must be there and verify at ``found_level``; leftover temporaries are
@@ -289,23 +295,6 @@ def reconcile_committed(ctx: DcpSaveContext) -> None:
     settle_found_unit(ctx.store, [*(ctx.path(name) for name in ctx.bulk_entries), ctx.iter_dir])
     log.info(
         "%s is already committed with this plan: only the latest pointer is completed", ctx.iter_dir
-    )
-
-
-@effect(role=Role.COORDINATOR)
-def refuse_corrupt(ctx: DcpSaveContext) -> None:
-    """The iteration holds a manifest that does not parse, or retention marked it: refuse to
-    touch it."""
-    refuse_untouchable(ctx.store, ctx.plan.iteration, ctx.iter_dir)
-
-
-@effect(role=Role.COORDINATOR)
-def discard_partial(ctx: DcpSaveContext) -> None:
-    """After a failed write on any rank: remove this iteration's files (every rank's shards),
-    a manifest this save published itself included; kept only when another writer is in the
-    way."""
-    discard_own_leftovers(
-        ctx.store, ctx.iter_dir, conflict=ctx.commit_conflict, lease=ctx.lease, label=ctx.iter_dir
     )
 
 
