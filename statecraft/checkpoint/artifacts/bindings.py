@@ -25,6 +25,14 @@ from statecraft.checkpoint.kernel.artifact_manifest import (
     ArtifactManifest,
     read_artifact_manifest,
 )
+from statecraft.checkpoint.kernel.commit import (
+    create_manifest_last,
+    fence_unit,
+    prepare_unit,
+    require_staged,
+    require_written,
+    write_durably,
+)
 from statecraft.checkpoint.kernel.components import ComponentPlan
 from statecraft.checkpoint.kernel.evaluation import Evaluation, run_evaluation
 from statecraft.checkpoint.kernel.layout import ARTIFACT_MANIFEST_NAME, MANIFEST_NAME, iter_dirname
@@ -36,10 +44,7 @@ from statecraft.errors import (
     ArtifactCommittedError,
     CheckpointCorruptError,
     CheckpointError,
-    IterationCommittedError,
-    StoreConflictError,
     StoreError,
-    WriterLeaseError,
 )
 from statecraft.storage.base import FileRecord, Store
 from statecraft.writers.base import Writer
@@ -154,21 +159,13 @@ def fence(ctx: ArtifactContext, path: str) -> None:
         WriterLeaseError: the lease was taken over (or is gone).
         IterationCommittedError: the artifact was committed by someone else meanwhile.
     """
-    try:
-        if ctx.lease is not None:
-            ctx.lease.check()
-        manifest = ctx.path(ARTIFACT_MANIFEST_NAME)
-        inside = path == ctx.iter_dir or path.startswith(ctx.iter_dir + "/")
-        if inside and path != manifest and ctx.store.stat(manifest) is not None:
-            raise IterationCommittedError(
-                f"{ctx.where} holds an artifact manifest (another writer committed it) while "
-                f"this save was about to write {path}: a committed artifact is never "
-                "rewritten. Nothing was changed; make sure only one process writes this attempt",
-                path=ctx.where,
-            )
-    except (WriterLeaseError, IterationCommittedError):
-        ctx.commit_conflict = True
-        raise
+    fence_unit(
+        ctx,
+        path,
+        manifest_name=ARTIFACT_MANIFEST_NAME,
+        holds="an artifact manifest",
+        unit="a committed artifact",
+    )
 
 
 # ------------------------------------------------------------------------------ guards
@@ -237,42 +234,26 @@ def prepare_artifact(ctx: ArtifactContext) -> None:
     # The root may have been created by a process that died before its entry was durable
     # (a store that finds its root existing does not fsync it again): settle it first.
     ctx.store.make_durable("")
-    sweep = getattr(ctx.store, "sweep_temporaries", None)
-    if sweep is not None:
-        sweep("")
     store = ctx.fenced
-    if ctx.store.stat(ctx.iter_dir) is not None:
-        log.info("clearing uncommitted leftovers of artifact %s before writing it", ctx.iter_dir)
-        store.delete_tree(ctx.iter_dir)
-    elif ctx.lease is not None:
-        ctx.lease.check()
-    store.make_dirs(ctx.iter_dir, defer_sync=True)  # settled by the manifest's commit
+    prepare_unit(ctx, store, label=f"artifact {ctx.iter_dir}", logger=log)
     ctx.writer.prepare(SavePlan(ctx.iteration, _FORMAT, ctx.plan.components, ctx.files), store)
 
 
 @effect(role=Role.COORDINATOR)
 def write_files(ctx: ArtifactContext) -> None:
     """Write every file of the plan in plan order (bulk entries before control entries)."""
-    if len(ctx.staged) != len(ctx.files):
-        raise CheckpointError(
-            f"{ctx.iter_dir}: a write ran before stage_payloads captured the payloads; the "
-            "artifact table must stage before writing"
-        )
-    store = ctx.fenced
-    for name in (e.name for e in CHECKPOINT_PLAN if e.name in ctx.files):
-        ctx.writer.begin_write(name)
-        ctx.records[name] = ctx.writer.write(store, ctx.path(name), ctx.staged[name])
+    require_staged(ctx.staged, ctx.files, iter_dir=ctx.iter_dir, table="artifact")
+    names = [e.name for e in CHECKPOINT_PLAN if e.name in ctx.files]
+    write_durably(ctx.writer, ctx.fenced, ctx, names, ctx.staged, ctx.records)
 
 
 @effect(role=Role.COORDINATOR)
 def commit_manifest(ctx: ArtifactContext) -> None:
     """Publish the artifact manifest by exclusive create (after every file is written; the
     create first settles them). Metrics are recorded only when the evaluation ran first."""
-    missing = sorted(set(ctx.files) - set(ctx.records))
-    if missing:
-        raise CheckpointCorruptError(
-            ctx.where, f"files {missing} were not written", "Retry the artifact save."
-        )
+    require_written(
+        sorted(ctx.files), ctx.records, where=ctx.where, retry="Retry the artifact save."
+    )
     manifest = ArtifactManifest(
         schema=ARTIFACT_MANIFEST_SCHEMA,
         iteration=ctx.iteration,
@@ -283,11 +264,7 @@ def commit_manifest(ctx: ArtifactContext) -> None:
         metrics=dict(ctx.metrics) if ctx.evaluate_first and ctx.metrics is not None else None,
         writer={**ctx.writer.finish(), **ctx.writer_info},
     )
-    try:
-        ctx.fenced.create_exclusive(ctx.path(ARTIFACT_MANIFEST_NAME), manifest.encode())
-    except StoreConflictError:
-        ctx.commit_conflict = True
-        raise
+    create_manifest_last(ctx.fenced, ctx.path(ARTIFACT_MANIFEST_NAME), manifest.encode(), flag=ctx)
 
 
 @effect(role=Role.COORDINATOR)

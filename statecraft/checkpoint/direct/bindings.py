@@ -50,7 +50,8 @@ from statecraft.checkpoint.direct.save_context import (
     generation_path,
     planned_manifest,
 )
-from statecraft.checkpoint.kernel.layout import LATEST_POINTER, format_latest, iter_dirname
+from statecraft.checkpoint.kernel.commit import advance_pointer, create_manifest_last
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER, iter_dirname
 from statecraft.engine import Bindings
 from statecraft.engine.tagging import Role, collect_bindings, effect, observer
 from statecraft.errors import (
@@ -205,7 +206,7 @@ def commit_manifest(ctx: DirectSaveContext) -> None:
     _check_lease(ctx)
     manifest = planned_manifest(ctx)
     try:
-        ctx.store.create_exclusive(ctx.manifest_path, manifest.encode())
+        create_manifest_last(ctx.store, ctx.manifest_path, manifest.encode())
     except StoreConflictError:
         raise IterationCommittedError(
             f"{ctx.store.describe()}/{ctx.manifest_path} was created by another writer while "
@@ -222,7 +223,11 @@ def _publish(ctx: DirectSaveContext) -> None:
     if latest == ctx.iteration:
         return
     _refuse_newer(ctx, latest)
-    ctx.write_pointer(ctx.store, ctx.lease, LATEST_POINTER, format_latest(ctx.iteration))
+    advance_pointer(
+        ctx.store,
+        ctx.iteration,
+        write=lambda path, data: ctx.write_pointer(ctx.store, ctx.lease, path, data),
+    )
     ctx.wrote_latest = True
 
 

@@ -22,10 +22,10 @@ import math
 import attrs
 
 from statecraft.checkpoint.kernel.components import ComponentPlan
-from statecraft.checkpoint.kernel.layout import ARTIFACT_MANIFEST_NAME, iter_dirname
-from statecraft.checkpoint.kernel.manifest import FileEntry
+from statecraft.checkpoint.kernel.layout import ARTIFACT_MANIFEST_NAME
+from statecraft.checkpoint.kernel.manifest import FileEntry, read_unit_manifest
 from statecraft.checkpoint.kernel.records import record_codec
-from statecraft.errors import CheckpointCorruptError, CheckpointError
+from statecraft.errors import CheckpointError
 from statecraft.storage.base import Store
 
 __all__ = [
@@ -134,14 +134,10 @@ def read_artifact_manifest(store: Store, iteration: int) -> ArtifactManifest:
         FileNotFoundError: the artifact has no manifest (not committed).
         CheckpointCorruptError: the manifest is malformed or names another iteration.
     """
-    name = f"{iter_dirname(iteration)}/{ARTIFACT_MANIFEST_NAME}"
-    source = f"{store.describe()}/{name}"
-    manifest = decode_artifact_manifest(store.read_bytes(name), source=source)
-    if manifest.iteration != iteration:
-        raise CheckpointCorruptError(
-            source,
-            f"artifact manifest says iteration {manifest.iteration} but lives in "
-            f"{iter_dirname(iteration)}",
-            "Move the directory aside; it was copied or renamed by hand.",
-        )
-    return manifest
+    return read_unit_manifest(
+        store,
+        iteration,
+        ARTIFACT_MANIFEST_NAME,
+        lambda data, source: decode_artifact_manifest(data, source=source),
+        what="artifact manifest",
+    )

@@ -37,9 +37,14 @@ from statecraft.checkpoint.kernel.artifact_manifest import ArtifactManifest, rea
 from statecraft.checkpoint.kernel.layout import ARTIFACT_MANIFEST_NAME, MANIFEST_NAME, iter_dirname
 from statecraft.checkpoint.kernel.listed_files import first_listed_mismatch
 from statecraft.checkpoint.kernel.plan import CHECKPOINT_PLAN, TRAINER_ENTRY
-from statecraft.checkpoint.kernel.verify import LEVELS, ParsedPayloads
+from statecraft.checkpoint.kernel.verify import (
+    ParsedPayloads,
+    check_level,
+    parse_entries,
+    read_trainer,
+)
 from statecraft.checkpoint.state import TrainerState
-from statecraft.errors import CheckpointCorruptError, CheckpointError
+from statecraft.errors import CheckpointCorruptError
 from statecraft.storage.base import Store
 from statecraft.writers.base import Writer
 from statecraft.writers.consolidated import ConsolidatedWriter
@@ -152,8 +157,7 @@ def verify_artifact(
         CheckpointError: ``level`` is not one of
         :data:`~statecraft.checkpoint.kernel.verify.LEVELS`.
     """
-    if level not in LEVELS:
-        raise CheckpointError(f"verify level must be one of {list(LEVELS)}, got {level!r}")
+    check_level(level)
     writer = writer or ConsolidatedWriter()
     name = iter_dirname(iteration)
     where = f"{store.describe()}/{name}"
@@ -175,21 +179,13 @@ def verify_artifact(
         raise mismatch.error("the artifact manifest", fixes=(_REWRITE, _REWRITE, _REWRITE))
     trainer = None
     if TRAINER_ENTRY in manifest.files:
-        payload = writer.read(store, f"{name}/{TRAINER_ENTRY}", mmap=False)
-        trainer = TrainerState.from_payload(payload, source=f"{where}/{TRAINER_ENTRY}")
-        if trainer.optimizer_step != iteration:
-            raise CheckpointCorruptError(
-                f"{where}/{TRAINER_ENTRY}",
-                f"records optimizer_step {trainer.optimizer_step} but lives in {name} "
-                "(conflicting clocks)",
-                _MOVE_ASIDE + ".",
-            )
-    payloads = ParsedPayloads()
-    for file_name in wanted:
-        if file_name == TRAINER_ENTRY:
-            continue
-        mmap = CHECKPOINT_PLAN.entry(file_name).mmap or not keep_payloads
-        parsed = writer.read(store, f"{name}/{file_name}", mmap=mmap)
-        if keep_payloads:
-            payloads[file_name] = parsed
+        trainer = read_trainer(store, writer, iteration, where=where, fix=_MOVE_ASIDE + ".")
+    payloads = parse_entries(
+        store,
+        writer,
+        iteration,
+        [n for n in wanted if n != TRAINER_ENTRY],
+        CHECKPOINT_PLAN,
+        keep_payloads=keep_payloads,
+    )
     return VerifiedArtifact(store, iteration, where, manifest, trainer, payloads)

@@ -26,6 +26,9 @@ run name, or a model-only warm start with :func:`statecraft.load_weights`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+
+# Any: the tracked objects are the user's torch modules, optimizers and state dicts (duck-typed,
+# untyped by torch's own stubs); each function checks what it reads and names what it found.
 from typing import Any
 
 import torch

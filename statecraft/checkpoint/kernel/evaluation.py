@@ -26,7 +26,7 @@ __all__ = ["Evaluation", "Evaluator", "format_metrics", "run_evaluation"]
 Evaluator = Callable[[int], Mapping[str, float]]
 
 
-def _callable(_: object, attribute: attrs.Attribute, value: object) -> None:
+def _callable(_: object, attribute: attrs.Attribute[Evaluator], value: Evaluator) -> None:
     if not callable(value):
         raise TrackingError(
             f"the evaluation must be callable as evaluate(step) -> {{name: number}}; got "
@@ -34,7 +34,7 @@ def _callable(_: object, attribute: attrs.Attribute, value: object) -> None:
         )
 
 
-def _source(_: object, attribute: attrs.Attribute, value: object) -> None:
+def _source(_: object, attribute: attrs.Attribute[str], value: str) -> None:
     if type(value) is not str or not value:
         raise TrackingError(
             f"the evaluation's source must be a non-empty str naming the held-out data; got "

@@ -33,6 +33,9 @@ import copy
 import io
 import logging
 from collections.abc import Callable
+
+# Any: the tracked objects (user modules, optimizers, stateful objects) and the payloads read
+# back are torch objects of no static type; what is loaded is checked against the manifest.
 from typing import Any
 
 import attrs

@@ -16,10 +16,14 @@ Schema versions (both are read; new manifests are written as v2):
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+
+# Any: a v1 manifest's raw JSON before it is structured and checked (``_upgrade``).
+from typing import Any, Protocol, TypeVar
 
 import attrs
 
+from statecraft.checkpoint.kernel.layout import iter_dirname
 from statecraft.checkpoint.kernel.records import (
     RecordProblem,
     record_codec,
@@ -27,6 +31,8 @@ from statecraft.checkpoint.kernel.records import (
     structure_record,
 )
 from statecraft.checkpoint.kernel.schemas import MANIFEST_SCHEMA_FILE
+from statecraft.errors import CheckpointCorruptError
+from statecraft.storage.base import Store
 from statecraft.storage.digest import ALGORITHMS, Digest
 
 __all__ = [
@@ -37,6 +43,7 @@ __all__ = [
     "Manifest",
     "SavePlan",
     "decode_manifest",
+    "read_unit_manifest",
     "strict_converter",
     "structure_record",
 ]
@@ -183,3 +190,38 @@ def decode_manifest(data: bytes, *, source: str) -> Manifest:
             message names ``source`` and the problem.
     """
     return _CODEC.decode(data, source=source)
+
+
+class _OfIteration(Protocol):
+    @property
+    def iteration(self) -> int: ...
+
+
+_Record = TypeVar("_Record", bound=_OfIteration)
+
+
+def read_unit_manifest(
+    store: Store,
+    iteration: int,
+    file_name: str,
+    decode: Callable[[bytes, str], _Record],
+    *,
+    what: str = "manifest",
+) -> _Record:
+    """The committed manifest ``file_name`` of ``iteration`` (a checkpoint's or an
+    artifact's), decoded by ``decode(data, source)``; ``what`` names it in a refusal.
+
+    Raises:
+        FileNotFoundError: the iteration has no such manifest.
+        CheckpointCorruptError: the manifest is malformed or names another iteration.
+    """
+    name = f"{iter_dirname(iteration)}/{file_name}"
+    source = f"{store.describe()}/{name}"
+    manifest = decode(store.read_bytes(name), source)
+    if manifest.iteration != iteration:
+        raise CheckpointCorruptError(
+            source,
+            f"{what} says iteration {manifest.iteration} but lives in {iter_dirname(iteration)}",
+            "Move the directory aside; it was copied or renamed by hand.",
+        )
+    return manifest

@@ -37,6 +37,9 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterator
+
+# Any: the tracked objects and the payloads the plan's producers return (torch state dicts)
+# have no static type; the writer serializes whatever a producer returns.
 from typing import Any
 
 import attrs

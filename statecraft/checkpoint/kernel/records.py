@@ -29,6 +29,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+
+# Any: raw JSON (``json.loads``) before cattrs structures and checks it, and cattrs' own hook
+# signatures, which are untyped.
 from typing import Any, Generic, TypeVar
 
 import attrs

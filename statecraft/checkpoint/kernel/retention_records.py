@@ -27,6 +27,9 @@ counts as present for safety (an iteration with any ``.retention-*`` marker is n
 from __future__ import annotations
 
 import enum
+
+# Any: one codec table holds codecs of three record types (``RecordCodec[Any]``); each
+# lookup is by the record's own type, so the decoded value is that type.
 from typing import Any
 
 import attrs

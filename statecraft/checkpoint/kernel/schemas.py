@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import functools
 import json
+
+# Any: JSON documents (any JSON value) and the compiled jsonschema validator, which is untyped.
 from typing import Any
 
 from statecraft.engine.schema import compile_schema, instance_violations

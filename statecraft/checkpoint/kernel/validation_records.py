@@ -21,6 +21,7 @@ ignored, with a note.
 
 from __future__ import annotations
 
+# Any: raw JSON of the metrics before it is checked, and one codec table of two record types.
 from typing import Any
 
 import attrs

@@ -42,14 +42,16 @@ one already gone verify alike. Such a checkpoint loads for evaluation, never for
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
+
+# Any: the payloads verification deserializes are torch objects of no static type.
 from typing import Any
 
 import attrs
 
 from statecraft.checkpoint.kernel.layout import MANIFEST_NAME, iter_dirname, parse_iter_dirname
 from statecraft.checkpoint.kernel.listed_files import first_listed_mismatch
-from statecraft.checkpoint.kernel.manifest import Manifest, decode_manifest
+from statecraft.checkpoint.kernel.manifest import Manifest, decode_manifest, read_unit_manifest
 from statecraft.checkpoint.kernel.plan import (
     FULL_COMPONENTS,
     PLANS,
@@ -141,16 +143,70 @@ def read_manifest(store: Store, iteration: int) -> Manifest:
         FileNotFoundError: the iteration has no manifest.
         CheckpointCorruptError: the manifest is malformed or names another iteration.
     """
-    name = f"{iter_dirname(iteration)}/{MANIFEST_NAME}"
-    source = f"{store.describe()}/{name}"
-    manifest = decode_manifest(store.read_bytes(name), source=source)
-    if manifest.iteration != iteration:
+    return read_unit_manifest(
+        store, iteration, MANIFEST_NAME, lambda data, source: decode_manifest(data, source=source)
+    )
+
+
+def check_level(level: str) -> None:
+    """Refuse a verification level that is not one of :data:`LEVELS`.
+
+    Raises:
+        CheckpointError: ``level`` is not one of :data:`LEVELS`.
+    """
+    if level not in LEVELS:
+        raise CheckpointError(f"verify level must be one of {list(LEVELS)}, got {level!r}")
+
+
+def read_trainer(
+    store: Store, writer: Writer, iteration: int, *, where: str, fix: str
+) -> TrainerState:
+    """``trainer.pt`` of ``iteration`` (at ``where``), parsed; its clock must be the
+    iteration's.
+
+    Raises:
+        TrainerStateError: it is malformed.
+        CheckpointCorruptError: it records another ``optimizer_step`` (``fix`` says what to
+            do).
+    """
+    name = iter_dirname(iteration)
+    payload = writer.read(store, f"{name}/{TRAINER_ENTRY}", mmap=False)
+    trainer = TrainerState.from_payload(payload, source=f"{where}/{TRAINER_ENTRY}")
+    if trainer.optimizer_step != iteration:
         raise CheckpointCorruptError(
-            source,
-            f"manifest says iteration {manifest.iteration} but lives in {iter_dirname(iteration)}",
-            "Move the directory aside; it was copied or renamed by hand.",
+            f"{where}/{TRAINER_ENTRY}",
+            f"records optimizer_step {trainer.optimizer_step} but lives in {name} "
+            "(conflicting clocks)",
+            fix,
         )
-    return manifest
+    return trainer
+
+
+def parse_entries(
+    store: Store,
+    writer: Writer,
+    iteration: int,
+    entries: Iterable[str],
+    table: CheckpointPlan,
+    *,
+    keep_payloads: bool,
+) -> ParsedPayloads:
+    """Deserialize each of ``entries`` of ``iteration`` through ``writer`` (memory-mapped
+    where its plan entry allows, or where the payload is not kept), keeping the payloads only
+    with ``keep_payloads``.
+
+    Raises:
+        CheckpointCorruptError: an entry does not deserialize (the writer names it).
+    """
+    name = iter_dirname(iteration)
+    payloads = ParsedPayloads()
+    for file_name in entries:
+        # a DCP directory parses as its .metadata (its items are checked by digest on load)
+        mmap = table.entry(file_name).mmap or not keep_payloads
+        parsed = writer.read(store, f"{name}/{file_name}", mmap=mmap)
+        if keep_payloads:
+            payloads[file_name] = parsed
+    return payloads
 
 
 def plan_problems(manifest: Manifest, writer: Writer) -> list[str]:
@@ -240,8 +296,7 @@ def verify_checkpoint(
         TrainerStateError: ``trainer.pt`` is malformed or its clocks conflict.
         CheckpointError: ``level`` is not one of :data:`LEVELS`.
     """
-    if level not in LEVELS:
-        raise CheckpointError(f"verify level must be one of {list(LEVELS)}, got {level!r}")
+    check_level(level)
     name = iter_dirname(iteration)
     where = f"{store.describe()}/{name}"
     if store.stat(f"{name}/{MANIFEST_NAME}") is None:
@@ -275,27 +330,15 @@ def verify_checkpoint(
     )
     if mismatch is not None:
         raise mismatch.error("the manifest", fixes=_CHECKPOINT_FIXES)
-    payload = writer.read(store, f"{name}/{TRAINER_ENTRY}", mmap=False)
-    trainer = TrainerState.from_payload(payload, source=f"{where}/{TRAINER_ENTRY}")
-    if trainer.optimizer_step != iteration:
-        raise CheckpointCorruptError(
-            f"{where}/{TRAINER_ENTRY}",
-            f"records optimizer_step {trainer.optimizer_step} but lives in {name} "
-            "(conflicting clocks)",
-            "Resume from another checkpoint.",
-        )
-    payloads = ParsedPayloads()
+    fix = "Resume from another checkpoint."
+    trainer = read_trainer(store, writer, iteration, where=where, fix=fix)
+    wanted = [
+        n
+        for n in sorted({entry_of(n) for n in manifest.files})
+        if n != TRAINER_ENTRY and n not in skipped and (only is None or n in only)
+    ]
     table = plan_for(manifest.format)
-    for file_name in sorted({entry_of(n) for n in manifest.files}):
-        if file_name == TRAINER_ENTRY or file_name in skipped:
-            continue
-        if only is not None and file_name not in only:
-            continue
-        # a DCP directory parses as its .metadata (its items are checked by digest on load)
-        mmap = table.entry(file_name).mmap or not keep_payloads
-        parsed = writer.read(store, f"{name}/{file_name}", mmap=mmap)
-        if keep_payloads:
-            payloads[file_name] = parsed
+    payloads = parse_entries(store, writer, iteration, wanted, table, keep_payloads=keep_payloads)
     return VerifiedCheckpoint(
         store, iteration, where, trainer, manifest, payloads=payloads, weights_only=weights_only
     )

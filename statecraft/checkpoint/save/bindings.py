@@ -17,14 +17,23 @@ from typing import Any
 
 import attrs
 
-from statecraft.checkpoint.fencing.fenced_store import FencedStore, discard_own_leftovers
+from statecraft.checkpoint.fencing.fenced_store import FencedStore
 from statecraft.checkpoint.fencing.lease import WriterLease
-from statecraft.checkpoint.kernel.catalog import CheckpointState, classify
-from statecraft.checkpoint.kernel.layout import (
-    LATEST_POINTER,
-    format_latest,
-    iter_dirname,
+from statecraft.checkpoint.kernel.commit import (
+    prepare_unit,
+    require_staged,
+    require_written,
+    settle_found_unit,
+    write_durably,
 )
+from statecraft.checkpoint.kernel.commit_rules import (
+    fence_save,
+    observe_iteration,
+    publish_manifest,
+    refuse_plan_drift,
+    verify_found_commit,
+)
+from statecraft.checkpoint.kernel.layout import iter_dirname
 from statecraft.checkpoint.kernel.manifest import SavePlan
 from statecraft.checkpoint.kernel.plan import (
     CHECKPOINT_PLAN,
@@ -34,13 +43,10 @@ from statecraft.checkpoint.kernel.plan import (
     plan_for,
 )
 from statecraft.checkpoint.kernel.verify import read_manifest
-from statecraft.checkpoint.save.commit_rules import (
-    fence_save,
-    latest_iteration,
-    publish_manifest,
-    refuse_plan_drift,
-    refuse_untouchable,
-    verify_found_commit,
+from statecraft.checkpoint.save.commit_effects import (
+    advance_latest,
+    discard_partial,
+    refuse_corrupt,
 )
 from statecraft.engine import Bindings
 from statecraft.engine.tagging import Role, collect_bindings, effect, observer
@@ -53,11 +59,16 @@ from statecraft.storage.base import FileRecord, Store
 from statecraft.writers.base import Writer, tensor_bytes
 from statecraft.writers.consolidated import ConsolidatedWriter
 
+# advance_latest, discard_partial, refuse_corrupt: defined once in commit_effects (the
+# dcp_save table binds them too); collected from this module like its own.
 __all__ = [
     "FULL_COMPONENTS",
     "SaveContext",
+    "advance_latest",
+    "discard_partial",
     "full_save_plan",
     "read_manifest",
+    "refuse_corrupt",
     "save_bindings",
 ]
 
@@ -137,7 +148,7 @@ class SaveContext:
 
 def fence(ctx: SaveContext, path: str) -> None:
     """Refuse a publication or removal of ``path`` that would touch another writer's work
-    (:func:`~statecraft.checkpoint.save.commit_rules.fence_save`).
+    (:func:`~statecraft.checkpoint.kernel.commit_rules.fence_save`).
 
     Raises:
         WriterLeaseError: the lease was taken over (or is gone).
@@ -154,14 +165,7 @@ def observe_save(ctx: SaveContext) -> str:
     the committed files itself, in ``reconcile_committed``). An iteration retention marked
     (weights-only or invalidated) is observed ``corrupt``: it is never rewritten and never
     named by ``latest``, and ``refuse_corrupt`` says why."""
-    entry = classify(ctx.store, ctx.plan.iteration, level="manifest")
-    if entry.mark is not None:
-        return CheckpointState.CORRUPT.value
-    if entry.state is not CheckpointState.COMMITTED:
-        return entry.state.value  # absent / partial / corrupt
-    if latest_iteration(ctx.store) == ctx.plan.iteration:
-        return "committed"
-    return "manifest_committed"
+    return observe_iteration(ctx.store, ctx.plan.iteration)
 
 
 # ----------------------------------------------------------------------------- effects
@@ -179,35 +183,18 @@ def stage_payloads(ctx: SaveContext) -> None:
 def prepare_iteration(ctx: SaveContext) -> None:
     """Clear uncommitted leftovers of this iteration (never adopted), create its directory and
     prepare the writer (step 1 of the :class:`Writer` order)."""
-    sweep = getattr(ctx.store, "sweep_temporaries", None)
-    if sweep is not None:
-        sweep("")
     store = ctx.fenced
-    if ctx.store.stat(ctx.iter_dir) is not None:
-        log.info("clearing uncommitted leftovers of %s before writing it", ctx.iter_dir)
-        store.delete_tree(ctx.iter_dir)
-    elif ctx.lease is not None:
-        ctx.lease.check()
-    store.make_dirs(ctx.iter_dir, defer_sync=True)  # settled by the manifest's commit
+    prepare_unit(ctx, store, label=ctx.iter_dir)
     ctx.writer.prepare(ctx.plan, store)
 
 
 def _write_phase(ctx: SaveContext, phase: Phase) -> None:
-    if len(ctx.staged) != len(ctx.plan.files):
-        raise CheckpointError(
-            f"{ctx.iter_dir}: a write ran before stage_payloads captured the payloads; the save "
-            "table must stage before writing"
-        )
-    store = ctx.fenced
-    for entry in CHECKPOINT_PLAN.in_phase(phase):
-        if entry.name in ctx.plan.files:
-            ctx.writer.begin_write(entry.name)
-            try:
-                ctx.records[entry.name] = ctx.writer.write(
-                    store, ctx.path(entry.name), ctx.staged[entry.name]
-                )
-            except DiskFullError as full:
-                raise _with_checkpoint_bytes(ctx, full) from None
+    require_staged(ctx.staged, ctx.plan.files, iter_dir=ctx.iter_dir, table="save")
+    names = [e.name for e in CHECKPOINT_PLAN.in_phase(phase) if e.name in ctx.plan.files]
+    try:
+        write_durably(ctx.writer, ctx.fenced, ctx, names, ctx.staged, ctx.records)
+    except DiskFullError as full:
+        raise _with_checkpoint_bytes(ctx, full) from None
 
 
 def _with_checkpoint_bytes(ctx: SaveContext, full: DiskFullError) -> DiskFullError:
@@ -242,21 +229,12 @@ def commit_manifest(ctx: SaveContext) -> None:
     """Publish the manifest by exclusive create: the iteration is now an immutable commit.
     The lease is re-read first (after the bytes are written, before the link): a save whose
     lease was taken over refuses with ``WriterLeaseError`` and publishes nothing."""
-    missing = sorted(set(ctx.plan.files) - set(ctx.records))
-    if missing:
-        raise CheckpointCorruptError(
-            ctx.iter_dir, f"files {missing} were not written", "Retry the save."
-        )
+    require_written(
+        sorted(ctx.plan.files), ctx.records, where=ctx.iter_dir, retry="Retry the save."
+    )
     publish_manifest(
         ctx, ctx.fenced, ctx.plan, ctx.records, {**ctx.writer.finish(), **ctx.writer_info}
     )
-
-
-@effect(role=Role.COORDINATOR)
-def advance_latest(ctx: SaveContext) -> None:
-    """Point ``latest_checkpoint.txt`` at this iteration (atomic replace), once the lease is
-    confirmed ours (another writer's newer pointer is never replaced by an older one)."""
-    ctx.fenced.write_atomic(LATEST_POINTER, format_latest(ctx.plan.iteration))
 
 
 @effect(role=Role.COORDINATOR)
@@ -286,35 +264,9 @@ def reconcile_committed(ctx: SaveContext) -> None:
     # Sizes can match while bytes do not (a damaged commit): the pointer never moves onto
     # an iteration this process did not write unless it verifies (at level digest for a save).
     verify_found_commit(ctx.store, ctx.plan.iteration, level=ctx.found_level, writer=ctx.writer)
-    sweep = getattr(ctx.store, "sweep_temporaries", None)
-    if sweep is not None:
-        sweep(ctx.iter_dir)
-        sweep("")
-    # The commit may have been found in the page cache of a killed process: make it durable
-    # before the pointer names it.
-    ctx.store.make_durable(ctx.iter_dir)
+    settle_found_unit(ctx.store, [ctx.iter_dir])
     log.info(
         "%s is already committed with this plan: only the latest pointer is completed", ctx.iter_dir
-    )
-
-
-@effect(role=Role.COORDINATOR)
-def refuse_corrupt(ctx: SaveContext) -> None:
-    """The iteration holds a manifest that does not parse, or retention marked it: refuse to
-    touch it."""
-    refuse_untouchable(ctx.store, ctx.plan.iteration, ctx.iter_dir)
-
-
-@effect(role=Role.COORDINATOR)
-def discard_partial(ctx: SaveContext) -> None:
-    """After a failed write: remove this iteration's files so a full disk is not left fuller.
-
-    This includes a manifest this save published itself: the save failed before it was
-    acknowledged, and after a failed fsync that manifest may never become durable. Only when
-    the manifest's exclusive create met another writer's commit is the directory kept.
-    """
-    discard_own_leftovers(
-        ctx.store, ctx.iter_dir, conflict=ctx.commit_conflict, lease=ctx.lease, label=ctx.iter_dir
     )
 
 

@@ -24,29 +24,33 @@ from typing import Any, ClassVar
 
 import attrs
 
-from statecraft.checkpoint.fencing.fenced_store import FencedStore, discard_own_leftovers
+from statecraft.checkpoint.fencing.fenced_store import FencedStore
 from statecraft.checkpoint.fencing.lease import WriterLease
-from statecraft.checkpoint.kernel.catalog import CheckpointState, classify
-from statecraft.checkpoint.kernel.layout import (
-    LATEST_POINTER,
-    format_latest,
-    iter_dirname,
+from statecraft.checkpoint.kernel.commit import (
+    prepare_unit,
+    require_written,
+    settle_found_unit,
+    write_durably,
 )
+from statecraft.checkpoint.kernel.commit_rules import (
+    fence_save,
+    observe_iteration,
+    publish_manifest,
+    refuse_plan_drift,
+    verify_found_commit,
+)
+from statecraft.checkpoint.kernel.layout import iter_dirname
 from statecraft.checkpoint.kernel.manifest import SavePlan
 from statecraft.checkpoint.kernel.plan import DCP_PLAN, Phase
 from statecraft.checkpoint.kernel.verify import read_manifest
-from statecraft.checkpoint.save.commit_rules import (
-    fence_save,
-    latest_iteration,
-    publish_manifest,
-    refuse_plan_drift,
-    refuse_untouchable,
-    verify_found_commit,
+from statecraft.checkpoint.save.commit_effects import (
+    advance_latest,
+    discard_partial,
+    refuse_corrupt,
 )
 from statecraft.engine import Bindings
 from statecraft.engine.tagging import Role, collect_bindings, effect, observer
 from statecraft.errors import (
-    CheckpointCorruptError,
     CheckpointError,
 )
 from statecraft.parallel.collectives import Collective, SingleProcess
@@ -54,7 +58,16 @@ from statecraft.parallel.rank0 import portable_error, restore_error
 from statecraft.storage.base import FileRecord, Store
 from statecraft.writers.dcp import DcpWriter, save_dcp_state
 
-__all__ = ["DcpSaveContext", "dcp_save_bindings", "dcp_save_plan"]
+# advance_latest, discard_partial, refuse_corrupt: defined once in commit_effects (the save
+# table binds them too); collected from this module like its own.
+__all__ = [
+    "DcpSaveContext",
+    "advance_latest",
+    "dcp_save_bindings",
+    "dcp_save_plan",
+    "discard_partial",
+    "refuse_corrupt",
+]
 
 log = logging.getLogger("statecraft.save")
 
@@ -150,7 +163,7 @@ class DcpSaveContext:
 
 def fence(ctx: DcpSaveContext, path: str) -> None:
     """Refuse a publication or removal of ``path`` that would touch another writer's work
-    (:func:`~statecraft.checkpoint.save.commit_rules.fence_save`: the lease, where
+    (:func:`~statecraft.checkpoint.kernel.commit_rules.fence_save`: the lease, where
     this rank holds it, must still be ours; nothing but the manifest is written into an
     iteration that holds a manifest).
 
@@ -182,23 +195,12 @@ def _every_rank(ctx: DcpSaveContext, step: Callable[[], None]) -> None:
 
 
 # ----------------------------------------------------------------------------- observe
-def _observe_here(ctx: DcpSaveContext) -> str:
-    entry = classify(ctx.store, ctx.plan.iteration, level="manifest")
-    if entry.mark is not None:
-        return CheckpointState.CORRUPT.value
-    if entry.state is not CheckpointState.COMMITTED:
-        return entry.state.value  # absent / partial / corrupt
-    if latest_iteration(ctx.store) == ctx.plan.iteration:
-        return "committed"
-    return "manifest_committed"
-
-
 @observer()
 def observe_dcp_save(ctx: DcpSaveContext) -> str:
     """Classify durable storage for this plan's iteration (the ``[recover]`` keys) from the
     catalog at level ``"manifest"``, on rank 0, broadcast: every rank starts from the same
     state. Never writes."""
-    label = _observe_here(ctx) if ctx.coordinator else None
+    label = observe_iteration(ctx.store, ctx.plan.iteration) if ctx.coordinator else None
     observed: str = ctx.collective.broadcast(label)
     return observed
 
@@ -221,16 +223,8 @@ def stage_shards(ctx: DcpSaveContext) -> None:
 def prepare_iteration(ctx: DcpSaveContext) -> None:
     """Clear uncommitted leftovers of this iteration (never adopted; shards of every rank
     included), create ``iter_N/`` and its DCP directories, prepare the writer."""
-    sweep = getattr(ctx.store, "sweep_temporaries", None)
-    if sweep is not None:
-        sweep("")
     store = ctx.fenced
-    if ctx.store.stat(ctx.iter_dir) is not None:
-        log.info("clearing uncommitted leftovers of %s before writing it", ctx.iter_dir)
-        store.delete_tree(ctx.iter_dir)
-    elif ctx.lease is not None:
-        ctx.lease.check()
-    store.make_dirs(ctx.iter_dir, defer_sync=True)  # settled by the first .metadata write
+    prepare_unit(ctx, store, label=ctx.iter_dir)  # settled by the first .metadata write
     for name in ctx.bulk_entries:
         store.make_dirs(ctx.path(name), defer_sync=True)
     ctx.writer.prepare(ctx.plan, store)
@@ -265,10 +259,7 @@ def write_shards(ctx: DcpSaveContext) -> None:
 def write_control(ctx: DcpSaveContext) -> None:
     """Write the control entries (``trainer.pt``, ``data.pt``), each durable once the
     manifest's exclusive create returns (it settles them before its link)."""
-    store = ctx.fenced
-    for name in ctx.control_entries:
-        ctx.writer.begin_write(name)
-        ctx.records[name] = ctx.writer.write(store, ctx.path(name), ctx.staged[name])
+    write_durably(ctx.writer, ctx.fenced, ctx, ctx.control_entries, ctx.staged, ctx.records)
 
 
 @effect(role=Role.COORDINATOR)
@@ -280,24 +271,12 @@ def commit_manifest(ctx: DcpSaveContext) -> None:
         CheckpointCorruptError: an entry of the plan has no written file (nothing published).
         StoreConflictError: another commit holds the name (it is untouched).
     """
-    entries = {name.split("/", 1)[0] for name in ctx.records}
-    missing = sorted(set(ctx.plan.files) - entries)
-    for name in ctx.bulk_entries:
-        if f"{name}/.metadata" not in ctx.records:
-            missing.append(f"{name}/.metadata")
-    if missing:
-        raise CheckpointCorruptError(
-            ctx.iter_dir, f"files {missing} were not written", "Retry the save."
-        )
+    written = {name.split("/", 1)[0] for name in ctx.records} | set(ctx.records)
+    expected = [*sorted(ctx.plan.files), *(f"{name}/.metadata" for name in ctx.bulk_entries)]
+    require_written(expected, written, where=ctx.iter_dir, retry="Retry the save.")
     publish_manifest(
         ctx, ctx.fenced, ctx.plan, ctx.records, {**ctx.writer.finish(), **ctx.writer_info}
     )
-
-
-@effect(role=Role.COORDINATOR)
-def advance_latest(ctx: DcpSaveContext) -> None:
-    """Point ``latest_checkpoint.txt`` at this iteration (atomic replace, fenced)."""
-    ctx.fenced.write_atomic(LATEST_POINTER, format_latest(ctx.plan.iteration))
 
 
 @effect(role=Role.COORDINATOR)
@@ -313,34 +292,9 @@ def reconcile_committed(ctx: DcpSaveContext) -> None:
     manifest = read_manifest(ctx.store, ctx.plan.iteration)
     refuse_plan_drift(ctx.store, ctx.iter_dir, ctx.plan, manifest.plan)
     verify_found_commit(ctx.store, ctx.plan.iteration, level=ctx.found_level, writer=ctx.writer)
-    sweep = getattr(ctx.store, "sweep_temporaries", None)
-    if sweep is not None:
-        for name in ctx.bulk_entries:
-            sweep(ctx.path(name))
-        sweep(ctx.iter_dir)
-        sweep("")
-    for name in ctx.bulk_entries:
-        ctx.store.make_durable(ctx.path(name))
-    ctx.store.make_durable(ctx.iter_dir)
+    settle_found_unit(ctx.store, [*(ctx.path(name) for name in ctx.bulk_entries), ctx.iter_dir])
     log.info(
         "%s is already committed with this plan: only the latest pointer is completed", ctx.iter_dir
-    )
-
-
-@effect(role=Role.COORDINATOR)
-def refuse_corrupt(ctx: DcpSaveContext) -> None:
-    """The iteration holds a manifest that does not parse, or retention marked it: refuse to
-    touch it."""
-    refuse_untouchable(ctx.store, ctx.plan.iteration, ctx.iter_dir)
-
-
-@effect(role=Role.COORDINATOR)
-def discard_partial(ctx: DcpSaveContext) -> None:
-    """After a failed write on any rank: remove this iteration's files (every rank's shards),
-    a manifest this save published itself included; kept only when another writer is in the
-    way."""
-    discard_own_leftovers(
-        ctx.store, ctx.iter_dir, conflict=ctx.commit_conflict, lease=ctx.lease, label=ctx.iter_dir
     )
 
 

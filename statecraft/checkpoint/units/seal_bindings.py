@@ -27,6 +27,7 @@ from typing import Any, BinaryIO
 import attrs
 
 from statecraft._version import __version__
+from statecraft.checkpoint.kernel.commit import create_manifest_last
 from statecraft.checkpoint.kernel.manifest import FileEntry
 from statecraft.checkpoint.units.adopt import settle_unit
 from statecraft.checkpoint.units.manifest import (
@@ -40,7 +41,7 @@ from statecraft.checkpoint.units.prune import prune_unit
 from statecraft.checkpoint.units.verify import unit_files
 from statecraft.engine import Bindings
 from statecraft.engine.tagging import Role, collect_bindings, effect, guard, observer
-from statecraft.errors import StoreConflictError, UnitCommittedError, UnitDamagedError, UnitError
+from statecraft.errors import UnitCommittedError, UnitDamagedError, UnitError
 from statecraft.storage.base import Store, check_relative_path
 from statecraft.storage.digest import file_digest
 
@@ -266,11 +267,7 @@ def commit_manifest(ctx: UnitSealContext) -> None:
         meta=dict(ctx.meta),
         writer={"statecraft": __version__},
     )
-    try:
-        ctx.store.create_exclusive(ctx.path(UNIT_MANIFEST_NAME), manifest.encode())
-    except StoreConflictError:
-        ctx.commit_conflict = True
-        raise
+    create_manifest_last(ctx.store, ctx.path(UNIT_MANIFEST_NAME), manifest.encode(), flag=ctx)
     ctx.manifest = manifest
 
 

@@ -1,32 +1,28 @@
-"""The rules a full save shares whatever writes its bulk (``save`` with the consolidated
-writer, ``dcp_save`` with every rank's DCP shards): the fence before each publication, what a
-retry at a committed iteration must find, and the refusal of an iteration it must not touch.
+"""The rules of a full save's commit, whatever writes its bulk (``save`` with the consolidated
+writer, ``dcp_save`` with every rank's DCP shards): the fence before each publication, the
+manifest of the plan created last, what a retry at a committed iteration must find, and the
+refusal of an iteration it must not touch. The generic effects are the commit kernel's
+(:mod:`statecraft.checkpoint.kernel.commit`); these bind them to the ``iter_N`` layout.
 
-Both bindings modules call these; each keeps only what its writer does differently.
+Both save bindings modules call these; each keeps only what its writer does differently.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
-
-from statecraft.checkpoint.fencing.lease import Lease
-from statecraft.checkpoint.kernel.catalog import classify
+from statecraft.checkpoint.kernel.catalog import CheckpointState, classify
+from statecraft.checkpoint.kernel.commit import UnitWrite, create_manifest_last, fence_unit
 from statecraft.checkpoint.kernel.layout import LATEST_POINTER, MANIFEST_NAME, parse_latest
 from statecraft.checkpoint.kernel.manifest import MANIFEST_SCHEMA, FileEntry, Manifest, SavePlan
 from statecraft.checkpoint.kernel.verify import read_manifest, verify_checkpoint
-from statecraft.errors import (
-    CheckpointCorruptError,
-    IterationCommittedError,
-    PlanDriftError,
-    StoreConflictError,
-    WriterLeaseError,
-)
+from statecraft.errors import CheckpointCorruptError, PlanDriftError
 from statecraft.storage.base import FileRecord, Store
+from statecraft.writers.base import Writer
 
 __all__ = [
     "FencedSave",
     "fence_save",
     "latest_iteration",
+    "observe_iteration",
     "publish_manifest",
     "refuse_plan_drift",
     "refuse_untouchable",
@@ -34,21 +30,8 @@ __all__ = [
 ]
 
 
-class FencedSave(Protocol):
-    """What the fence reads of a save context (``SaveContext``, ``DcpSaveContext``)."""
-
-    commit_conflict: bool
-
-    @property
-    def store(self) -> Store: ...
-
-    @property
-    def lease(self) -> Lease | None: ...
-
-    @property
-    def iter_dir(self) -> str: ...
-
-    def path(self, name: str) -> str: ...
+#: What the fence reads of a save context (``SaveContext``, ``DcpSaveContext``).
+FencedSave = UnitWrite
 
 
 def fence_save(ctx: FencedSave, path: str) -> None:
@@ -61,22 +44,7 @@ def fence_save(ctx: FencedSave, path: str) -> None:
         WriterLeaseError: the lease was taken over (or is gone).
         IterationCommittedError: the iteration holds a manifest (someone committed it).
     """
-    try:
-        if ctx.lease is not None:
-            ctx.lease.check()
-        manifest = ctx.path(MANIFEST_NAME)
-        inside = path == ctx.iter_dir or path.startswith(ctx.iter_dir + "/")
-        if inside and path != manifest and ctx.store.stat(manifest) is not None:
-            where = f"{ctx.store.describe()}/{ctx.iter_dir}"
-            raise IterationCommittedError(
-                f"{where} holds a manifest (another writer committed it) while this save was "
-                f"about to write {path}: a committed iteration is never rewritten. Nothing was "
-                "changed; make sure only one process writes this attempt",
-                path=where,
-            )
-    except (WriterLeaseError, IterationCommittedError):
-        ctx.commit_conflict = True
-        raise
+    fence_unit(ctx, path, manifest_name=MANIFEST_NAME)
 
 
 def publish_manifest(
@@ -104,11 +72,23 @@ def publish_manifest(
         files={n: FileEntry(r.size, r.digest) for n, r in sorted(records.items())},
         writer=writer,
     )
-    try:
-        fenced.create_exclusive(ctx.path(MANIFEST_NAME), manifest.encode())
-    except StoreConflictError:
-        ctx.commit_conflict = True
-        raise
+    create_manifest_last(fenced, ctx.path(MANIFEST_NAME), manifest.encode(), flag=ctx)
+
+
+def observe_iteration(store: Store, iteration: int) -> str:
+    """Classify durable storage for a save of ``iteration`` (the save tables' ``[recover]``
+    keys) from the catalog at level ``"manifest"``: ``absent`` / ``partial`` / ``corrupt``
+    (an iteration retention marked included: it is never rewritten), ``committed`` (latest
+    names it) or ``manifest_committed``. Reads only."""
+    entry = classify(store, iteration, level="manifest")
+    if entry.mark is not None:
+        return CheckpointState.CORRUPT.value
+    if entry.state is not CheckpointState.COMMITTED:
+        label: str = entry.state.value  # absent / partial / corrupt
+        return label
+    if latest_iteration(store) == iteration:
+        return "committed"
+    return "manifest_committed"
 
 
 def latest_iteration(store: Store) -> int | None:
@@ -136,7 +116,7 @@ def refuse_plan_drift(store: Store, iter_dir: str, plan: SavePlan, committed: Sa
         )
 
 
-def verify_found_commit(store: Store, iteration: int, *, level: str, writer: Any) -> None:
+def verify_found_commit(store: Store, iteration: int, *, level: str, writer: Writer | None) -> None:
     """A committed iteration a retry found (it may not have written it) verifies at ``level``
     before ``latest`` moves onto it.
 
