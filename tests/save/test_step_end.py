@@ -135,6 +135,32 @@ class TestInfoLines:
         assert result.source == f"local:{location}"
         assert f"resumed from {result.source} (iter 2)" in lines
 
+    def test_each_save_is_logged_before_the_retention_that_follows_it(
+        self, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    ) -> None:
+        """Log lines come in the order things happened: `saved iter N` (said when iter_N is
+        durable) before `retention after iter_N`, which prunes iter_2's optimizer state
+        (keep_optim_last=1)."""
+        with caplog.at_level(logging.INFO, logger="statecraft"):
+            torch.manual_seed(0)
+            model = torch.nn.Linear(8, 8)
+            knobs = ["save_every=2", "save_async=false", "keep_optim_last=1"]
+            config = sc.CheckpointConfig.load(None, knobs)
+            ckpt = sc.Checkpointer(config, run="mlp", output_root=tmp_path)
+            ckpt.track(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+            ckpt.resume()
+            for _ in range(4):
+                _step(ckpt, model)
+            ckpt.close()
+        lines = [r.getMessage() for r in caplog.records if r.name.startswith("statecraft")]
+        saved = [i for i, line in enumerate(lines) if line.startswith("saved iter 4: ")]
+        retained = [
+            i for i, line in enumerate(lines) if line.startswith("retention after iter_000000004")
+        ]
+        assert len(saved) == 1, lines
+        assert len(retained) == 1, lines
+        assert saved[0] < retained[0], lines
+
 
 class TestStepEndValidation:
     def test_new_fields_default_to_nothing_done(self) -> None:

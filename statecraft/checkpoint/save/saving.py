@@ -294,7 +294,7 @@ def run_write(
         save_machine=machines.save,
         retention_machine=machines.retention,
         lease=lease,
-        on_durable=None if pending is None else pending.durable.set,
+        on_durable=functools.partial(_say_saved, ctx, location, begun, pending),
         destination=destination,
     )
     done = run_write_job(job, machines.write_job)
@@ -314,13 +314,25 @@ def run_write(
         upload=done.upload,
         upload_error=done.upload_error,
     )
-    mib = report.bytes_written / 2**20
-    log.info(
-        "saved iter %d: %s MiB in %.3f s%s -> %s",
-        report.iteration,
-        f"{mib:.1f}" if mib >= 1 else f"{mib:.3f}",
-        seconds,
-        f" (in the background; training blocked {blocking:.3f} s)" if pending else "",
-        report.location,
-    )
     return report
+
+
+def _say_saved(ctx: SaveContext, location: str, begun: float, pending: PendingSave | None) -> None:
+    """The write job's ``on_durable`` hook: log the ``saved iter`` line the moment ``iter_N``
+    is durable (so it comes before the upload's and retention's lines), then release a
+    ``pending`` save's waiters."""
+    try:
+        mib = sum(r.size for r in ctx.records.values()) / 2**20
+        log.info(
+            "saved iter %d: %s MiB in %.3f s%s -> %s",
+            ctx.plan.iteration,
+            f"{mib:.1f}" if mib >= 1 else f"{mib:.3f}",
+            time.perf_counter() - begun,
+            ""
+            if pending is None
+            else f" (in the background; training blocked {pending.blocking_seconds:.3f} s)",
+            location,
+        )
+    finally:
+        if pending is not None:
+            pending.durable.set()
