@@ -12,7 +12,8 @@ same state, so a checkpoint could not be compared by digest.
 :func:`canonical` returns an equal copy with none of it: plain dicts with their keys sorted
 (when they are all strings or all integers), every list, tuple and dict rebuilt (never shared),
 every string interned (equal strings are one object), every tensor a fresh compact clone.
-``trainer.pt`` and ``data.pt`` are written from it
+``trainer.pt`` and ``data.pt`` are written from it (their top-level keys in the fixed order
+the code builds them, every value canonical)
 (:meth:`~statecraft.checkpoint.state.TrainerState.to_payload`,
 :meth:`~statecraft.checkpoint.state.DataState.to_payload`), so the same state gives the same
 bytes and the same digest. ``model.pt`` and ``optim.pt`` are the tracked objects'

@@ -64,12 +64,14 @@ class DataState:
     problems: tuple[str, ...] = ()
 
     def to_payload(self) -> dict[str, Any]:
-        """The ``weights_only``-safe payload to ``torch.save`` as ``data.pt``, in
-        :func:`~statecraft.checkpoint.state.canonical.canonical` form (the same state gives
-        the same bytes)."""
-        return canonical(
-            {"schema": DATA_STATE_SCHEMA, "world_size": self.world_size, "ranks": list(self.ranks)}
-        )
+        """The ``weights_only``-safe payload to ``torch.save`` as ``data.pt``; every rank's
+        state in :func:`~statecraft.checkpoint.state.canonical.canonical` form (the same
+        state gives the same bytes)."""
+        return {
+            "schema": DATA_STATE_SCHEMA,
+            "world_size": self.world_size,
+            "ranks": canonical(list(self.ranks)),
+        }
 
     def state_for(self, rank: int, world_size: int) -> Any | None:
         """This rank's saved state, or ``None`` when the world size changed (no entry is
