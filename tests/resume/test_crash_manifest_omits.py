@@ -6,6 +6,7 @@ at what the manifest records."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import attrs
@@ -18,8 +19,10 @@ from statecraft.checkpoint.kernel.verify import read_manifest
 from statecraft.checkpoint.resume import bindings as resume
 from statecraft.engine import Bindings, Machine, load_spec
 from statecraft.proofs import ExploreOptions, explore
+from statecraft.proofs.oracle import DiskView, iteration_name
 from statecraft.proofs.save.scenarios import SaveScenario, save_scenarios
 from statecraft.resources import spec_path
+from statecraft.storage import SimWorld
 
 SAVE_SPEC = load_spec(spec_path("save"))
 RESUME_SPEC = load_spec(spec_path("resume"))
@@ -85,3 +88,16 @@ def test_harness_catches_a_resume_that_trusts_the_manifest_list() -> None:
     )
     violated = explore(broken, BOTH, FAST).violated_guarantees()
     assert {"RESUME-VERIFIED", "RESUME-EXACT"} <= violated, violated
+
+
+def test_the_damaged_tree_is_what_it_claims() -> None:
+    """The scenario starts from iters 2 and 4 committed, iter 4's data.pt on disk but not in
+    its manifest (so the crash states above really start from the damage)."""
+    world = SimWorld()
+    _scenario().setup(world)
+    view = DiskView.of(world)
+    plan = ("model.pt", "optim.pt", "trainer.pt", "data.pt")
+    assert view.verified(plan) == [2]
+    assert f"{iteration_name(4)}/data.pt" in view.files
+    manifest = json.loads(view.files[f"{iteration_name(4)}/{MANIFEST_NAME}"])
+    assert sorted(manifest["files"]) == ["model.pt", "optim.pt", "trainer.pt"]
