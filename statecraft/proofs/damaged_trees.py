@@ -35,6 +35,7 @@ __all__ = [
     "grown_file",
     "hostile_pickle",
     "leftovers_of",
+    "manifest_omits",
     "newer_partial",
     "payload_ran",
     "stale_latest",
@@ -146,6 +147,19 @@ def hostile_pickle(iteration: int, file_name: str) -> Damage:
         else:
             entry["sha256"] = digest_of(data, algorithm)
         entry["size"] = len(data)
+        _put(world, _rel(iteration, MANIFEST), json.dumps(manifest, sort_keys=True).encode())
+
+    return damage
+
+
+def manifest_omits(iteration: int, file_name: str) -> Damage:
+    """Delete ``file_name``'s entry from a committed manifest and leave the file on disk: the
+    manifest no longer lists every file its plan requires (a hand-edited or truncated one)."""
+
+    def damage(world: SimWorld) -> None:
+        path = f"{CHECKPOINTS_ROOT}/{_rel(iteration, MANIFEST)}"
+        manifest = json.loads(world.fs.read(path))
+        del manifest["files"][file_name]
         _put(world, _rel(iteration, MANIFEST), json.dumps(manifest, sort_keys=True).encode())
 
     return damage

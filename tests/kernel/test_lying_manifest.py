@@ -70,6 +70,13 @@ def _drop(name: str) -> Any:
     return edit
 
 
+def _without_data(manifest: dict[str, Any], directory: Path) -> None:
+    """A checkpoint without data.pt: its manifest entry and the file both gone (what a save
+    without a data source leaves; dropping the entry alone is a lie, see LIES)."""
+    del manifest["files"]["data.pt"]
+    (directory / "data.pt").unlink()
+
+
 def _format_dcp(manifest: dict[str, Any], _: Path) -> None:
     manifest["format"] = "dcp"
 
@@ -94,6 +101,8 @@ LIES = [
                  id="format-dcp"),
     pytest.param(_extra_file, "it records ['extra.pt'], which is not an entry of the checkpoint "
                  "plan ['model.pt', 'optim.pt', 'trainer.pt', 'data.pt']", id="extra-file"),
+    # data.pt on disk, its entry dropped: the manifest omits a file its plan requires
+    pytest.param(_drop("data.pt"), "it omits ['data.pt'], which is on disk", id="no-data-entry"),
 ]  # fmt: skip
 
 
@@ -218,7 +227,7 @@ class TestMissingDataCursor:
     def test_strict_auto_passes_over(self, out: Path) -> None:
         """Under cursor_resume=strict a tracked data source passes over a checkpoint without
         data.pt, naming it and the fix, and resumes the older one exactly."""
-        doctor(out, 8, _drop("data.pt"))
+        doctor(out, 8, _without_data)
         before = all_bytes(out)
         ckpt, objects = open_checkpointer(out, "data.cursor_resume=strict")
         result = ckpt.resume()
@@ -234,7 +243,7 @@ class TestMissingDataCursor:
 
     def test_strict_explicit_fails_and_changes_nothing(self, out: Path) -> None:
         """An explicit strict resume of a checkpoint without data.pt fails before any load."""
-        doctor(out, 8, _drop("data.pt"))
+        doctor(out, 8, _without_data)
         before = all_bytes(out)
         ckpt, objects = open_checkpointer(
             out, "data.cursor_resume=strict", f"resume={iter_path(out, 8)}"
@@ -250,7 +259,7 @@ class TestMissingDataCursor:
     ) -> None:
         """Under cursor_resume=auto the checkpoint is resumed, and the non-exact data restart
         is a logged warning and a note of the result."""
-        doctor(out, 8, _drop("data.pt"))
+        doctor(out, 8, _without_data)
         before = all_bytes(out)
         ckpt, objects = open_checkpointer(out)
         with caplog.at_level("WARNING", logger="statecraft.resume"):
@@ -263,7 +272,7 @@ class TestMissingDataCursor:
 
     def test_without_a_data_source_nothing_is_required(self, out: Path) -> None:
         """A resume that tracks no data source adopts a checkpoint without data.pt."""
-        doctor(out, 8, _drop("data.pt"))
+        doctor(out, 8, _without_data)
         ckpt, _ = open_checkpointer(out, "data.cursor_resume=strict", data=False)
         assert ckpt.resume().step == 8
 

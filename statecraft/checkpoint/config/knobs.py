@@ -9,6 +9,7 @@ every knob when built (:func:`_check_fields`) and raises one
 from __future__ import annotations
 
 import datetime
+import difflib
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -126,7 +127,14 @@ def _choice(*choices: str) -> _Checker:
     def check(value: Any, path: str) -> tuple[Any, list[ConfigIssue]]:
         if isinstance(value, str) and value in choices:
             return value, []
-        return value, [ConfigIssue(path, value, allowed + _quote_hint(value))]
+        hint = _quote_hint(value)
+        if isinstance(value, str):
+            text = value.strip().lower()
+            close = [c for c in choices if c == text] or difflib.get_close_matches(
+                text, choices, n=1, cutoff=0.6
+            )
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+        return value, [ConfigIssue(path, value, allowed + hint)]
 
     return check
 

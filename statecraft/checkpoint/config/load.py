@@ -13,6 +13,7 @@ schema it loads.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -95,6 +96,15 @@ def _known_knobs(cls: type) -> list[str]:
     return names
 
 
+def _did_you_mean(key: str, known: Sequence[str]) -> str:
+    """``"; did you mean 'save_every'?"`` for the known knob closest to the unknown ``key``
+    (a typo, a stray space, another case), or ``""`` when none is close."""
+    text = key.strip().lower()
+    exact = [k for k in known if k.lower() == text]
+    close = exact or difflib.get_close_matches(text, known, n=1, cutoff=0.75)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def _issues_from(
     exc: ClassValidationError, data: Mapping[Any, Any], prefix: str
 ) -> list[ConfigIssue]:
@@ -105,8 +115,9 @@ def _issues_from(
             issues.extend(sub.issues)
         elif isinstance(sub, ForbiddenExtraKeysError):
             known = ", ".join(prefix + f.name for f in attrs.fields(sub.cl))
+            names = [prefix + f.name for f in attrs.fields(sub.cl)]
             for key in sorted(sub.extra_fields, key=str):
-                allowed = f"a known knob (one of: {known})"
+                allowed = f"a known knob{_did_you_mean(prefix + str(key), names)} (one of: {known})"
                 if prefix == "" and key == "rl":
                     allowed += "; an 'rl:' wrapper must be the file's only top-level key"
                 issues.append(ConfigIssue(f"{prefix}{key}", data[key], allowed))
@@ -274,11 +285,20 @@ def _apply_overrides(
             allowed = f"KNOB=VALUE with a known knob (one of: {known})"
             issues.append(ConfigIssue(f"overrides[{i}]", item, allowed))
             continue
-        key, _, text = item.partition("=")
-        key = key.strip().removeprefix("rl.")
+        raw_key, _, text = item.partition("=")
+        key = raw_key.removeprefix("rl.")
+        if raw_key != raw_key.strip():
+            # ``save_every =3`` is refused, not read as ``save_every=3``: a knob name is
+            # written exactly, like a value (whose surrounding whitespace is refused too)
+            meant = raw_key.strip().removeprefix("rl.")
+            hint = f"; did you mean {meant + '=' + text.strip()!r}?" if _locate(root, meant) else ""
+            allowed = f"KNOB=VALUE with no whitespace around the knob name{hint}"
+            issues.append(ConfigIssue(meant or f"overrides[{i}]", item, allowed))
+            continue
         located = _locate(root, key)
         if located is None:
-            issues.append(ConfigIssue(key, item, f"a known knob (one of: {known})"))
+            hint = _did_you_mean(key, _known_knobs(root))
+            issues.append(ConfigIssue(key, item, f"a known knob{hint} (one of: {known})"))
             continue
         if key in given:
             issues.append(

@@ -19,6 +19,7 @@ from statecraft.checkpoint.kernel.catalog_entries import CatalogEntry, Checkpoin
 from statecraft.checkpoint.kernel.layout import MANIFEST_NAME, iter_dirname
 from statecraft.checkpoint.kernel.manifest import Manifest, decode_manifest
 from statecraft.checkpoint.kernel.plan import PLANS, TRAINER_ENTRY, entry_of
+from statecraft.checkpoint.kernel.required_files import omitted_problem
 from statecraft.checkpoint.kernel.retention_marks import Mark, read_mark
 from statecraft.checkpoint.kernel.retention_records import (
     INVALIDATED_MARKER,
@@ -134,6 +135,9 @@ def _committed(
     # a DCP checkpoint is judged by its own plan (model/ and optim/ directories)
     writer = writer_for(manifest.format) if manifest.format in PLANS else ConsolidatedWriter()
     problems = plan_problems(manifest, writer)
+    omitted = omitted_problem(store, name, manifest, names=names)
+    if omitted is not None:
+        problems.append(omitted)
     if problems:
         return corrupt("; ".join(problems))
     for file_name, recorded in manifest.files.items():

@@ -9,9 +9,10 @@ Levels, each including the previous:
   transaction's observation needs; no file is opened);
 - ``"size"``: the manifest records exactly the full plan (:func:`plan_problems`: the writer's
   format, every component, every required entry of
-  :data:`~statecraft.checkpoint.kernel.plan.CHECKPOINT_PLAN` and no file outside it), every recorded
-  file exists with its size, **every recorded file deserializes the way resume loads it**
-  (through the writer, ``torch.load(weights_only=True)``, the model memory-mapped), and
+  :data:`~statecraft.checkpoint.kernel.plan.CHECKPOINT_PLAN` and no file outside it, and no
+  entry of the plan on disk that it omits: :mod:`~statecraft.checkpoint.kernel.required_files`),
+  every recorded file exists with its size, **every recorded file deserializes the way resume
+  loads it** (through the writer, ``torch.load(weights_only=True)``, the model memory-mapped), and
   ``trainer.pt`` is well-formed and its ``optimizer_step`` equals the iteration;
 - ``"digest"``: every file's digest, computed with the algorithm the manifest records
   (``xxh3_128`` for v2 manifests, ``sha256`` for v1), equals the recorded one too.
@@ -60,6 +61,7 @@ from statecraft.checkpoint.kernel.plan import (
     entry_of,
     plan_for,
 )
+from statecraft.checkpoint.kernel.required_files import omitted_problem
 from statecraft.checkpoint.state import TrainerState
 from statecraft.errors import CheckpointCorruptError, CheckpointError
 from statecraft.storage.base import Store
@@ -311,6 +313,9 @@ def verify_checkpoint(
             store, iteration, where, None, manifest, weights_only=weights_only
         )
     problems = plan_problems(manifest, writer)
+    omitted = omitted_problem(store, name, manifest)
+    if omitted is not None:
+        problems.append(omitted)
     if problems:
         raise CheckpointCorruptError(
             where,

@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 
 from statecraft.checkpoint.kernel.artifact_catalog import ArtifactEntry
-from statecraft.checkpoint.kernel.layout import parse_iter_dirname
+from statecraft.checkpoint.kernel.layout import MANIFEST_NAME, iter_dirname, parse_iter_dirname
 from statecraft.checkpoint.kernel.retention_marks import (
     MarkKind,
     invalidated_refusal,
@@ -104,7 +104,7 @@ def verify_explicit_source(
                 invalidated_refusal if mark.kind is MarkKind.INVALIDATED else weights_only_refusal
             )
             raise refuse(store, mark, source=path_text, newest=newest_resumable(store))
-        verified = verify_checkpoint(store, iteration, level=level, writer=writer)
+        verified = _verify_named(store, iteration, path_text, level=level, writer=writer)
         saved = verified.trainer.validation if verified.trainer is not None else None
         return verified, read_stage(store, iteration, saved)
     where = f"{store.describe()}/{name}"
@@ -131,3 +131,31 @@ def verify_explicit_source(
     )
     verified = VerifiedCheckpoint(store, trainer.optimizer_step, where, trainer, None, payload)
     return verified, StageReading(ValidationStage.NONE)
+
+
+#: what to do about an explicit source that is not a commit
+_EXPLICIT_FIX = (
+    "Point resume at a committed iter_* directory (one holding its manifest and every file "
+    "it records), or set resume=auto to adopt the newest checkpoint that verifies"
+)
+
+
+def _verify_named(
+    store: Store, iteration: int, path_text: str, *, level: str, writer: Writer
+) -> VerifiedCheckpoint:
+    """:func:`verify_checkpoint` of the iteration ``resume=<path_text>`` names. A directory
+    without a manifest is refused here, naming the knob and that the explicit resume failed
+    (the verifier's own wording, "never adopted; nothing to do", is ``resume=auto``'s);
+    any other problem is the verifier's refusal, word for word.
+
+    Raises:
+        CheckpointCorruptError: it has no manifest, or does not verify.
+    """
+    if store.stat(f"{iter_dirname(iteration)}/{MANIFEST_NAME}") is None:
+        raise CheckpointCorruptError(
+            f"{store.describe()}/{iter_dirname(iteration)}",
+            f"the explicit resume={path_text} failed, nothing was loaded: it has no manifest "
+            "(an interrupted save, never a commit)",
+            _EXPLICIT_FIX + ".",
+        )
+    return verify_checkpoint(store, iteration, level=level, writer=writer)

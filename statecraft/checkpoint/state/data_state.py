@@ -29,6 +29,7 @@ from typing import Any
 
 import attrs
 
+from statecraft.checkpoint.state.canonical import canonical
 from statecraft.checkpoint.state.problems import describe, is_int, state_error
 from statecraft.checkpoint.state.safe_values import unsafe_paths
 from statecraft.parallel.collectives import Collective
@@ -63,11 +64,13 @@ class DataState:
     problems: tuple[str, ...] = ()
 
     def to_payload(self) -> dict[str, Any]:
-        """The ``weights_only``-safe payload to ``torch.save`` as ``data.pt``."""
+        """The ``weights_only``-safe payload to ``torch.save`` as ``data.pt``; every rank's
+        state in :func:`~statecraft.checkpoint.state.canonical.canonical` form (the same
+        state gives the same bytes)."""
         return {
             "schema": DATA_STATE_SCHEMA,
             "world_size": self.world_size,
-            "ranks": list(self.ranks),
+            "ranks": canonical(list(self.ranks)),
         }
 
     def state_for(self, rank: int, world_size: int) -> Any | None:

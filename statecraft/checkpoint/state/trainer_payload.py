@@ -42,6 +42,7 @@ from typing import Any
 import attrs
 import torch
 
+from statecraft.checkpoint.state.canonical import canonical
 from statecraft.checkpoint.state.clocks import (
     CLOCK_NAMES,
     UpdateClocks,
@@ -257,7 +258,9 @@ class TrainerState:
             0), ``rng``, ``scheduler``, ``scheduler_identity``, ``extra``, ``stateful``,
             ``optimizer_class``, ``validation`` (``ValidationState.to_payload()``, or
             ``None`` when not recorded), and ``optimizer_pristine`` only when True. Containers
-            are copies.
+            are copies; every value is in
+            :func:`~statecraft.checkpoint.state.canonical.canonical` form (the same state
+            gives the same bytes).
         """
         payload: dict[str, Any] = {
             "schema": TRAINER_STATE_SCHEMA,
@@ -279,7 +282,8 @@ class TrainerState:
         }
         if self.optimizer_pristine:
             payload["optimizer_pristine"] = True
-        return payload
+        # the top level keeps the fixed order built above; every value is canonical
+        return {key: canonical(value) for key, value in payload.items()}
 
     @classmethod
     def from_payload(cls, payload: object, *, source: str) -> TrainerState:

@@ -244,6 +244,14 @@ def save_scenarios() -> list[SaveScenario]:
             previous=(2, 4),
             setup_extra=damage.bit_flip(4, "model.pt"),
         ),
+        # The newest committed manifest omits data.pt (left on disk): not a commit, so resume
+        # passes over it and resumes iter 2 exactly (its data cursor included).
+        SaveScenario(
+            "manifest-omits-data",
+            target=6,
+            previous=(2, 4),
+            setup_extra=damage.manifest_omits(4, "data.pt"),
+        ),
         # Damaged trees, so resume's fallback rules are proven at every crash point. Each
         # combines a pointer damage with a checkpoint damage, without a data source (fewer
         # files per save: keeping crashcheck fast).
