@@ -29,7 +29,14 @@ from statecraft.engine.registry import scenarios_factory
 from statecraft.errors import SpecError
 from statecraft.proofs import ExploreOptions, Scenario, ScenarioReport, explore
 
-__all__ = ["MachineReport", "crashcheck", "default_jobs", "run_crashcheck", "vacuous_errors"]
+__all__ = [
+    "MachineReport",
+    "crashcheck",
+    "default_jobs",
+    "explore_in_parallel",
+    "run_crashcheck",
+    "vacuous_errors",
+]
 
 
 @attrs.frozen
@@ -117,7 +124,7 @@ def _explore_one(index: int) -> ScenarioReport:
     return explore(scenario, spec, options)
 
 
-def _explore_in_parallel(
+def explore_in_parallel(
     work: list[tuple[Scenario, Spec, ExploreOptions]], jobs: int
 ) -> list[ScenarioReport]:
     """Explore every item, in ``jobs`` forked processes when more than one (and fork exists)."""
@@ -176,7 +183,7 @@ def crashcheck(
         )
         for scenario, members in distinct
     ]
-    scenario_reports = _explore_in_parallel(work, jobs)
+    scenario_reports = explore_in_parallel(work, jobs)
     by_name = {r.scenario: r for r in scenario_reports}
     out = []
     for machine in machines:
@@ -244,6 +251,10 @@ def run_crashcheck(args: argparse.Namespace) -> int:
             ],
         )
     machines = [args.machine] if args.machine else known
+    if getattr(args, "broken", False):
+        from statecraft.cli.crashcheck_broken import run_broken
+
+        return run_broken(args, machines, specs_dir)
     options = ExploreOptions(
         extra_subsets=args.extra_subsets, seed=args.seed, exhaustive=args.exhaustive
     )

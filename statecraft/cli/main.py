@@ -160,6 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="every subset of the unsynced operations at each power-loss point, not a sample",
     )
     crash.add_argument(
+        "--broken",
+        action="store_true",
+        help="explore the broken variants the specs declare; fail unless each is caught",
+    )
+    crash.add_argument(
         "--jobs",
         type=int,
         default=None,

@@ -1,18 +1,20 @@
 """Which crash states the explorer checks, and when two of them are the same state.
 
-Two crash states are *the same* when everything a guarantee check or a recovery can look at is
-equal: the crash kind, the world a restarted process finds (every inode with its visible,
-durable and pending bytes and entries, every object of the bucket), whether the transaction was
-acknowledged, the store operations the crashed run performed, and whether the state comes from
-an injected fault. Checks and recoveries are deterministic functions of those, so the verdict
-of the first such state is the verdict of every later one: :func:`state_key` lets the explorer
-check it once (``distinct_crash_states`` in the reports) and still report every state. A
-recovery reads only the world, so states that differ in the rest but find the same world
-(:func:`world_key`) share one recovery, whose outcome each of them checks.
+Two crash states of one crash point (one crashed run) are *the same* when everything a
+guarantee check or a recovery can look at is equal: the crash kind and the world a restarted
+process finds (every inode with its visible, durable and pending bytes and entries, every object
+of the bucket); the crashed run (its operations, its acknowledgement, what it left in the
+scenario for the checks) is common to them. Checks and recoveries are deterministic, so the
+verdict of the first such state is the verdict of every later one: :func:`state_key` lets the
+explorer check it once (``distinct_crash_states`` in the reports) and still report every state,
+relabelled. The duplicates are the power-loss choices that leave the same disk (all unsynced
+operations lost when none of them is durable-relevant, a lost write a later one overwrote...).
 
-The crash points of one effect boundary (``after effect #k``, ``before effect #k+1``, ``io#i``
-before that effect's first operation) are the commonest duplicates, then the power-loss choices
-that leave the same disk (losing a write a later one overwrote).
+A recovery reads only the world (a restarted process has nothing else; Scenario's contract),
+so every state of a scenario that finds the same world (:func:`world_key`), at whatever point,
+shares one recovery, whose outcome each of them checks: the crash points of one effect boundary
+(``after effect #k``, ``before effect #k+1``, ``io#i`` before that effect's first operation)
+and most power-loss states before the first fsync are the same world.
 """
 
 from __future__ import annotations

@@ -282,10 +282,13 @@ def _explore(scenario: Scenario, spec: Spec, options: ExploreOptions) -> Scenari
         substantive_by_guarantee={g.id: 0 for g in spec.guarantees},
     )
     counts: dict[str, int] = {}
-    seen: dict[bytes, tuple[str, list[Violation], dict[str, int], dict[str, int]]] = {}
     recoveries: dict[bytes, tuple[SimWorld, Any, bool]] = {}
     for point in points:
         crashed = run_to_crash(scenario, reference.base, point)
+        # Checks may read what the crashed run left in the scenario (``last_run``): a verdict
+        # is reused only within one crash point's run; a recovery (which reads only the
+        # world) across the whole scenario.
+        seen: dict[bytes, tuple[str, list[Violation], dict[str, int], dict[str, int]]] = {}
         for kind in options.kinds:
             choices = loss_choices(
                 crashed.world, kind, options.extra_subsets, rng, exhaustive=options.exhaustive
