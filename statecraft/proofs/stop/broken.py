@@ -153,9 +153,7 @@ def restarting_on_second_signal() -> list[EmergencyScenario]:
             ctx.path = ctx.write(ctx.boundary)
         ctx.seconds_to_durable = 0.0
 
-    s.machine_factory = lambda: _machine(
-        _table(lambda data: None), write_emergency=write_emergency
-    )
+    s.machine_factory = lambda: _machine(_table(lambda data: None), write_emergency=write_emergency)
     return [s]
 
 
@@ -185,9 +183,7 @@ def _writing_as(kind: EmergencyKind) -> Callable[[], Machine]:
 def emergency_artifact_saved_as_checkpoint() -> list[EmergencyScenario]:
     """The ``run`` plan's emergency artifact written as a full checkpoint: it moves
     latest_checkpoint.txt and resume adopts it."""
-    return [
-        scenario("run-artifact-model", machine_factory=_writing_as(EmergencyKind.CHECKPOINT))
-    ]
+    return [scenario("run-artifact-model", machine_factory=_writing_as(EmergencyKind.CHECKPOINT))]
 
 
 def pending_stop_saved_as_plain_checkpoint() -> list[EmergencyScenario]:
