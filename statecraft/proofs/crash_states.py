@@ -35,7 +35,7 @@ __all__ = ["EXHAUSTIVE_SUBSETS_UP_TO", "loss_choices", "state_key", "world_key"]
 EXHAUSTIVE_SUBSETS_UP_TO = 12
 
 
-def _feed(h: hashlib._Hash, *parts: object) -> None:
+def _feed(h: hashlib.blake2b, *parts: object) -> None:
     for part in parts:
         raw = part if isinstance(part, bytes | bytearray) else repr(part).encode()
         h.update(len(raw).to_bytes(8, "little"))
