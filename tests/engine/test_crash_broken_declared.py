@@ -102,7 +102,8 @@ class TestBrokenCheck:
             "emergency",
             lambda text: (
                 text.split("\n[[broken]]")[0]
-                + '\n[[broken]]\nvariant = "statecraft.proofs.stop.broken:coverage_by_step_number"\n'
+                + "\n[[broken]]\n"
+                + 'variant = "statecraft.proofs.stop.broken:coverage_by_step_number"\n'
                 + 'catches = ["EMERGENCY-COVERAGE", "EMERGENCY-PENDING"]\n'
             ),
         )
