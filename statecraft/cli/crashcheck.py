@@ -15,10 +15,7 @@ command like a violation.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
-import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +24,12 @@ import attrs
 from statecraft.engine import Spec, load_spec
 from statecraft.engine.registry import scenarios_factory
 from statecraft.errors import SpecError
-from statecraft.proofs import ExploreOptions, Scenario, ScenarioReport, explore
+from statecraft.proofs import ExploreOptions, Scenario, ScenarioReport
+from statecraft.proofs.pool import default_jobs, explore_in_parallel
 
 __all__ = [
     "MachineReport",
     "crashcheck",
-    "default_jobs",
-    "explore_in_parallel",
     "run_crashcheck",
     "vacuous_errors",
 ]
@@ -112,39 +108,6 @@ def _distinct_scenarios(
                 )
             known[1].append(machine)
     return list(by_name.values()), names
-
-
-#: the work of a pool: (scenario, the union of its machines' guarantees, options), set before
-#: the workers fork (a scenario may hold closures, which do not pickle)
-_WORK: list[tuple[Scenario, Spec, ExploreOptions]] = []
-
-
-def _explore_one(index: int) -> ScenarioReport:
-    scenario, spec, options = _WORK[index]
-    return explore(scenario, spec, options)
-
-
-def explore_in_parallel(
-    work: list[tuple[Scenario, Spec, ExploreOptions]], jobs: int
-) -> list[ScenarioReport]:
-    """Explore every item, in ``jobs`` forked processes when more than one (and fork exists)."""
-    if jobs <= 1 or len(work) <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return [explore(s, spec, options) for s, spec, options in work]
-    _WORK[:] = work
-    try:
-        context = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=min(jobs, len(work)), mp_context=context) as pool:
-            return list(pool.map(_explore_one, range(len(work))))
-    finally:
-        _WORK.clear()
-
-
-def default_jobs() -> int:
-    """One worker process per CPU this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def crashcheck(

@@ -13,9 +13,9 @@ from typing import Any, cast
 
 import attrs
 
-from statecraft.cli.crashcheck import default_jobs, explore_in_parallel
 from statecraft.engine import Spec, load_spec
 from statecraft.proofs import ExploreOptions, Scenario
+from statecraft.proofs.pool import default_jobs, explore_in_parallel
 
 __all__ = ["BrokenReport", "broken_check", "run_broken"]
 
