@@ -76,6 +76,7 @@ def check_transactions(machines_dir: Path, specs_dir: Path) -> tuple[dict[str, A
         table_errors: list[str] = []
         spec_errors: list[str] = []
         table = None
+        uncaught: tuple[str, ...] = ()
         try:
             table = load_table(path)
             table_errors = table_problems(table, load_bindings(table))
@@ -88,7 +89,9 @@ def check_transactions(machines_dir: Path, specs_dir: Path) -> tuple[dict[str, A
             )
         elif table is not None:
             try:
-                spec_errors = contract_problems(table, load_spec(spec_path))
+                spec = load_spec(spec_path)
+                spec_errors = contract_problems(table, spec)
+                uncaught = spec.uncaught()
             except StatecraftError as exc:
                 spec_errors = [str(exc)]
         errors.extend(("machine_definition", f"{path}: {p}") for p in table_errors)
@@ -99,6 +102,7 @@ def check_transactions(machines_dir: Path, specs_dir: Path) -> tuple[dict[str, A
             "problems": table_errors + spec_errors,
             "states": len(table.states) if table else None,
             "transitions": len(table.transitions) if table else None,
+            "without_broken_variant": list(uncaught),
         }
     for orphan in sorted(p for p in specs_dir.glob("*.toml") if p.stem not in names):
         problem = (
@@ -123,6 +127,11 @@ def run_machines_check(args: argparse.Namespace) -> int:
                 f"ok   {name}: {entry['states']} states, {entry['transitions']} transitions, "
                 f"contract {entry['spec']} ({entry['path']})"
             )
+            if entry.get("without_broken_variant"):
+                lines.append(
+                    f"     unproven: no broken variant catches "
+                    f"{', '.join(entry['without_broken_variant'])}"
+                )
     return emit(
         "machines check",
         as_json=args.json,

@@ -172,6 +172,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="random loss subsets per power-loss point (default 2)",
     )
     crash.add_argument("--seed", type=int, default=0)
+    crash.add_argument(
+        "--exhaustive",
+        action="store_true",
+        help="every subset of the unsynced operations at each power-loss point, not a sample",
+    )
+    crash.add_argument(
+        "--broken",
+        action="store_true",
+        help="explore the broken variants the specs declare; fail unless each is caught",
+    )
+    crash.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="worker processes exploring scenarios side by side (default: one per CPU)",
+    )
     crash.add_argument("--json", action="store_true")
     crash.set_defaults(func=_lazy("statecraft.cli.crashcheck", "run_crashcheck"))
 

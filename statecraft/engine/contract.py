@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from statecraft.engine.registry import scenarios_factory
+from statecraft.engine.registry import import_object, scenarios_factory
 from statecraft.engine.schema import schema_problems
 from statecraft.engine.spec import CRASH_KINDS, Spec
 from statecraft.engine.table import MachineTable
@@ -89,6 +89,28 @@ def contract_problems(
                 "checked; list at least one of them"
             )
     problems.extend(_scenario_problems(spec, where))
+    problems.extend(_broken_problems(spec, where))
+    return problems
+
+
+def _broken_problems(spec: Spec, where: str) -> list[str]:
+    """A declared broken variant must import; a spec that declares any must declare one that
+    catches each of its guarantees (``crashcheck --broken`` then proves each is caught). A
+    spec that declares none is listed by ``machines check`` as unproven, not failed, until its
+    variants are written (docs/durability.md)."""
+    problems: list[str] = []
+    for broken in spec.broken:
+        try:
+            import_object(broken.variant, what="broken variant", source=where)
+        except SpecError as exc:
+            problems.append(str(exc))
+    uncaught = spec.uncaught()
+    if spec.broken and uncaught:
+        problems.append(
+            f"{where}: no [[broken]] variant catches {', '.join(uncaught)}: a guarantee whose "
+            "check was never shown able to fail proves nothing; declare a deliberately wrong "
+            "variant that violates it (docs/durability.md)"
+        )
     return problems
 
 

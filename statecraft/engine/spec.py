@@ -14,6 +14,11 @@ Format (TOML, one file per machine in ``specs/``; documented in ``docs/specs.md`
     at = ["crashed", "recovered"]          # phases it must hold in (default: both)
     kinds = ["process_kill", "power_loss"] # crash kinds it applies to (default: all)
 
+    [[broken]]                             # a deliberately wrong variant the harness must catch
+    variant = "statecraft.proofs.save.broken:pointer_first"   # module:callable -> scenarios
+    catches = ["SAVE-1"]                   # the guarantees its exploration must violate
+    doc = "latest_checkpoint.txt written before the manifest is committed."
+
     [[format.files]]                       # the observable on-disk format
     name = "iter_<9 digits>/.posttrain-manifest.json"
     written_by = "commit_manifest"
@@ -38,7 +43,16 @@ import attrs
 from statecraft.engine.schema import JsonObject
 from statecraft.errors import SpecError
 
-__all__ = ["CRASH_KINDS", "PHASES", "Check", "FormatFile", "Guarantee", "Spec", "load_spec"]
+__all__ = [
+    "CRASH_KINDS",
+    "PHASES",
+    "BrokenVariant",
+    "Check",
+    "FormatFile",
+    "Guarantee",
+    "Spec",
+    "load_spec",
+]
 
 #: A guarantee's check: called with the crash harness's check context, raises
 #: ``GuaranteeViolation`` when the guarantee does not hold. ``Any``: that context is the proofs
@@ -101,6 +115,22 @@ class FormatFile:
 
 
 @attrs.frozen
+class BrokenVariant:
+    """A deliberately wrong variant of the transaction that the harness must catch.
+
+    Attributes:
+        variant: ``module:callable`` returning the scenarios that run the wrong variant.
+        catches: the guarantees exploring those scenarios must report violated; a guarantee no
+            variant catches is one whose check was never shown able to fail.
+        doc: what is wrong in the variant.
+    """
+
+    variant: str
+    catches: tuple[str, ...]
+    doc: str = ""
+
+
+@attrs.frozen
 class Spec:
     """The contract of one machine.
 
@@ -112,6 +142,8 @@ class Spec:
         source: the spec file's path.
         scenarios: ``module:callable`` returning the crash scenarios that exercise the
             guarantees (``None``: the spec has none, which ``machines check`` reports).
+        broken: the deliberately wrong variants that ``crashcheck --broken`` explores, each
+            with the guarantees it must be caught violating.
     """
 
     machine: str
@@ -120,6 +152,12 @@ class Spec:
     files: tuple[FormatFile, ...] = ()
     source: str = ""
     scenarios: str | None = None
+    broken: tuple[BrokenVariant, ...] = ()
+
+    def uncaught(self) -> tuple[str, ...]:
+        """The guarantees that no declared broken variant catches."""
+        caught = {g for b in self.broken for g in b.catches}
+        return tuple(g.id for g in self.guarantees if g.id not in caught)
 
 
 def load_spec(path: str | Path) -> Spec:
@@ -192,6 +230,7 @@ def load_spec(path: str | Path) -> Spec:
                 raw.get("schema"),
             )
         )
+    broken = _broken_variants(data.get("broken", []), seen, problems)
     if problems:
         raise SpecError(f"{path}: invalid spec:\n" + "\n".join(f"  - {p}" for p in problems))
     return Spec(
@@ -201,4 +240,35 @@ def load_spec(path: str | Path) -> Spec:
         tuple(files),
         str(path),
         scenarios,
+        broken,
     )
+
+
+def _broken_variants(
+    raws: list[dict[str, Any]], ids: set[str], problems: list[str]
+) -> tuple[BrokenVariant, ...]:
+    out: list[BrokenVariant] = []
+    for i, raw in enumerate(raws):
+        where = f"broken[{i}]"
+        variant = raw.get("variant")
+        catches = raw.get("catches")
+        if not isinstance(variant, str) or ":" not in variant:
+            problems.append(
+                f"{where}: variant must be 'module:callable' returning the scenarios of the "
+                f"wrong variant, got {variant!r}"
+            )
+            continue
+        if not isinstance(catches, list) or not catches:
+            problems.append(
+                f"{where} ({variant}): catches must list the guarantees it violates, got "
+                f"{catches!r}"
+            )
+            continue
+        unknown = [g for g in catches if g not in ids]
+        if unknown:
+            problems.append(
+                f"{where} ({variant}): catches names {unknown}, which are not guarantees of "
+                "this spec; name ids of its [[guarantees]]"
+            )
+        out.append(BrokenVariant(variant, tuple(map(str, catches)), str(raw.get("doc", ""))))
+    return tuple(out)

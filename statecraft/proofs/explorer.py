@@ -33,7 +33,9 @@ import attrs
 
 from statecraft.engine.crash import CrashPlan, FaultKind, IoGate, IoRecord, SimulatedCrash
 from statecraft.engine.spec import Guarantee, Spec
-from statecraft.engine.trace import TraceEvent, format_trace
+from statecraft.engine.trace import TraceEvent
+from statecraft.proofs.crash_states import loss_choices, state_key, world_key
+from statecraft.proofs.explore_report import ScenarioReport, Violation
 from statecraft.proofs.scenario import CheckContext, GuaranteeViolation, Scenario
 from statecraft.storage.sim import CrashKind, SimWorld
 from statecraft.storage.simfs import LossChoice
@@ -73,6 +75,11 @@ class ExploreOptions:
         seed: seed for those subsets (reports are reproducible).
         max_violations: keep at most this many violations per guarantee (the first found is
             the one at the earliest crash point).
+        exhaustive: at every power-loss point try every subset of the unsynced operations
+            (:func:`~statecraft.proofs.crash_states.loss_choices`) instead of ``extra_subsets``
+            random ones.
+        dedup: check each distinct crash state once (:func:`~statecraft.proofs.crash_states.
+            state_key`); a repeat gets the first one's verdict, relabelled.
     """
 
     kinds: tuple[CrashKind, ...] = tuple(CrashKind)
@@ -80,94 +87,8 @@ class ExploreOptions:
     extra_subsets: int = 2
     seed: int = 0
     max_violations: int = 3
-
-
-@attrs.frozen
-class Violation:
-    """A guarantee that failed in one crash state, with what is needed to reproduce it."""
-
-    guarantee: str
-    statement: str
-    message: str
-    scenario: str
-    point: str
-    kind: str
-    choice: str
-    phase: str
-    trace: tuple[TraceEvent, ...] = ()
-    io_log: tuple[IoRecord, ...] = ()
-
-    def reproducer(self) -> str:
-        io = "\n".join(f"  io#{r.index}: {r.op} {r.target}" for r in self.io_log[-12:])
-        return (
-            f"{self.guarantee} violated ({self.phase}): {self.message}\n"
-            f"  guarantee: {self.statement}\n"
-            f"  scenario: {self.scenario}; crash point: {self.point}; kind: {self.kind}; "
-            f"loss choice: {self.choice}\n"
-            f"trace up to the crash:\n{format_trace(self.trace)}\n"
-            f"last I/O operations before the crash:\n{io or '  (none)'}"
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "guarantee": self.guarantee,
-            "statement": self.statement,
-            "message": self.message,
-            "scenario": self.scenario,
-            "point": self.point,
-            "kind": self.kind,
-            "choice": self.choice,
-            "phase": self.phase,
-            "trace": [e.describe() for e in self.trace],
-            "io_log": [f"#{r.index} {r.op} {r.target}" for r in self.io_log],
-        }
-
-
-@attrs.define
-class ScenarioReport:
-    """What exploring one scenario found.
-
-    ``checks_by_guarantee`` counts every time a guarantee's check ran;
-    ``substantive_by_guarantee`` counts the times it actually asserted something (it called
-    ``ctx.exercised()`` or raised a violation), so a check that passes vacuously everywhere
-    shows 0 there.
-    """
-
-    scenario: str
-    machine: str
-    io_operations: int = 0
-    effects: int = 0
-    crash_points: int = 0
-    crash_states: int = 0
-    checks_run: int = 0
-    checks_by_guarantee: dict[str, int] = attrs.field(factory=dict)
-    substantive_by_guarantee: dict[str, int] = attrs.field(factory=dict)
-    guarantees: tuple[str, ...] = ()
-    violations: list[Violation] = attrs.field(factory=list)
-    seconds: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return not self.violations
-
-    def violated_guarantees(self) -> set[str]:
-        return {v.guarantee for v in self.violations}
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "scenario": self.scenario,
-            "machine": self.machine,
-            "io_operations": self.io_operations,
-            "effects": self.effects,
-            "crash_points": self.crash_points,
-            "crash_states": self.crash_states,
-            "checks_run": self.checks_run,
-            "checks_by_guarantee": dict(self.checks_by_guarantee),
-            "substantive_by_guarantee": dict(self.substantive_by_guarantee),
-            "guarantees": list(self.guarantees),
-            "violations": [v.to_json() for v in self.violations],
-            "seconds": round(self.seconds, 3),
-        }
+    exhaustive: bool = False
+    dedup: bool = True
 
 
 @attrs.frozen
@@ -240,23 +161,6 @@ def run_to_crash(scenario: Scenario, base: SimWorld, point: CrashPoint) -> _Cras
     return _Crashed(world, acknowledged, trace, tuple(gate.log))
 
 
-def _choices(
-    world: SimWorld, kind: CrashKind, extra: int, rng: random.Random
-) -> Iterator[LossChoice | None]:
-    if kind is not CrashKind.POWER_LOSS:
-        yield None
-        return
-    systematic = world.fs.loss_choices()
-    yield from systematic
-    ids = sorted({op.op_id for op in world.fs.pending_ops()})
-    seen = {c.kept for c in systematic if c.torn is None}
-    for _ in range(extra if len(ids) > 2 else 0):
-        kept = frozenset(i for i in ids if rng.random() < 0.5)
-        if kept not in seen:
-            seen.add(kept)
-            yield LossChoice("subset{" + ",".join(map(str, sorted(kept))) + "}", kept)
-
-
 _ALL_LOST = LossChoice("all_lost", frozenset())
 
 
@@ -268,10 +172,16 @@ def check_crash_state(
     kind: CrashKind,
     choice: LossChoice | None,
     point_label: str,
+    state: SimWorld | None = None,
+    recoveries: dict[bytes, tuple[SimWorld, Any, bool]] | None = None,
 ) -> tuple[list[Violation], dict[str, int], dict[str, int]]:
     """Apply one crash to the crashed run, check, recover, check. Returns the violations, the
-    number of checks run per guarantee and the number of those that were substantive."""
-    state = crashed.world.after_crash(kind, choice)
+    number of checks run per guarantee and the number of those that were substantive.
+    ``state``: the world after the crash when the caller already built it. ``recoveries``:
+    recovered worlds and outcomes by :func:`~statecraft.proofs.crash_states.world_key` of the
+    crashed world (a recovery reads nothing else), shared by the states of one scenario."""
+    if state is None:
+        state = crashed.world.after_crash(kind, choice)
     violations: list[Violation] = []
     checks: dict[str, int] = {}
     substantive: dict[str, int] = {}
@@ -305,17 +215,24 @@ def check_crash_state(
 
     label = choice.name if choice is not None else kind.value
     run_checks("crashed", state, None, label)
-    recovered = state.copy()
-    try:
-        recovery = scenario.recover(recovered)
-    except Exception as exc:
-        if not scenario.recovery_may_fail:
-            violations.append(violation(
-                "RECOVERY", "recovery after any crash completes without error",
-                f"recovery raised {exc!r}", "recovered", label,
-            ))  # fmt: skip
-            return violations, checks, substantive
-        recovery = exc
+    key = world_key(state) if recoveries is not None else b""
+    if recoveries is not None and key in recoveries:
+        recovered, recovery, raised = recoveries[key]
+    else:
+        recovered = state.copy()
+        raised = False
+        try:
+            recovery = scenario.recover(recovered)
+        except Exception as exc:
+            recovery, raised = exc, True
+        if recoveries is not None:
+            recoveries[key] = (recovered, recovery, raised)
+    if raised and not scenario.recovery_may_fail:
+        violations.append(violation(
+            "RECOVERY", "recovery after any crash completes without error",
+            f"recovery raised {recovery!r}", "recovered", label,
+        ))  # fmt: skip
+        return violations, checks, substantive
     run_checks("recovered", recovered, recovery, label)
     if kind is CrashKind.PROCESS_KILL:
         # What recovery adopted must itself be durable: a power loss right after recovery
@@ -365,14 +282,38 @@ def _explore(scenario: Scenario, spec: Spec, options: ExploreOptions) -> Scenari
         substantive_by_guarantee={g.id: 0 for g in spec.guarantees},
     )
     counts: dict[str, int] = {}
+    recoveries: dict[bytes, tuple[SimWorld, Any, bool]] = {}
     for point in points:
         crashed = run_to_crash(scenario, reference.base, point)
+        # Checks may read what the crashed run left in the scenario (``last_run``): a verdict
+        # is reused only within one crash point's run; a recovery (which reads only the
+        # world) across the whole scenario.
+        seen: dict[bytes, tuple[str, list[Violation], dict[str, int], dict[str, int]]] = {}
         for kind in options.kinds:
-            for choice in _choices(crashed.world, kind, options.extra_subsets, rng):
+            choices = loss_choices(
+                crashed.world, kind, options.extra_subsets, rng, exhaustive=options.exhaustive
+            )
+            for choice in choices:
                 report.crash_states += 1
-                found, checks, substantive = check_crash_state(
-                    scenario, spec.guarantees, reference.base, crashed, kind, choice, point.label
-                )
+                label = choice.name if choice is not None else kind.value
+                state = crashed.world.after_crash(kind, choice)
+                key = b""
+                if options.dedup:
+                    key = state_key(
+                        kind, world_key(state), acknowledged=crashed.acknowledged,
+                        io_log=crashed.io_log, fault=point.fault is not None,
+                    )  # fmt: skip
+                if key in seen:
+                    first, first_found, checks, substantive = seen[key]
+                    found = [_relabel(v, first, label, point.label, crashed) for v in first_found]
+                else:
+                    report.distinct_crash_states += 1
+                    found, checks, substantive = check_crash_state(
+                        scenario, spec.guarantees, reference.base, crashed, kind, choice,
+                        point.label, state, recoveries if options.dedup else None,
+                    )  # fmt: skip
+                    if options.dedup:
+                        seen[key] = (label, found, checks, substantive)
                 report.checks_run += sum(checks.values())
                 for g_id, n in checks.items():
                     report.checks_by_guarantee[g_id] = report.checks_by_guarantee.get(g_id, 0) + n
@@ -385,6 +326,16 @@ def _explore(scenario: Scenario, spec: Spec, options: ExploreOptions) -> Scenari
                         report.violations.append(v)
     report.seconds = time.perf_counter() - started
     return report
+
+
+def _relabel(
+    v: Violation, first_label: str, label: str, point: str, crashed: _Crashed
+) -> Violation:
+    """A repeat state's violation: the first one's verdict, named by this point and choice."""
+    choice = label + v.choice[len(first_label) :] if v.choice.startswith(first_label) else label
+    return attrs.evolve(
+        v, point=point, choice=choice, kind=v.kind, trace=crashed.trace, io_log=crashed.io_log
+    )
 
 
 def explore_all(

@@ -27,7 +27,9 @@ class Scenario(Protocol):
         3. :meth:`recover` on the world a restarted process finds: what production does at
            restart (observe, continue the machine, resume...). Its return value is handed to
            the checks as ``ctx.recovery``. It may raise; that is a violation unless the
-           scenario sets ``recovery_may_fail``.
+           scenario sets ``recovery_may_fail``. It must read nothing but the world and the
+           scenario's fixed fields (a restarted process has nothing else): the explorer runs
+           it once per distinct world and hands its outcome to every state that finds it.
 
     Optional attribute: ``inject_faults`` (default true): ``False`` explores crash points
     only, no injected I/O error (for a scenario whose effects another scenario of the same
