@@ -15,6 +15,7 @@ command like a violation.
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -222,7 +223,9 @@ def run_crashcheck(args: argparse.Namespace) -> int:
         extra_subsets=args.extra_subsets, seed=args.seed, exhaustive=args.exhaustive
     )
     jobs = args.jobs if args.jobs is not None else default_jobs()
+    started = time.perf_counter()
     reports, scenario_reports = crashcheck(machines, options, specs_dir=specs_dir, jobs=jobs)
+    wall_seconds = time.perf_counter() - started
     lines = []
     for r in reports:
         status = "ok" if not r.violations else f"{len(r.violations)} VIOLATION(S)"
@@ -239,6 +242,10 @@ def run_crashcheck(args: argparse.Namespace) -> int:
             f"{s.crash_points} points, {s.crash_states} states ({s.distinct_crash_states} "
             f"distinct), {s.seconds:.1f}s"
         )
+    lines.append(
+        f"crashcheck took {wall_seconds:.1f} s wall for {len(reports)} machine(s) "
+        f"({jobs} job(s))"
+    )
     violations = [v for r in reports for v in r.violations]
     if violations:
         lines.append("\nminimal reproducer (earliest crash point):\n" + violations[0].reproducer())
@@ -257,6 +264,8 @@ def run_crashcheck(args: argparse.Namespace) -> int:
         data={
             "machines": [r.to_json() for r in reports],
             "scenarios": [s.to_json() for s in scenario_reports],
+            "wall_seconds": round(wall_seconds, 3),
+            "jobs": jobs,
         },
         errors=errors,
         text="\n".join(lines),

@@ -191,6 +191,8 @@ class TestCrashcheckCommand:
         assert machine["crash_states"] > 300
         assert machine["checks_run"] > 0
         assert machine["violations"] == []
+        assert out["data"]["wall_seconds"] > 0  # the run says how long it took
+        assert out["data"]["jobs"] >= 1
 
 
 @pytest.mark.slow
