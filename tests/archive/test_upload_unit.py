@@ -4,6 +4,7 @@ JSON schema (specs/archive-marker.schema.json, enforced on write and read), open
 from __future__ import annotations
 
 import json
+import logging
 
 import attrs
 import pytest
@@ -18,6 +19,7 @@ from statecraft.checkpoint.archive.marker import (
 )
 from statecraft.checkpoint.archive.open import upload_destination
 from statecraft.checkpoint.archive.upload_bindings import upload_checkpoint
+from statecraft.checkpoint.archive.upload_progress import UploadProgress
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.kernel.layout import RunIdentity
 from statecraft.engine import load_spec
@@ -56,6 +58,35 @@ def _upload(world: SimWorld, n: int, **kw):
 
 
 class TestUploadCheckpoint:
+    def test_an_upload_says_when_it_starts(self, caplog: pytest.LogCaptureFixture) -> None:
+        """The start line (files, MiB, destination) comes before the closing one."""
+        world = _world(2)
+        with caplog.at_level(logging.INFO, logger="statecraft"):
+            _upload(world, 2)
+        lines = [r.getMessage() for r in caplog.records if r.name == "statecraft"]
+        started = [i for i, line in enumerate(lines) if line.startswith("uploading ")]
+        assert len(started) == 1, lines
+        assert "iter_000000002 to " in lines[started[0]]
+        assert " 4 file(s), " in lines[started[0]]
+
+    def test_progress_lines_come_at_the_interval(self, caplog: pytest.LogCaptureFixture) -> None:
+        """A progress line once interval_s passed since the last one, with the counts."""
+        now = [0.0]
+        progress = UploadProgress("iter_2 to s3://b/p", 3, 3 * 2**20, 10.0, lambda: now[0])
+        with caplog.at_level(logging.INFO, logger="statecraft"):
+            progress.start()
+            now[0] = 4.0
+            progress.advance(2**20)  # too soon: silent
+            now[0] = 12.0
+            progress.advance(2**20)
+            now[0] = 13.0
+            progress.advance(2**20)  # too soon after the last line
+        lines = [r.getMessage() for r in caplog.records]
+        assert lines == [
+            "uploading iter_2 to s3://b/p: 3 file(s), 3.0 MiB",
+            "uploading iter_2 to s3://b/p: 2/3 file(s), 2.0/3.0 MiB (0.2 MiB/s)",
+        ]
+
     def test_upload_then_again_skips_everything(self) -> None:
         """A first upload PUTs every file; a second finds the receipt and PUTs nothing."""
         world = _world(2)

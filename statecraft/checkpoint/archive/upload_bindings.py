@@ -41,6 +41,7 @@ from statecraft.checkpoint.archive.marker import (
     read_marker,
     write_marker,
 )
+from statecraft.checkpoint.archive.upload_progress import UploadProgress
 from statecraft.checkpoint.fencing.lease import WriterLease
 from statecraft.checkpoint.kernel.catalog import CheckpointState, classify
 from statecraft.checkpoint.kernel.layout import MANIFEST_NAME, iter_dirname
@@ -304,9 +305,14 @@ def _entries(ctx: UploadContext) -> dict[str, ArchiveEntry]:
 def upload_files(ctx: UploadContext) -> None:
     """Every archived file except the manifest, in path order (HEAD, then skip or PUT)."""
     by_path = _entries(ctx)
+    progress = UploadProgress(
+        f"{ctx.where} to {ctx.uri()}", len(by_path), sum(e.size for e in by_path.values())
+    )
+    progress.start()
     for path in upload_order(by_path, last=(MANIFEST_NAME,)):
         if path != MANIFEST_NAME:
             _put(ctx, by_path[path])
+            progress.advance(by_path[path].size)
 
 
 @effect(role=Role.COORDINATOR)
