@@ -13,11 +13,15 @@ from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import load_spec
 from statecraft.proofs import ExploreOptions, explore
 from statecraft.proofs.units.broken import (
+    PrefixSiblingScenario,
     adopt_without_fsync_machine,
     delete_before_invalidate_machine,
+    delete_by_name_prefix,
+    delete_without_fsync,
     failed_commit_left_standing,
     manifest_before_durable_machine,
     manifest_not_fsynced,
+    rerun_takes_uncommitted_for_done,
     retire_before_commit_machine,
     seal_over_a_committed_unit,
     unit_table,
@@ -133,6 +137,29 @@ class TestBrokenVariantsAreCaught:
         assert "US-RETRY-COMPLETES" not in without_faults
         caught = explore(broken, SEAL_SPEC, ExploreOptions(extra_subsets=0)).violated_guarantees()
         assert "US-RETRY-COMPLETES" in caught, caught
+
+    def test_prune_by_name_prefix_takes_a_committed_sibling(self) -> None:
+        """checkpoint-20 beside checkpoint-2: the shipped prune leaves it alone, a removal by
+        name pattern does not."""
+        (scenario,) = unit_prune_scenarios()
+        sibling = PrefixSiblingScenario(scenario.name, scenario.machine, scenario.kind)
+        shipped = explore(sibling, PRUNE_SPEC, KILL_AND_POWER)
+        assert not shipped.violations, shipped.violations[0].reproducer()
+        (broken,) = delete_by_name_prefix()
+        caught = explore(broken, PRUNE_SPEC, KILL_AND_POWER).violated_guarantees()
+        assert "UP-OTHERS-UNTOUCHED" in caught, caught
+
+    def test_prune_without_directory_fsyncs(self) -> None:
+        (broken,) = delete_without_fsync()
+        report = explore(broken, PRUNE_SPEC, KILL_AND_POWER)
+        assert "UP-DURABLE-ON-RETURN" in report.violated_guarantees()
+        lost = {v.kind for v in report.violations if v.guarantee == "UP-DURABLE-ON-RETURN"}
+        assert lost == {"power_loss"}, lost  # a process kill keeps the page cache
+
+    def test_rerun_taking_an_uncommitted_remainder_for_done(self) -> None:
+        (broken,) = rerun_takes_uncommitted_for_done()
+        caught = explore(broken, PRUNE_SPEC, KILL_AND_POWER).violated_guarantees()
+        assert caught == {"UP-RERUN"}, caught
 
     def test_the_shipped_tables_are_not_the_broken_ones(self) -> None:
         """Premise: each broken variant differs from the shipped table it breaks."""

@@ -7,6 +7,7 @@ guarantee whose check no wrong variant makes fail was never shown able to fail.
 
 from __future__ import annotations
 
+import posixpath
 import tomllib
 from collections.abc import Callable
 from typing import Any, cast
@@ -14,24 +15,31 @@ from typing import Any, cast
 import attrs
 
 from statecraft.checkpoint.kernel.machines import machine_bindings
-from statecraft.checkpoint.units import prune_unit, unit_files
+from statecraft.checkpoint.units import prune_unit, seal_unit, unit_files
 from statecraft.checkpoint.units.prune_bindings import UnitPruneContext
 from statecraft.checkpoint.units.seal_bindings import UnitSealContext
 from statecraft.engine import Bindings, Machine, parse_table
 from statecraft.proofs.units.scenarios import (
+    FOLDER_OLD,
     UnitScenario,
+    framework_files,
     unit_prune_scenarios,
     unit_seal_scenarios,
+    write_like_a_framework,
 )
 from statecraft.resources import machine_path
 from statecraft.storage.base import Store
+from statecraft.storage.sim import SimWorld
 
 __all__ = [
     "adopt_without_fsync",
     "delete_before_invalidate",
+    "delete_by_name_prefix",
+    "delete_without_fsync",
     "failed_commit_left_standing",
     "manifest_before_durable",
     "manifest_not_fsynced",
+    "rerun_takes_uncommitted_for_done",
     "retire_before_commit",
     "seal_over_a_committed_unit",
     "unit_table",
@@ -216,3 +224,82 @@ def delete_before_invalidate_machine() -> Machine:
 def delete_before_invalidate() -> list[UnitScenario]:
     """The prune deletes the files while the commit manifest still names them."""
     return _prune(delete_before_invalidate_machine)
+
+
+def _rmtree_without_fsync(ctx: UnitPruneContext) -> None:
+    """Broken: the unit's files and directories unlinked as ``shutil.rmtree`` does, no
+    directory fsynced: the removal sits in the page cache when the prune returns."""
+    store: Any = ctx.store
+    fs = store.fs
+
+    def remove(path: str) -> None:
+        stat = fs.stat(path)
+        if stat is None:
+            return
+        if not stat.is_dir or stat.link:
+            fs.unlink(path)
+            return
+        for name in fs.listdir(path):
+            remove(f"{path}/{name}")
+        fs.rmdir(path)
+
+    remove(store.abspath(ctx.unit))
+
+
+def delete_without_fsync() -> list[UnitScenario]:
+    """The files deleted without fsyncing their directories: the prune returns and a power
+    loss brings the unit's files back."""
+    factory = lambda: _machine(  # noqa: E731
+        "unit_prune", unit_table("unit_prune"), delete_files=_rmtree_without_fsync
+    )
+    return _prune(factory)
+
+
+def _rerun_stops_at_uncommitted() -> Machine:
+    data = unit_table("unit_prune")
+    data["recover"]["uncommitted"] = "deleted"
+    return _machine("unit_prune", data)
+
+
+def rerun_takes_uncommitted_for_done() -> list[UnitScenario]:
+    """A rerun that finds the manifest gone takes the prune for finished: the files a crashed
+    prune left behind after its invalidation stay forever."""
+    return _prune(_rerun_stops_at_uncommitted)
+
+
+#: a Trainer folder whose name extends the pruned one's (checkpoint-2, checkpoint-20)
+PREFIX_SIBLING = f"{FOLDER_OLD}0"
+
+
+@attrs.define
+class PrefixSiblingScenario(UnitScenario):
+    """The prune scenario with one more committed folder whose name starts with the pruned
+    one's (``checkpoint-20`` beside ``checkpoint-2``), as a Trainer's folders do."""
+
+    def setup(self, world: SimWorld) -> None:
+        super().setup(world)
+        write_like_a_framework(world, PREFIX_SIBLING, framework_files(20))
+        seal_unit(self.store(world), PREFIX_SIBLING, framework="hf-trainer", step=20)
+
+
+def _delete_by_prefix(ctx: UnitPruneContext) -> None:
+    """Broken: the unit removed by name pattern (``rm -rf checkpoint-2*``), which takes every
+    sibling whose name starts with the unit's."""
+    parent, name = posixpath.split(ctx.unit)
+    for entry in ctx.store.list(parent):
+        if entry.startswith(name):
+            ctx.store.delete_tree(posixpath.join(parent, entry))
+
+
+def delete_by_name_prefix() -> list[UnitScenario]:
+    """The prune removes by name prefix: a committed sibling ``checkpoint-20`` goes with
+    ``checkpoint-2``."""
+    factory = lambda: _machine(  # noqa: E731
+        "unit_prune", unit_table("unit_prune"), delete_files=_delete_by_prefix
+    )
+    return [
+        PrefixSiblingScenario(
+            f"broken-{s.name}-and-{PREFIX_SIBLING}", s.machine, s.kind, machine_factory=factory
+        )
+        for s in unit_prune_scenarios()
+    ]
