@@ -4,86 +4,30 @@ variant (a harness that cannot fail proves nothing)."""
 
 from __future__ import annotations
 
-import tomllib
-
-import attrs
-
-from statecraft.checkpoint.direct import bindings
-from statecraft.checkpoint.kernel.machines import load_machine, machine_bindings
 from statecraft.cli.crashcheck import crashcheck
-from statecraft.engine import Bindings, Machine, load_spec, parse_table
+from statecraft.engine import load_spec
 from statecraft.proofs import ExploreOptions, explore
-from statecraft.proofs.direct.scenarios import (
-    DirectScenario,
-    direct_context,
-    direct_save_scenarios,
-    shard_objects,
+from statecraft.proofs.direct.broken import (
+    commit_without_lease_check,
+    latest_before_manifest,
+    latest_error_swallowed,
+    latest_replaced_by_delete_then_put,
+    manifest_before_every_rank,
+    plan_not_compared,
+    retry_rewrites_committed,
+    retry_skips_latest,
 )
-from statecraft.resources import machine_path, spec_path
+from statecraft.proofs.direct.scenarios import direct_context, direct_save_scenarios
+from statecraft.resources import spec_path
 from statecraft.storage import SimWorld
 
 SPEC = load_spec(spec_path("direct_save"))
 FAST = ExploreOptions(extra_subsets=0, faults=False)
 
 
-def _with_bindings(**effects) -> Machine:
-    merged = machine_bindings("direct_save").merged(Bindings(effects=effects))
-    return Machine(load_machine("direct_save").table, merged)
-
-
-def _swapped(first: str, second: str) -> Machine:
-    """The direct-save table with the effects of two transitions exchanged."""
-    data = tomllib.loads(machine_path("direct_save").read_text())
-    a = next(t for t in data["transitions"] if t["do"] == first)
-    b = next(t for t in data["transitions"] if t["do"] == second)
-    a["do"], b["do"] = b["do"], a["do"]
-    table = parse_table(data, source="broken direct_save table")
-    return Machine(table, machine_bindings("direct_save"))
-
-
-def _scenario(name: str, machine: Machine) -> DirectScenario:
-    base = next(s for s in direct_save_scenarios() if s.name == name)
-    return attrs.evolve(base, name=f"broken-{name}", machine_factory=lambda: machine)
-
-
-def _manifest_before_rank_one(ctx) -> None:
-    """Broken write_components: rank 0's shards and the .metadata, then the control files and
-    the manifest (naming every rank's shards), and only then rank 1's shards."""
-    objects = shard_objects(ctx.plan, ctx.write_shards.salt)
-    late = {p: d for p, d in objects.items() if "/__1_" in p}
-    records = {}
-    for path, data in objects.items():
-        if path not in late:
-            records[path] = ctx.store.write_atomic(path, data)
-    from statecraft.storage.base import FileRecord
-    from statecraft.storage.digest import Digest
-
-    for path, data in late.items():
-        records[path] = FileRecord(path, len(data), Digest.of(data))
-    ctx.records = records
-    bindings.write_control(ctx)
-    bindings.commit_manifest(ctx)
-    for path, data in late.items():
-        ctx.store.write_atomic(path, data)
-
-
-def _without_lease(effect):
-    """A broken effect: ``effect`` run without its lease check."""
-
-    def broken(ctx) -> None:
-        lease, ctx.lease = ctx.lease, None
-        try:
-            effect(ctx)
-        finally:
-            ctx.lease = lease
-
-    return broken
-
-
-def _rewrite_committed(ctx) -> None:
-    """Broken validate_committed: the retry writes its control files again."""
-    bindings.validate_committed(ctx)
-    ctx.store.write_atomic(f"{ctx.iter_dir}/.posttrain/generations/00000001/trainer.pt", b"x")
+def _caught(variant, options: ExploreOptions = FAST) -> set[str]:
+    """The guarantees exploring every scenario of a declared broken variant violates."""
+    return {g for s in variant() for g in explore(s, SPEC, options).violated_guarantees()}
 
 
 class TestShippedMachine:
@@ -144,31 +88,38 @@ class TestBrokenVariantsAreCaught:
     def test_latest_before_the_manifest(self) -> None:
         """A table that PUTs latest before the manifest is caught: a crash in between leaves
         latest naming an uncommitted iteration."""
-        machine = _swapped("commit_manifest", "publish_latest")
-        report = explore(_scenario("save-after-previous", machine), SPEC, FAST)
-        assert "DS-LATEST-COMPLETE" in report.violated_guarantees()
+        assert "DS-LATEST-COMPLETE" in _caught(latest_before_manifest)
 
     def test_manifest_before_every_shard_is_durable(self) -> None:
         """A save that commits the manifest before rank 1's shards are written is caught."""
-        machine = _with_bindings(write_components=_manifest_before_rank_one)
-        report = explore(_scenario("save-after-previous", machine), SPEC, FAST)
-        assert "DS-MANIFEST-COMPLETE" in report.violated_guarantees()
+        assert "DS-MANIFEST-COMPLETE" in _caught(manifest_before_every_rank)
 
     def test_commit_without_lease_check(self) -> None:
         """A control write and commit that do not check the lease let the stale writer
         commit (caught)."""
-        machine = _with_bindings(
-            write_control=_without_lease(bindings.write_control),
-            commit_manifest=_without_lease(bindings.commit_manifest),
-        )
-        report = explore(_scenario("stale-writer-lease-taken-over", machine), SPEC, FAST)
-        assert "DS-STALE-WRITER" in report.violated_guarantees()
+        assert "DS-STALE-WRITER" in _caught(commit_without_lease_check)
 
     def test_retry_rewrites_a_committed_iteration(self) -> None:
         """A retry that writes under a committed iteration is caught."""
-        machine = _with_bindings(validate_committed=_rewrite_committed)
-        report = explore(_scenario("manifest-committed-latest-behind", machine), SPEC, FAST)
-        assert "DS-COMMITTED-IMMUTABLE" in report.violated_guarantees()
+        assert "DS-COMMITTED-IMMUTABLE" in _caught(retry_rewrites_committed)
+
+    def test_latest_replaced_by_delete_then_put(self) -> None:
+        """A crash between the DELETE and the PUT of latest leaves no latest."""
+        assert "DS-LATEST-MONOTONE" in _caught(latest_replaced_by_delete_then_put)
+
+    def test_latest_error_swallowed(self) -> None:
+        """Only an injected request fault reaches the swallowed error: the save returns while
+        latest names the previous iteration."""
+        assert "DS-DURABLE-ON-RETURN" not in _caught(latest_error_swallowed)
+        with_faults = ExploreOptions(extra_subsets=0)
+        assert "DS-DURABLE-ON-RETURN" in _caught(latest_error_swallowed, with_faults)
+
+    def test_retry_that_skips_latest(self) -> None:
+        assert "DS-RETRY-COMPLETES" in _caught(retry_skips_latest)
+
+    def test_plan_not_compared(self) -> None:
+        """A save over an iteration committed with another plan moves latest to it."""
+        assert "DS-PLAN-DRIFT" in _caught(plan_not_compared)
 
 
 def test_the_harness_saves_under_the_production_lease() -> None:

@@ -6,24 +6,32 @@ prune that deletes files before it invalidates."""
 
 from __future__ import annotations
 
-import tomllib
-
 import attrs
 
-from statecraft.checkpoint.kernel.machines import machine_bindings
-from statecraft.checkpoint.units import prune_unit, unit_files
-from statecraft.checkpoint.units.prune_bindings import UnitPruneContext
-from statecraft.checkpoint.units.seal_bindings import UnitSealContext
 from statecraft.cli import main
 from statecraft.cli.crashcheck import crashcheck
-from statecraft.engine import Bindings, Machine, load_spec, parse_table
+from statecraft.engine import load_spec
 from statecraft.proofs import ExploreOptions, explore
+from statecraft.proofs.units.broken import (
+    PrefixSiblingScenario,
+    adopt_without_fsync_machine,
+    delete_before_invalidate_machine,
+    delete_by_name_prefix,
+    delete_without_fsync,
+    failed_commit_left_standing,
+    manifest_before_durable_machine,
+    manifest_not_fsynced,
+    rerun_takes_uncommitted_for_done,
+    retire_before_commit_machine,
+    seal_over_a_committed_unit,
+    unit_table,
+)
 from statecraft.proofs.units.scenarios import (
     UnitScenario,
     unit_prune_scenarios,
     unit_seal_scenarios,
 )
-from statecraft.resources import machine_path, spec_path
+from statecraft.resources import spec_path
 from statecraft.storage import CrashKind
 
 SEAL_SPEC = load_spec(spec_path("unit_seal"))
@@ -31,69 +39,6 @@ PRUNE_SPEC = load_spec(spec_path("unit_prune"))
 KILL_AND_POWER = ExploreOptions(
     extra_subsets=0, faults=False, kinds=(CrashKind.PROCESS_KILL, CrashKind.POWER_LOSS)
 )
-
-
-def _table(name: str, swap: tuple[str, str] | None = None) -> dict:
-    data = tomllib.loads(machine_path(name).read_text())
-    if swap is not None:
-        a, b = swap
-        for t in data["transitions"]:
-            if t["do"] == a:
-                t["do"] = b
-            elif t["do"] == b:
-                t["do"] = a
-    return data
-
-
-def _machine(name: str, data: dict, **effects) -> Machine:
-    bindings = machine_bindings(name)
-    if effects:
-        bindings = bindings.merged(Bindings(effects=effects))
-    return Machine(parse_table(data, source=f"broken {name} table"), bindings)
-
-
-def manifest_before_durable() -> Machine:
-    """The wrong seal: the commit manifest is created before the files are made durable."""
-    return _machine("unit_seal", _table("unit_seal", ("make_files_durable", "commit_manifest")))
-
-
-def adopt_without_fsync() -> Machine:
-    """The wrong seal: a framework's files are trusted durable (the step that fsyncs them does
-    nothing), what a commit marker written beside unsynced files amounts to."""
-    return _machine("unit_seal", _table("unit_seal"), make_files_durable=lambda ctx: None)
-
-
-def _trusting_retire(ctx: UnitSealContext) -> None:
-    """Broken: retires without checking that the unit is committed."""
-    for other in ctx.retire:
-        prune_unit(ctx.store, other)
-
-
-def retire_before_commit() -> Machine:
-    """The wrong seal: the replaced generation is pruned before the new one is written."""
-    data = _table("unit_seal", ("write_payloads", "retire_units"))
-    return _machine(
-        "unit_seal",
-        data,
-        retire_units=_trusting_retire,
-        write_payloads=machine_bindings("unit_seal").effects["write_payloads"],
-    )
-
-
-def _rmtree_files_first(ctx: UnitPruneContext) -> None:
-    """Broken: deletes the unit's files (what shutil.rmtree does, in listing order) while the
-    commit manifest is still there."""
-    for name in unit_files(ctx.store, ctx.unit):
-        ctx.store.delete(f"{ctx.unit}/{name}")
-    ctx.store.delete_tree(ctx.unit)
-
-
-def delete_before_invalidate() -> Machine:
-    """The wrong prune: files go first, the manifest last."""
-    return _machine(
-        "unit_prune", _table("unit_prune", ("invalidate", "delete_files")),
-        delete_files=_rmtree_files_first,
-    )  # fmt: skip
 
 
 def seal_scenario(name: str, **changes) -> UnitScenario:
@@ -136,7 +81,8 @@ class TestBrokenVariantsAreCaught:
         files. (Payloads statecraft writes itself are each published durably by their atomic
         write, so the slot scenario survives this order: the framework folder is the case.)"""
         broken = seal_scenario(
-            "framework-folder-adopted-beside-an-older-one", machine_factory=manifest_before_durable
+            "framework-folder-adopted-beside-an-older-one",
+            machine_factory=manifest_before_durable_machine,
         )
         report = explore(broken, SEAL_SPEC, KILL_AND_POWER)
         assert "US-COMMIT-COMPLETE" in report.violated_guarantees()
@@ -145,7 +91,8 @@ class TestBrokenVariantsAreCaught:
     def test_framework_files_adopted_without_fsync(self) -> None:
         """The Trainer writes without fsync: a commit over its unsynced files is caught."""
         broken = seal_scenario(
-            "framework-folder-adopted-beside-an-older-one", machine_factory=adopt_without_fsync
+            "framework-folder-adopted-beside-an-older-one",
+            machine_factory=adopt_without_fsync_machine,
         )
         report = explore(broken, SEAL_SPEC, KILL_AND_POWER)
         assert "US-COMMIT-COMPLETE" in report.violated_guarantees()
@@ -154,24 +101,71 @@ class TestBrokenVariantsAreCaught:
 
     def test_replaced_generation_retired_before_the_commit(self) -> None:
         broken = seal_scenario(
-            "slot-second-generation-retires-the-first", machine_factory=retire_before_commit
+            "slot-second-generation-retires-the-first", machine_factory=retire_before_commit_machine
         )
         caught = explore(broken, SEAL_SPEC, KILL_AND_POWER).violated_guarantees()
         assert {"US-RETIRE-AFTER-COMMIT", "US-ONE-COMMITTED"} <= caught, caught
 
     def test_prune_deleting_files_before_the_manifest(self) -> None:
         (scenario,) = unit_prune_scenarios()
-        broken = attrs.evolve(scenario, machine_factory=delete_before_invalidate)
+        broken = attrs.evolve(scenario, machine_factory=delete_before_invalidate_machine)
         report = explore(broken, PRUNE_SPEC, KILL_AND_POWER)
         assert "UP-NEVER-HALF" in report.violated_guarantees()
         first = next(v for v in report.violations if v.guarantee == "UP-NEVER-HALF")
         assert "looks committed" in first.message
 
+    def test_a_committed_unit_sealed_again_is_caught(self) -> None:
+        """The committed check skipped: the committed unit is cleared and rewritten."""
+        (broken,) = seal_over_a_committed_unit()
+        caught = explore(broken, SEAL_SPEC, KILL_AND_POWER).violated_guarantees()
+        assert {"US-REFUSED", "US-NEVER-REWRITTEN"} <= caught, caught
+
+    def test_manifest_not_fsynced_is_caught_after_return(self) -> None:
+        """The seal returned over a manifest a power loss takes back."""
+        caught: set[str] = set()
+        for broken in manifest_not_fsynced():
+            report = explore(broken, SEAL_SPEC, KILL_AND_POWER)
+            caught |= report.violated_guarantees()
+            lost = {v.kind for v in report.violations if v.guarantee == "US-DURABLE-ON-RETURN"}
+            assert lost <= {"power_loss"}, lost  # a process kill keeps the page cache
+        assert "US-DURABLE-ON-RETURN" in caught, caught
+
+    def test_failed_commit_left_standing_is_caught_by_the_retry(self) -> None:
+        """Only an injected fsync failure of the commit reaches the broken abandon path."""
+        (broken,) = failed_commit_left_standing()
+        without_faults = explore(broken, SEAL_SPEC, KILL_AND_POWER).violated_guarantees()
+        assert "US-RETRY-COMPLETES" not in without_faults
+        caught = explore(broken, SEAL_SPEC, ExploreOptions(extra_subsets=0)).violated_guarantees()
+        assert "US-RETRY-COMPLETES" in caught, caught
+
+    def test_prune_by_name_prefix_takes_a_committed_sibling(self) -> None:
+        """checkpoint-20 beside checkpoint-2: the shipped prune leaves it alone, a removal by
+        name pattern does not."""
+        (scenario,) = unit_prune_scenarios()
+        sibling = PrefixSiblingScenario(scenario.name, scenario.machine, scenario.kind)
+        shipped = explore(sibling, PRUNE_SPEC, KILL_AND_POWER)
+        assert not shipped.violations, shipped.violations[0].reproducer()
+        (broken,) = delete_by_name_prefix()
+        caught = explore(broken, PRUNE_SPEC, KILL_AND_POWER).violated_guarantees()
+        assert "UP-OTHERS-UNTOUCHED" in caught, caught
+
+    def test_prune_without_directory_fsyncs(self) -> None:
+        (broken,) = delete_without_fsync()
+        report = explore(broken, PRUNE_SPEC, KILL_AND_POWER)
+        assert "UP-DURABLE-ON-RETURN" in report.violated_guarantees()
+        lost = {v.kind for v in report.violations if v.guarantee == "UP-DURABLE-ON-RETURN"}
+        assert lost == {"power_loss"}, lost  # a process kill keeps the page cache
+
+    def test_rerun_taking_an_uncommitted_remainder_for_done(self) -> None:
+        (broken,) = rerun_takes_uncommitted_for_done()
+        caught = explore(broken, PRUNE_SPEC, KILL_AND_POWER).violated_guarantees()
+        assert caught == {"UP-RERUN"}, caught
+
     def test_the_shipped_tables_are_not_the_broken_ones(self) -> None:
         """Premise: each broken variant differs from the shipped table it breaks."""
-        shipped = _table("unit_seal")
-        assert _table("unit_seal", ("make_files_durable", "commit_manifest")) != shipped
-        assert _table("unit_prune", ("invalidate", "delete_files")) != _table("unit_prune")
+        shipped = unit_table("unit_seal")
+        assert unit_table("unit_seal", ("make_files_durable", "commit_manifest")) != shipped
+        assert unit_table("unit_prune", ("invalidate", "delete_files")) != unit_table("unit_prune")
 
     def test_cli_crashcheck_runs_the_unit_prune_machine(self, capsys) -> None:
         assert main(["crashcheck", "--machine", "unit_prune", "--extra-subsets", "0"]) == 0

@@ -246,8 +246,8 @@ class UnitScenario:
                 retried = seal_unit(store, FOLDER_NEW, framework="hf-trainer", step=4).unit
             else:
                 retried = FOLDER_NEW
-        elif self.kind == "prune":
-            prune_unit(store, FOLDER_OLD)
+        elif self.kind == "prune":  # the restarted process runs the same prune again
+            prune_unit(store, FOLDER_OLD, machine=self.machine_factory())
         else:
             try:
                 seal_unit(store, FOLDER_NEW, framework="hf-trainer", step=4,
