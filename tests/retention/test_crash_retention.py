@@ -1,32 +1,22 @@
 """The crash harness proves specs/retention.toml on the shipped retention machine, and catches
 every deliberately broken variant: deleting files before invalidating, removing the manifest
-before the marker, pruning before marking, pruning the newest, trusting a marker a killed pass
-left (a harness that cannot fail would prove nothing)."""
+before the marker, pruning before marking, pruning what latest names, pruning what is not
+uploaded, a rerun that deletes what it should prune or forgets an interrupted deletion, sweeping
+checkpoint_artifacts/, trusting a marker a killed pass left (the variants live in
+statecraft/proofs/retention/broken.py, declared by the spec; a harness that cannot fail would
+prove nothing)."""
 
 from __future__ import annotations
 
-import tomllib
-
-import attrs
 import pytest
 
-from statecraft.checkpoint.kernel.layout import MANIFEST_NAME, iter_dirname
-from statecraft.checkpoint.kernel.machines import load_machine, machine_bindings
-from statecraft.checkpoint.kernel.retention_records import (
-    INVALIDATED_MARKER,
-    WEIGHTS_ONLY_MARKER,
-    DecisionRow,
-    InvalidatedRecord,
-    RetentionAction,
-    WeightsOnlyRecord,
-)
-from statecraft.checkpoint.retention import bindings
-from statecraft.checkpoint.retention.scan import OPTIMIZER_ENTRIES
+from statecraft.checkpoint.kernel.retention_records import RetentionAction
 from statecraft.cli.crashcheck import crashcheck
-from statecraft.engine import Bindings, Machine, load_spec, parse_table
+from statecraft.engine import load_spec
 from statecraft.proofs import ExploreOptions, explore
+from statecraft.proofs.retention import broken
 from statecraft.proofs.retention.scenarios import RetentionScenario, retention_scenarios
-from statecraft.resources import machine_path, spec_path
+from statecraft.resources import spec_path
 from statecraft.storage import CrashKind, SimWorld
 
 SPEC = load_spec(spec_path("retention"))
@@ -39,22 +29,13 @@ KEEP, WEIGHTS_ONLY, DELETE = (
 )
 
 
-def scenario(name: str, machine: Machine | None = None) -> RetentionScenario:
-    found = next(s for s in retention_scenarios() if s.name == name)
-    return found if machine is None else attrs.evolve(found, machine_factory=lambda: machine)
+def scenario(name: str) -> RetentionScenario:
+    return next(s for s in retention_scenarios() if s.name == name)
 
 
-def with_effects(**effects) -> Machine:
-    merged = machine_bindings("retention").merged(Bindings(effects=effects))
-    return Machine(load_machine("retention").table, merged)
-
-
-def with_swapped_effects(a: str, b: str) -> Machine:
-    data = tomllib.loads(machine_path("retention").read_text())
-    for t in data["transitions"]:
-        t["do"] = {a: b, b: a}.get(t["do"], t["do"])
-    table = parse_table(data, source="broken retention table")
-    return Machine(table, machine_bindings("retention"))
+def only(variants: list[RetentionScenario]) -> RetentionScenario:
+    (s,) = variants
+    return s
 
 
 class TestShippedMachine:
@@ -110,59 +91,11 @@ class TestShippedMachine:
         assert next(r for r in gated if r.iteration == 4).kept_by == ("not uploaded",)
 
 
-def _delete_files_first(ctx) -> None:
-    """Broken: the bulk files go before the marker and the manifest."""
-    store = ctx.fenced
-    for it in ctx.to_delete:
-        name = iter_dirname(it)
-        for child in ("model.pt", "optim.pt", "trainer.pt"):
-            store.delete(f"{name}/{child}")
-        marker = InvalidatedRecord(it, "broken").encode()
-        if INVALIDATED_MARKER not in ctx.store.list(name):
-            store.create_exclusive(f"{name}/{INVALIDATED_MARKER}", marker)
-        store.delete(f"{name}/{MANIFEST_NAME}")
-
-
-def _manifest_before_marker(ctx) -> None:
-    """Broken (or not? the order the contract fixes): the manifest goes before the marker."""
-    store = ctx.fenced
-    for it in ctx.to_delete:
-        name = iter_dirname(it)
-        store.delete(f"{name}/{MANIFEST_NAME}")
-        if INVALIDATED_MARKER not in ctx.store.list(name):
-            store.create_exclusive(
-                f"{name}/{INVALIDATED_MARKER}", InvalidatedRecord(it, "broken").encode()
-            )
-
-
-def _decide_and_prune_the_newest(ctx) -> None:
-    """Broken: the newest committed is given to retention as weights-only too."""
-    bindings.decide(ctx)
-    newest = max(ctx.scan.committed)
-    ctx.to_prune = (*ctx.to_prune, newest)
-    ctx.rows = tuple(
-        DecisionRow(r.iteration, WEIGHTS_ONLY, r.kept_by, "broken") if r.iteration == newest else r
-        for r in ctx.rows
-    )
-
-
-def _mark_trusting_a_found_marker(ctx) -> None:
-    """Broken: a marker found on disk is trusted as durable (a killed pass, or a failed
-    directory fsync, may have left it visible but never durable)."""
-    store = ctx.fenced
-    for it in ctx.to_prune:
-        name = iter_dirname(it)
-        if WEIGHTS_ONLY_MARKER in ctx.store.list(name):
-            continue
-        record = WeightsOnlyRecord(it, OPTIMIZER_ENTRIES, "broken").encode()
-        store.create_exclusive(f"{name}/{WEIGHTS_ONLY_MARKER}", record)
-
-
 class TestBrokenVariantsAreCaught:
     def test_delete_files_before_invalidating(self) -> None:
         """Files removed while the manifest stands and no marker exists: a half-deleted
         directory that looks committed is caught (RET-NO-HALF), and the order check sees it."""
-        s = scenario("require-uploaded", with_effects(invalidate=_delete_files_first))
+        s = only(broken.delete_files_before_invalidating())
         violated = explore(s, SPEC, FAST).violated_guarantees()
         assert {"RET-NO-HALF", "RET-ORDER"} <= violated
 
@@ -171,27 +104,21 @@ class TestBrokenVariantsAreCaught:
         marker is what tells an interrupted deletion from an interrupted save, and what a
         rerun finishes); the directory is never adoptable either way, so only the order check
         (RET-ORDER) catches it."""
-        s = scenario("require-uploaded", with_effects(invalidate=_manifest_before_marker))
+        s = only(broken.manifest_removed_before_the_marker())
         violated = explore(s, SPEC, FAST).violated_guarantees()
         assert violated == {"RET-ORDER"}
 
     def test_prune_before_marking(self) -> None:
         """A table that removes optim.pt before the weights-only marker leaves a committed
         directory missing its optimizer without a marker."""
-        s = scenario(
-            "keep-optim-last-1-over-3-partial-leftover",
-            with_swapped_effects("mark_weights_only", "prune_optimizer"),
-        )
+        s = only(broken.prune_before_marking())
         violated = explore(s, SPEC, FAST).violated_guarantees()
         assert {"RET-NO-HALF", "RET-ORDER"} <= violated
 
     def test_prune_the_newest(self) -> None:
         """A decision that prunes the newest committed checkpoint is caught: it is not whole,
         latest names a pruned directory, no exact-resume checkpoint is left, resume fails."""
-        s = scenario(
-            "keep-optim-last-1-over-3-partial-leftover",
-            with_effects(decide=_decide_and_prune_the_newest),
-        )
+        s = only(broken.prune_the_latest())
         violated = explore(s, SPEC, FAST).violated_guarantees()
         assert {"RET-NEWEST", "RET-LATEST", "RET-NEVER-ZERO"} <= violated
         assert violated & {"RET-RESUME", "RECOVERY"}
@@ -200,10 +127,30 @@ class TestBrokenVariantsAreCaught:
         """A rerun that trusts a weights-only marker it finds (instead of publishing it again)
         prunes under a marker a failed directory fsync lost for good: after the next power
         loss the directory holds its manifest, no marker and no optim.pt."""
-        s = scenario(
-            "keep-optim-last-1-over-3-partial-leftover",
-            with_effects(mark_weights_only=_mark_trusting_a_found_marker),
-        )
+        s = only(broken.trusting_a_marker_a_killed_pass_left())
         options = ExploreOptions(kinds=(CrashKind.PROCESS_KILL,), extra_subsets=0, faults=True)
         violated = explore(s, SPEC, options).violated_guarantees()
         assert "RET-NO-HALF" in violated
+
+    def test_prune_not_uploaded(self) -> None:
+        """With require_uploaded, a decision that deletes an iteration without .uploaded is
+        caught (RET-UPLOADED)."""
+        violated = explore(only(broken.prune_not_uploaded()), SPEC, FAST).violated_guarantees()
+        assert "RET-UPLOADED" in violated
+
+    def test_rerun_deletes_what_it_should_prune(self) -> None:
+        """A rerun that takes a weights-only marker for an invalidation deletes a model.pt the
+        decision keeps (RET-KEPT)."""
+        s = only(broken.weights_only_marker_read_as_invalidation())
+        assert "RET-KEPT" in explore(s, SPEC, FAST).violated_guarantees()
+
+    def test_rerun_forgets_an_interrupted_deletion(self) -> None:
+        """A rerun that does not finish an announced deletion misses the decided end state
+        (RET-RERUN)."""
+        s = only(broken.rerun_forgets_an_interrupted_deletion())
+        assert "RET-RERUN" in explore(s, SPEC, FAST).violated_guarantees()
+
+    def test_artifacts_swept_as_garbage(self) -> None:
+        """A sweep that reaches checkpoint_artifacts/ is caught (RET-ARTIFACTS)."""
+        s = only(broken.artifacts_swept_as_garbage())
+        assert "RET-ARTIFACTS" in explore(s, SPEC, FAST).violated_guarantees()

@@ -1,22 +1,19 @@
 """The crash harness proves specs/validation.toml on the shipped validation machine, and
-catches every deliberately broken variant (a harness that cannot fail would prove nothing)."""
+catches every deliberately broken variant (statecraft/proofs/validation/broken.py, declared
+by the spec; a harness that cannot fail would prove nothing)."""
 
 from __future__ import annotations
 
-import tomllib
-from collections.abc import Callable
-
 import pytest
 
-from statecraft.checkpoint.kernel.machines import load_machine, machine_bindings
-from statecraft.checkpoint.validation import bindings as v
 from statecraft.cli.crashcheck import crashcheck
-from statecraft.engine import Bindings, Machine, load_spec, parse_table
+from statecraft.engine import load_spec
 from statecraft.proofs import ExploreOptions, explore
 from statecraft.proofs.oracle import DiskView
+from statecraft.proofs.validation import broken
 from statecraft.proofs.validation.checks import oracle_stage
 from statecraft.proofs.validation.scenarios import ValidationScenario, validation_scenarios
-from statecraft.resources import machine_path, spec_path
+from statecraft.resources import spec_path
 from statecraft.storage import CrashKind, SimWorld
 
 SPEC = load_spec(spec_path("validation"))
@@ -24,57 +21,9 @@ FAST = ExploreOptions(extra_subsets=0, faults=False)
 KILL = ExploreOptions(kinds=(CrashKind.PROCESS_KILL,), extra_subsets=0, faults=False)
 
 
-def _table_with_swapped_effects(a: str, b: str) -> Callable[[], Machine]:
-    def build() -> Machine:
-        data = tomllib.loads(machine_path("validation").read_text())
-        for t in data["transitions"]:
-            if t["do"] == a:
-                t["do"] = b
-            elif t["do"] == b:
-                t["do"] = a
-        table = parse_table(data, source=f"broken validation table ({a} <-> {b})")
-        return Machine(table, machine_bindings("validation"))
-
-    return build
-
-
-def _with_effects(**effects: Callable[[v.ValidationContext], None]) -> Callable[[], Machine]:
-    def build() -> Machine:
-        bindings = machine_bindings("validation").merged(Bindings(effects=effects))
-        return Machine(load_machine("validation").table, bindings)
-
-    return build
-
-
-def _evaluate_swallowing_failure(ctx: v.ValidationContext) -> None:
-    """Broken: a failed evaluation is taken for an empty success (publish what failed)."""
-    try:
-        v.evaluate(ctx)
-    except Exception:
-        ctx.metrics, ctx.evaluated = {}, True
-
-
-def _publish_by_replace(ctx: v.ValidationContext) -> None:
-    """Broken: the published record replaces whatever is under the name (rename)."""
-    ctx.fenced.write_atomic(ctx.path(v.PUBLISHED_RECORD), b"{}")
-    v.publish(ctx)
-
-
-def _settle_without_fsync(ctx: v.ValidationContext) -> None:
-    """Broken: a checkpoint found published is reported without being made durable."""
-
-
-def _observe_ignoring_records(ctx: v.ValidationContext) -> str:
-    """Broken: a committed pending checkpoint always reads evaluation-pending."""
-    label = v.observe_validation(ctx)
-    return "evaluation_pending" if label in ("publication_pending", "published") else label
-
-
-def _observer_broken() -> Machine:
-    bindings = machine_bindings("validation").merged(
-        Bindings(observers={"observe_validation": _observe_ignoring_records})
-    )
-    return Machine(load_machine("validation").table, bindings)
+def only(variants: list[ValidationScenario]) -> ValidationScenario:
+    (s,) = variants
+    return s
 
 
 class TestShippedMachine:
@@ -114,71 +63,53 @@ class TestBrokenVariantsAreCaught:
     def test_publish_before_the_evaluation_is_recorded(self) -> None:
         """A table that publishes (and announces) before the evaluated record is durable is
         caught: a published record appears while no evaluated record exists."""
-        scenario = ValidationScenario(
-            "publish-before-record",
-            target=4,
-            machine_factory=_table_with_swapped_effects("record_evaluation", "publish"),
-        )
-        report = explore(scenario, SPEC, KILL)
+        report = explore(only(broken.publish_before_the_evaluation_is_recorded()), SPEC, KILL)
         assert "VALIDATION-NOT-EARLY" in report.violated_guarantees()
 
     def test_publish_before_evaluate(self) -> None:
         """A table that publishes before it evaluates never validates correctly: caught."""
-        scenario = ValidationScenario(
-            "publish-before-evaluate",
-            target=4,
-            machine_factory=_table_with_swapped_effects("evaluate", "publish"),
-            recovery_may_fail=True,
-        )
-        report = explore(scenario, SPEC, KILL)
+        report = explore(only(broken.publish_before_evaluate()), SPEC, KILL)
         assert report.violated_guarantees() & {"VALIDATION-NOT-EARLY", "VALIDATION-FINISHES"}
 
     def test_failed_evaluation_published_anyway(self) -> None:
         """An evaluate that swallows the evaluation's failure records and publishes a result
         no evaluation returned: caught by the evaluation-fails scenario."""
-        scenario = ValidationScenario(
-            "swallowed-failure",
-            target=4,
-            run_fails=True,
-            machine_factory=_with_effects(evaluate=_evaluate_swallowing_failure),
-        )
-        report = explore(scenario, SPEC, KILL)
+        report = explore(only(broken.failed_evaluation_published_anyway()), SPEC, KILL)
         assert "VALIDATION-NOT-EARLY" in report.violated_guarantees()
 
     def test_record_written_by_replace(self) -> None:
         """A published record written by rename instead of exclusive link is caught."""
-        scenario = ValidationScenario(
-            "publish-by-replace",
-            target=4,
-            resumed_at_evaluated=True,
-            machine_factory=_with_effects(publish=_publish_by_replace),
-        )
-        report = explore(scenario, SPEC, FAST)
+        report = explore(only(broken.record_written_by_replace()), SPEC, FAST)
         assert "VALIDATION-APPEND-ONLY" in report.violated_guarantees()
 
     def test_recovery_reevaluating_a_recorded_evaluation(self) -> None:
         """A recovery that does not see the durable evaluated record evaluates again: caught."""
-        scenario = ValidationScenario(
-            "reevaluates",
-            target=4,
-            resumed_at_evaluated=True,
-            machine_factory=_observer_broken,
-            recovery_may_fail=True,
-        )
-        report = explore(scenario, SPEC, FAST)
+        report = explore(only(broken.recovery_reevaluating_a_recorded_evaluation()), SPEC, FAST)
         assert "VALIDATION-RETRY-STAGE" in report.violated_guarantees()
 
     def test_published_not_made_durable_by_recovery(self) -> None:
         """A recovery that reports a published checkpoint it found in the page cache without
         making it durable loses it to the next power loss: caught."""
-        scenario = ValidationScenario(
-            "settle-without-fsync",
-            target=4,
-            resumed_at_evaluated=True,
-            machine_factory=_with_effects(settle=_settle_without_fsync),
-        )
-        report = explore(scenario, SPEC, KILL)
+        report = explore(only(broken.published_not_made_durable_by_recovery()), SPEC, KILL)
         assert "VALIDATION-FINISHES" in report.violated_guarantees()
+
+    def test_published_record_without_directory_fsync(self) -> None:
+        """A publish that links its record without the directory fsync returns before the
+        publication is durable: a power loss after it returned reads publication-pending."""
+        report = explore(only(broken.published_record_without_directory_fsync()), SPEC, FAST)
+        assert "VALIDATION-DURABLE" in report.violated_guarantees()
+        messages = [x.message for x in report.violations if x.guarantee == "VALIDATION-DURABLE"]
+        assert any("returned, yet after the crash it reads" in m for m in messages), messages
+
+    def test_pending_checkpoint_saved_without_its_stage(self) -> None:
+        """A validation whose checkpoint is committed without its evaluation-pending stage is
+        adopted by resume as if validated: caught (VALIDATION-RESUME), because the restarted
+        process finds the adopted step committed without its stage and cannot validate it."""
+        report = explore(only(broken.pending_checkpoint_saved_without_its_stage()), SPEC, KILL)
+        messages = [x.message for x in report.violations if x.guarantee == "VALIDATION-RESUME"]
+        assert any(
+            "which read none" in m or "cannot become a validation checkpoint" in m for m in messages
+        ), messages
 
     @pytest.mark.parametrize("scenario", validation_scenarios(), ids=lambda s: s.name)
     def test_each_scenario_is_deterministic(self, scenario: ValidationScenario) -> None:

@@ -28,7 +28,13 @@ from statecraft.proofs.artifacts.scenarios import (
     ArtifactScenario,
     expected_metrics,
 )
-from statecraft.proofs.oracle import CHECKPOINTS_ROOT, MANIFEST, iteration_name, touched_paths
+from statecraft.proofs.oracle import (
+    CHECKPOINTS_ROOT,
+    MANIFEST,
+    DiskView,
+    iteration_name,
+    touched_paths,
+)
 from statecraft.proofs.scenario import CheckContext, GuaranteeViolation
 
 __all__ = [
@@ -255,8 +261,9 @@ def validation_artifact_only_after_success(ctx: CheckContext) -> None:
 
 def resume_never_adopts_an_artifact(ctx: CheckContext) -> None:
     """ART-RESUME-NEVER-ADOPTS: resume=auto adopts the newest full checkpoint (or starts
-    fresh without one), never an artifact; it refuses exactly when an artifact directory
-    holding a manifest (committed, or damaged: fail closed) is newer than that checkpoint."""
+    fresh without one), always one the setup committed, never an artifact; it refuses exactly
+    when an artifact directory holding a manifest (committed, or damaged: fail closed) is newer
+    than that checkpoint."""
     s = _scenario(ctx)
     for seen in _recovery(ctx).resumes:
         ctx.exercised()
@@ -286,6 +293,14 @@ def resume_never_adopts_an_artifact(ctx: CheckContext) -> None:
         if result.source is not None and "checkpoint_artifacts" in result.source:
             raise GuaranteeViolation(f"resume=auto adopted the artifact {result.source}")
         expected = max(verified) if verified else 0
+        committed: set[int] = ctx.memo(
+            "setup_checkpoints", lambda: set(DiskView.of(ctx.before).verified(s.checkpoint_files))
+        )
+        if result.step and result.step not in committed:
+            raise GuaranteeViolation(
+                f"resume=auto adopted step {result.step}, which the setup never committed as a "
+                f"full checkpoint (it committed {sorted(committed)})"
+            )
         if result.step != expected:
             raise GuaranteeViolation(
                 f"resume=auto adopted step {result.step}, expected the full checkpoint {expected}"
