@@ -373,30 +373,41 @@ class TestTheSentinelAtEveryMoment:
         assert_same(state, uninterrupted(tmp_path, 5))
 
     @pytest.mark.parametrize("moment", ["iter_000000003", DONE_FILE])
-    def test_a_signal_inside_finalize_changes_nothing(self, tmp_path: Path, moment: str) -> None:
+    def test_a_signal_inside_finalize_goes_on_to_the_restored_handler(
+        self, tmp_path: Path, moment: str
+    ) -> None:
         """SIGTERM delivered while finalize() writes the final save of step 3, or while it
-        writes DONE.json (the flag-only handler is still installed): the save and DONE.json
-        complete (preempted null), the handlers are restored afterwards; the signal is
-        recorded, not acted on (finalize() is not a stop point)."""
+        writes DONE.json (the flag-only handler is still installed): finalize() is not a stop
+        point, the save and DONE.json complete (preempted null); then the handlers are
+        restored and the signal, never acted on, is sent again: the handler in place before
+        resume() gets it once, when DONE.json is already whole."""
         out, sentinels = dirs(tmp_path)
-        before = signal.getsignal(signal.SIGTERM)
-        gate = SentinelAt(
-            None,
-            lambda op, target: op == "open_write" and moment in target,
-            then=lambda: os.kill(os.getpid(), signal.SIGTERM),  # this process: the flag handler
-        )
-        ckpt, objects = open_checkpointer(
-            out, f"termination.sentinel_dir={sentinels}", filesystem=OsFilesystem(gate=gate)
-        )
-        ckpt.resume()
-        run_to(ckpt, objects, 3)
-        gate.armed = True
-        ckpt.finalize()
-        assert gate.fired.is_set()
-        assert ckpt.run_context.termination.signals_received == ("SIGTERM",)
-        assert ckpt.stopped is None
-        assert signal.getsignal(signal.SIGTERM) is before
-        record = done(out)
-        assert (record["step"], record["preempted"], record["saved"]) == (3, None, True)
-        assert record["checkpoint"] == "checkpoints/iter_000000003"
-        ckpt.close()
+        seen: list[dict[str, Any]] = []
+        previous = signal.signal(signal.SIGTERM, lambda *_: seen.append(done(out)))
+        try:
+            before = signal.getsignal(signal.SIGTERM)
+            gate = SentinelAt(
+                None,
+                lambda op, target: op == "open_write" and moment in target,
+                then=lambda: os.kill(os.getpid(), signal.SIGTERM),  # this process: the flag
+            )
+            ckpt, objects = open_checkpointer(
+                out, f"termination.sentinel_dir={sentinels}", filesystem=OsFilesystem(gate=gate)
+            )
+            ckpt.resume()
+            run_to(ckpt, objects, 3)
+            gate.armed = True
+            ckpt.finalize()
+            assert gate.fired.is_set()
+            assert ckpt.run_context.termination.signals_received == ("SIGTERM",)
+            assert ckpt.stopped is None
+            assert signal.getsignal(signal.SIGTERM) is before
+            assert len(seen) == 1
+            assert seen[0] == done(out)
+            record = seen[0]
+            assert (record["step"], record["preempted"], record["saved"]) == (3, None, True)
+            assert record["checkpoint"] == "checkpoints/iter_000000003"
+            ckpt.close()
+            assert len(seen) == 1
+        finally:
+            signal.signal(signal.SIGTERM, previous)
