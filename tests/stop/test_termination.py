@@ -105,6 +105,40 @@ class TestSignals:
         assert previous.seen == [signal.SIGUSR1]
         assert watch.signals_received == ("SIGUSR1",)  # still recorded after uninstall
 
+    def test_uninstall_redeliver_passes_on_signals_no_stop_acted_on(self) -> None:
+        """finalize()'s uninstall(redeliver=True): SIGTERM then SIGUSR1 then SIGTERM again,
+        recorded with no stop decided, go on to the restored handlers once each, in delivery
+        order; a plain uninstall() sends nothing."""
+        previous = Recorder()
+        for number in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(number, previous)
+        quiet = watch_of()
+        quiet.install()
+        deliver(signal.SIGTERM, lambda: bool(quiet.signals_received))
+        quiet.uninstall()
+        assert previous.seen == []
+        watch = watch_of()
+        watch.install()
+        deliver(signal.SIGTERM, lambda: len(watch.signals_received) == 1)
+        deliver(signal.SIGUSR1, lambda: len(watch.signals_received) == 2)
+        deliver(signal.SIGTERM, lambda: len(watch.signals_received) == 3)
+        assert previous.seen == []
+        assert watch.uninstall(redeliver=True) == ("SIGTERM", "SIGUSR1")
+        assert previous.seen == [signal.SIGTERM, signal.SIGUSR1]
+
+    def test_uninstall_redeliver_sends_nothing_after_a_stop(self) -> None:
+        """A signal that stopped the run was acted on: uninstall(redeliver=True) after the
+        stop decision restores the handler and sends nothing again."""
+        previous = Recorder()
+        signal.signal(signal.SIGTERM, previous)
+        watch = watch_of()
+        watch.install()
+        deliver(signal.SIGTERM, lambda: bool(watch.signals_received))
+        assert watch.should_stop(step=3).reason == "signal SIGTERM"
+        assert watch.uninstall(redeliver=True) == ()
+        assert signal.getsignal(signal.SIGTERM) is previous
+        assert previous.seen == []
+
     def test_install_is_idempotent(self) -> None:
         """A second install() changes nothing; one uninstall() restores the original."""
         previous = Recorder()

@@ -333,7 +333,9 @@ class Checkpointer(CheckpointerViews):
         is durable when it returns, and writes ``DONE.json`` (``preempted: null``). The whole
         outcome is ``self.final``. After a stop it only joins: no final save, no evaluation,
         ``DONE.json`` is the stop's. Either way it restores the signal handlers ``resume()``
-        installed (no boundary polls them any more).
+        installed (no boundary polls them any more); a signal that arrived after the last
+        boundary (no stop was decided) is then sent again to the restored handler, after
+        ``DONE.json`` is durable: by default it ends the process.
 
         Returns:
             the final save's report (rank 0; a checkpoint's or an artifact's; a joined

@@ -11,7 +11,9 @@
 - :func:`finalize_run`: a normal ``finalize()`` runs the final boundary, joins, and writes
   ``DONE.json`` (``preempted: null``, :func:`write_completed`); after a stop it only joins.
   Either way it restores the signal handlers: after ``finalize()`` no boundary polls them,
-  and a flag-only handler left in place would swallow a later SIGTERM.
+  and a flag-only handler left in place would swallow a later SIGTERM. A signal that came
+  after the last boundary (during ``finalize()``: never acted on) is sent again to the
+  restored handler once ``finalize()`` succeeded, so it is not swallowed either.
 - :func:`previous_window`: ``resume()`` reads the previous window's ``DONE.json``, logs it,
   and tells the watch that older sentinels are stale.
 """
@@ -95,6 +97,7 @@ def finalize_run(
 ) -> SaveReport | PendingSave | ArtifactReport | None:
     """The body of ``Checkpointer.finalize()`` (which documents it)."""
     stopped = state.stop_end
+    completed = False
     try:
         final = stopped or execute(
             context, state, runner, due_boundary(context, state, final=True), state.step
@@ -103,8 +106,11 @@ def finalize_run(
         state.writes.join(state.saves)
         if stopped is None:
             write_completed(context, state, final)
+        completed = True
     finally:
-        context.termination.uninstall()  # no boundary polls any more: SIGTERM is SIGTERM again
+        # no boundary polls any more: SIGTERM is SIGTERM again; one that came after the last
+        # boundary (never acted on) goes on to the restored handler once DONE.json is durable
+        context.termination.uninstall(redeliver=completed)
     return final.saved or final.artifact
 
 

@@ -30,7 +30,8 @@ Call order (the facade does it): construct at ``Checkpointer(...)`` (a bad ``"sl
 deadline is a :class:`~statecraft.errors.ConfigError` there), ``ignore_sentinels_before(t)``
 and ``install()`` at ``resume()`` on every rank, ``should_stop(step=N)`` first thing in each
 ``step_end()``, after a stop's emergency save and ``DONE.json`` ``consume_sentinel()`` on rank
-0 and ``log_late_signals()``, ``uninstall()`` at ``close()``.
+0 and ``log_late_signals()``, ``uninstall(redeliver=True)`` at the end of ``finalize()`` (a
+signal no boundary acted on goes on to the restored handler), ``uninstall()`` at ``close()``.
 
 Example:
     >>> watch = TerminationWatch(config.termination, collective)   # doctest: +SKIP
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -187,11 +189,36 @@ class TerminationWatch:
         """
         return self._flags.install()
 
-    def uninstall(self) -> None:
+    def uninstall(self, *, redeliver: bool = False) -> tuple[str, ...]:
         """Restore each previous handler where statecraft's is still installed (a handler
         that replaced statecraft's since is left, said at DEBUG). Recorded signals stay
-        recorded."""
+        recorded.
+
+        Args:
+            redeliver: ``finalize()``'s call. A signal recorded but never acted on (no stop
+                was decided: it came during or after the last boundary, or during
+                ``finalize()``) is not swallowed: once the previous handlers are back, each
+                one (once, in delivery order) is sent again to this process, so the handler in
+                place before ``resume()`` gets it (the default action ends the process), after
+                ``DONE.json`` is durable. One INFO line each, before it is sent. Nothing is
+                sent when the handlers could not be restored (not the main thread).
+
+        Returns:
+            The signals sent again (``()``: none).
+        """
+        installed = self._flags.installed
         self._flags.uninstall()
+        if not redeliver or not installed or self._flags.installed or self._decision is not None:
+            return ()
+        names = tuple(dict.fromkeys(self.signals_received))
+        for name in names:
+            log.info(
+                "signal %s arrived after the last step boundary: the run completed and "
+                "DONE.json is written; passing it on to the handler in place before resume()",
+                name,
+            )
+            os.kill(os.getpid(), signal.Signals[name])
+        return names
 
     @property
     def signals_received(self) -> tuple[str, ...]:
