@@ -4,62 +4,24 @@ retention before the new save is durable, and latest advanced before the write i
 
 from __future__ import annotations
 
-import tomllib
-
 import attrs
 import pytest
 
 from statecraft.checkpoint.kernel.machines import machine_bindings
-from statecraft.checkpoint.retention.run import run_retention
-from statecraft.checkpoint.save.write_job_bindings import WriteJobContext
 from statecraft.cli import main
 from statecraft.cli.crashcheck import crashcheck
-from statecraft.engine import Bindings, Machine, load_spec, parse_table
+from statecraft.engine import load_spec
 from statecraft.proofs import ExploreOptions, explore
+from statecraft.proofs.save.write_job_broken import latest_before_commit, prune_before_durable
+from statecraft.proofs.save.write_job_broken import swapped as _swapped
 from statecraft.proofs.save.write_job_scenarios import WriteJobScenario, write_job_scenarios
-from statecraft.resources import machine_path, spec_path
+from statecraft.resources import spec_path
 from statecraft.storage import CrashKind
 
 SPEC = load_spec(spec_path("write_job"))
 FAST = ExploreOptions(extra_subsets=0, faults=False)
 KILL_AND_POWER = attrs.evolve(FAST, kinds=(CrashKind.PROCESS_KILL, CrashKind.POWER_LOSS))
 KILL = attrs.evolve(FAST, kinds=(CrashKind.PROCESS_KILL,))
-
-
-def _swapped(name: str, a: str, b: str, bindings: Bindings) -> Machine:
-    data = tomllib.loads(machine_path(name).read_text())
-    for t in data["transitions"]:
-        if t["do"] == a:
-            t["do"] = b
-        elif t["do"] == b:
-            t["do"] = a
-    return Machine(parse_table(data, source=f"broken {name} table"), bindings)
-
-
-def _trusting_apply_retention(ctx: WriteJobContext) -> None:
-    """Broken: retention trusts the table's order (no check that the save is durable)."""
-    assert ctx.retention is not None
-    ctx.retention_report = run_retention(
-        ctx.save.store,
-        ctx.retention,
-        saved_iteration=ctx.iteration,
-        lease=ctx.lease,
-        machine=ctx.retention_machine,
-    )
-
-
-def prune_before_durable() -> Machine:
-    """The wrong variant: apply_retention before save_checkpoint, with a retention effect that
-    does not refuse (what a table-ordering bug does when nothing else guards it)."""
-    bindings = machine_bindings("write_job").merged(
-        Bindings(effects={"apply_retention": _trusting_apply_retention})
-    )
-    return _swapped("write_job", "save_checkpoint", "apply_retention", bindings)
-
-
-def latest_before_commit() -> Machine:
-    """The wrong save: latest_checkpoint.txt advanced before the manifest is committed."""
-    return _swapped("save", "commit_manifest", "advance_latest", machine_bindings("save"))
 
 
 def scenario(name: str, **changes) -> WriteJobScenario:

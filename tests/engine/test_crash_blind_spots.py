@@ -5,22 +5,35 @@ that specific guarantee (a harness that cannot fail would prove nothing)."""
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
 from typing import Any
 
 import attrs
 import pytest
 import torch
 
-from statecraft.checkpoint.kernel.layout import LATEST_POINTER, MANIFEST_NAME, iter_dirname
+from statecraft.checkpoint.kernel.layout import MANIFEST_NAME, iter_dirname
 from statecraft.checkpoint.kernel.machines import load_machine
 from statecraft.checkpoint.resume import bindings as resume_tx
-from statecraft.checkpoint.save import bindings as save_tx
-from statecraft.engine import Bindings, Machine, load_spec
+from statecraft.engine import load_spec
 from statecraft.errors import CheckpointCorruptError
 from statecraft.proofs import ExploreOptions, explore
 from statecraft.proofs import damaged_trees as damage
 from statecraft.proofs.oracle import DiskView
+from statecraft.proofs.resume.broken import (
+    UnsafeWriter,
+)
+from statecraft.proofs.resume.broken import load_skipping_clocks as _load_skipping_clocks
+from statecraft.proofs.resume.broken import load_skipping_optimizer as _load_skipping_optimizer
+from statecraft.proofs.resume.broken import load_skipping_rng as _load_skipping_rng
+from statecraft.proofs.resume.broken import load_skipping_scheduler as _load_skipping_scheduler
+from statecraft.proofs.resume.broken import resume_cleaning_up as _resume_cleaning_up
+from statecraft.proofs.resume.broken import resume_forgetting_reasons as _resume_forgetting_reasons
+from statecraft.proofs.resume.broken import resume_oldest_first as _resume_oldest_first
+from statecraft.proofs.resume.broken import resume_trusting_latest as _resume_trusting_latest
+from statecraft.proofs.save import broken as save_broken
+from statecraft.proofs.save.broken import RenamingStore
+from statecraft.proofs.save.broken import scenario as _shipped
+from statecraft.proofs.save.broken import with_effects as _with_effects
 from statecraft.proofs.save.scenarios import (
     CHECKPOINTS_ROOT,
     SaveScenario,
@@ -30,7 +43,7 @@ from statecraft.proofs.save.scenarios import (
 )
 from statecraft.proofs.training import SALT_RUN, fresh_objects
 from statecraft.resources import spec_path
-from statecraft.storage import CrashKind, LocalStore, SimWorld
+from statecraft.storage import CrashKind, SimWorld
 from statecraft.writers.consolidated import ConsolidatedWriter
 
 SAVE_SPEC = load_spec(spec_path("save"))
@@ -38,22 +51,6 @@ RESUME_SPEC = load_spec(spec_path("resume"))
 BOTH = attrs.evolve(SAVE_SPEC, guarantees=SAVE_SPEC.guarantees + RESUME_SPEC.guarantees)
 FAST = ExploreOptions(extra_subsets=0, faults=False)
 KILL_ONLY = ExploreOptions(kinds=(CrashKind.PROCESS_KILL,), extra_subsets=0, faults=False)
-
-
-def _shipped(name: str, **changes: Any) -> SaveScenario:
-    """A shipped scenario with some of its factories swapped for broken ones."""
-    (scenario,) = [s for s in save_scenarios() if s.name == name]
-    return attrs.evolve(scenario, name=f"broken-{name}", **changes)
-
-
-def _with_effects(machine: str, **effects: Callable[[Any], None]) -> Callable[[], Machine]:
-    """A factory of the shipped ``machine`` with some effects replaced."""
-
-    def build() -> Machine:
-        base = load_machine(machine)
-        return Machine(base.table, base.bindings.merged(Bindings(effects=effects)))
-
-    return build
 
 
 def _violated(scenario: SaveScenario, options: ExploreOptions = FAST) -> set[str]:
@@ -69,19 +66,6 @@ def _caught(scenario: SaveScenario, guarantee: str, message: str) -> None:
 
 
 # ------------------------------------------------------------- vacuous checks, now judged
-def _resume_oldest_first(ctx: Any) -> None:
-    resume_tx.list_candidates(ctx)
-    ctx.candidates.reverse()
-
-
-def _resume_forgetting_reasons(ctx: Any) -> None:
-    try:
-        resume_tx.verify_next_candidate(ctx)
-    except Exception:
-        ctx.passed_over.pop()
-        raise
-
-
 class TestVacuousChecks:
     def test_resume_trying_the_oldest_first_violates_resume_newest(self) -> None:
         """A resume that tries the oldest checkpoint first passed RESUME-NEWEST while it
@@ -109,17 +93,7 @@ class TestVacuousChecks:
         by the save guarantees in the crashed phase (``verify_checkpoint`` also refuses it
         since it checks the plan model's required entries; it once accepted it)."""
 
-        def commit_without_optimizer(ctx: Any) -> None:
-            ctx.records.pop("optim.pt", None)
-            ctx.plan = attrs.evolve(
-                ctx.plan, files=tuple(f for f in ctx.plan.files if f != "optim.pt")
-            )
-            save_tx.commit_manifest(ctx)
-
-        scenario = _shipped(
-            "next-save",
-            machine_factory=_with_effects("save", commit_manifest=commit_without_optimizer),
-        )
+        (scenario,) = save_broken.manifest_omits_optimizer()
         world = SimWorld()
         scenario.setup(world)
         scenario.run(world, crash=None).raise_for_failure()
@@ -129,15 +103,6 @@ class TestVacuousChecks:
 
 
 # ------------------------------------------------------------------ resume writes nothing
-def _resume_cleaning_up(ctx: Any) -> None:
-    iteration = ctx.candidates[0]
-    try:
-        resume_tx.verify_next_candidate(ctx)
-    except Exception:
-        ctx.store.delete_tree(iter_dirname(iteration))  # "helpfully" removes the bad commit
-        raise
-
-
 def test_resume_that_cleans_up_a_corrupt_commit_violates_read_only() -> None:
     scenario = _shipped(
         "newest-is-corrupt",
@@ -147,16 +112,8 @@ def test_resume_that_cleans_up_a_corrupt_commit_violates_read_only() -> None:
 
 
 # ------------------------------------------------------- the pointer never goes backwards
-def _delete_then_create_pointer(ctx: Any) -> None:
-    ctx.store.delete(LATEST_POINTER)
-    save_tx.advance_latest(ctx)
-
-
 def test_pointer_replaced_by_delete_then_create_violates_monotonic() -> None:
-    scenario = _shipped(
-        "next-save",
-        machine_factory=_with_effects("save", advance_latest=_delete_then_create_pointer),
-    )
+    (scenario,) = save_broken.pointer_replaced_by_delete_then_create()
     _caught(
         scenario,
         "SAVE-LATEST-MONOTONIC",
@@ -165,38 +122,16 @@ def test_pointer_replaced_by_delete_then_create_violates_monotonic() -> None:
 
 
 # ----------------------------------------------- committed files are never opened again
-def _rewrite_committed_identically(ctx: Any) -> None:
-    manifest = save_tx.read_manifest(ctx.store, ctx.plan.iteration)
-    for name in manifest.files:
-        path = ctx.path(name)
-        ctx.store.write_atomic(path, ctx.store.read_bytes(path))  # same bytes, new inode
-    save_tx.reconcile_committed(ctx)
-
-
-def _rewrite_committed_with_fresh_payloads(ctx: Any) -> None:
-    for name in ctx.plan.files:
-        ctx.writer.write(ctx.store, ctx.path(name), ctx.payloads[name]())
-    save_tx.reconcile_committed(ctx)
-
-
 def test_rewriting_a_committed_file_with_identical_bytes_violates_no_reopen() -> None:
     """The bytes stay the same, so only the I/O trace can tell (SAVE-IMMUTABLE cannot)."""
-    scenario = _shipped(
-        "retry-commits-pointer-only",
-        machine_factory=_with_effects("save", reconcile_committed=_rewrite_committed_identically),
-    )
+    (scenario,) = save_broken.committed_rewritten_identically()
     _caught(scenario, "SAVE-NO-REOPEN", "touched committed names: #")
     assert "SAVE-IMMUTABLE" not in _violated(scenario, KILL_ONLY)
 
 
 def test_rewriting_a_committed_file_with_fresh_payloads_violates_immutable() -> None:
     """The run's payloads carry another salt than the committed ones: the bytes differ."""
-    scenario = _shipped(
-        "retry-commits-pointer-only",
-        machine_factory=_with_effects(
-            "save", reconcile_committed=_rewrite_committed_with_fresh_payloads
-        ),
-    )
+    (scenario,) = save_broken.committed_rewritten_with_fresh_payloads()
     assert {"SAVE-NO-REOPEN", "SAVE-IMMUTABLE"} <= _violated(scenario, KILL_ONLY)
 
 
@@ -219,16 +154,10 @@ def test_payloads_differ_between_a_run_and_its_retry() -> None:
 
 
 # --------------------------------------------------------- hostile pickles are refused
-def _unsafe_read(self: ConsolidatedWriter, store: Any, path: str, *, mmap: bool = True) -> Any:
-    """Broken: loads with weights_only=False (runs any __reduce__ in the pickle)."""
-    with store.open_read(path) as handle:
-        return torch.load(io.BytesIO(handle.read()), weights_only=False)
-
-
 def test_loading_with_weights_only_false_violates_no_code(monkeypatch: pytest.MonkeyPatch) -> None:
     scenario = _shipped("dangling-latest-hostile-pickle")
     assert "RESUME-NO-CODE" not in _violated(scenario, KILL_ONLY)
-    monkeypatch.setattr(ConsolidatedWriter, "read", _unsafe_read)
+    monkeypatch.setattr(ConsolidatedWriter, "read", UnsafeWriter.read)
     _caught(scenario, "RESUME-NO-CODE", "executed pickle payloads ['iter_000000004/trainer.pt']")
 
 
@@ -267,38 +196,13 @@ def test_hostile_model_payload_is_refused_and_never_runs() -> None:
 def test_hostile_model_payload_runs_with_weights_only_false(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(ConsolidatedWriter, "read", _unsafe_read)
+    monkeypatch.setattr(ConsolidatedWriter, "read", UnsafeWriter.read)
     _resume_once(_world_with_hostile_model())
     ran = list(damage.PAYLOAD_RAN)
     assert ran == [f"{iter_dirname(4)}/model.pt"]
 
 
 # ------------------------------------------------- exactness covers every tracked object
-def _load_skipping_optimizer(ctx: Any) -> None:
-    optimizer = ctx.tracked.optimizer
-    optimizer.load_state_dict = lambda state: None  # reads optim.pt, never loads it
-    resume_tx.load_checkpoint(ctx)
-
-
-def _load_skipping_scheduler(ctx: Any) -> None:
-    ctx.tracked.scheduler.load_state_dict = lambda state: None
-    resume_tx.load_checkpoint(ctx)
-
-
-def _load_skipping_rng(ctx: Any) -> None:
-    original = resume_tx.restore_rank_rng
-    resume_tx.restore_rank_rng = lambda *a, **k: "restored"  # type: ignore[assignment]
-    try:
-        resume_tx.load_checkpoint(ctx)
-    finally:
-        resume_tx.restore_rank_rng = original
-
-
-def _load_skipping_clocks(ctx: Any) -> None:
-    resume_tx.load_checkpoint(ctx)
-    ctx.tracked.clocks = type(ctx.tracked.clocks)()
-
-
 @pytest.mark.parametrize(
     ("effect", "what"),
     [
@@ -314,29 +218,14 @@ def test_resume_skipping_a_tracked_object_violates_exact(effect: Any, what: str)
 
 
 # ------------------------------------------------- an exclusive create never replaces
-class _RenamingStore(LocalStore):
-    def create_exclusive(self, path: str, data: bytes) -> Any:
-        """Broken: 'exclusive' create by rename, which replaces an existing name."""
-        return self.write_atomic(path, data)
-
-
 def test_exclusive_create_by_rename_violates_exclusive() -> None:
     scenario = _shipped(
-        "next-save", store_factory=lambda world: _RenamingStore(CHECKPOINTS_ROOT, fs=world.fs)
+        "next-save", store_factory=lambda world: RenamingStore(CHECKPOINTS_ROOT, fs=world.fs)
     )
     _caught(scenario, "SAVE-EXCLUSIVE", "by something other than an exclusive link: #")
 
 
 # ------------------------------------------------------- scenarios from damaged trees
-def _resume_trusting_latest(ctx: Any) -> None:
-    resume_tx.list_candidates(ctx)
-    raw = ctx.store.read_bytes(LATEST_POINTER).decode().strip()
-    latest = int(raw[5:])  # raises on a garbage pointer
-    if latest in ctx.candidates:
-        ctx.candidates.remove(latest)
-    ctx.candidates.insert(0, latest)  # tried first, even when it does not exist
-
-
 @pytest.mark.parametrize(
     ("name", "effects", "expected"),
     [

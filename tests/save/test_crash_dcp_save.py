@@ -4,97 +4,27 @@ reports its shards before settling them, as a second store instance would)."""
 
 from __future__ import annotations
 
-import warnings
-from typing import Any
-
 import attrs
 import pytest
-import torch.distributed.checkpoint as dcp
 
-from statecraft.checkpoint.kernel.machines import load_machine, machine_bindings
 from statecraft.checkpoint.kernel.verify import verify_checkpoint
-from statecraft.checkpoint.save.dcp_bindings import DcpSaveContext
 from statecraft.cli.crashcheck import crashcheck
-from statecraft.engine import Bindings, Machine, load_spec
+from statecraft.engine import load_spec
 from statecraft.proofs import ExploreOptions, explore
 from statecraft.proofs.oracle import CHECKPOINTS_ROOT
+from statecraft.proofs.save.dcp_broken import unsettled_shards_machine
 from statecraft.proofs.save.dcp_scenarios import (
     FILES_PER_RANK,
     DcpSaveScenario,
     dcp_save_scenarios,
 )
 from statecraft.resources import spec_path
-from statecraft.storage import CrashKind, LocalStore, SimWorld
-from statecraft.writers.dcp_failures import unwrap_checkpoint_exception
-from statecraft.writers.dcp_storage import METADATA_NAME
-from statecraft.writers.dcp_store_writer import StoreStorageWriter
+from statecraft.storage import CrashKind, SimWorld
 
 SPEC = load_spec(spec_path("dcp_save"))
 FAST = ExploreOptions(extra_subsets=0, faults=False)
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
-
-
-class _UnsettledRank(StoreStorageWriter):
-    """Broken: another rank's writer whose shards are reported before they are durable (it
-    never settles its store), while the coordinator writes .metadata through its own."""
-
-    def __init__(self, store: LocalStore, coordinator: LocalStore, path: str) -> None:
-        super().__init__(store, path, files_per_rank=FILES_PER_RANK)
-        self.coordinator = coordinator
-
-    def write_data(self, plan, planner):  # type: ignore[no-untyped-def]
-        settle = self.store.settle
-        self.store.settle = lambda **_: None  # type: ignore[method-assign]
-        try:
-            return super().write_data(plan, planner)
-        finally:
-            self.store.settle = settle  # type: ignore[method-assign]
-
-    def finish(self, metadata, results) -> None:  # type: ignore[no-untyped-def]
-        shards, self.store = self.store, self.coordinator
-        try:
-            super().finish(metadata, results)
-        finally:
-            self.store = shards
-
-
-class _NoFileFsync:
-    """A filesystem that forwards to the simulated one but never makes file data durable."""
-
-    def __init__(self, fs: Any) -> None:
-        self._fs = fs
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._fs, name)
-
-    def fsync(self, handle: int) -> None:
-        """Broken: the shard's bytes are not durable when the rank reports them."""
-
-
-def _write_shards_unsettled(ctx: DcpSaveContext) -> None:
-    store = ctx.store
-    assert isinstance(store, LocalStore)
-    # the shard-writing rank's own store, reporting its shards before they are durable
-    rank = LocalStore(store.root, fs=_NoFileFsync(store.fs))
-    prefix = ctx.iter_dir + "/"
-    for name in ctx.bulk_entries:
-        writer = _UnsettledRank(rank, store, ctx.path(name))
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                dcp.save(ctx.staged[name], storage_writer=writer, no_dist=True)
-        except BaseException as exc:  # DCP wraps the simulated crash
-            raise unwrap_checkpoint_exception(exc) from None
-        ctx.records.update({p[len(prefix) :]: r for p, r in writer.records.items()})
-        assert f"{ctx.path(name)}/{METADATA_NAME}" in writer.records
-
-
-def _broken_machine() -> Machine:
-    bindings = machine_bindings("dcp_save").merged(
-        Bindings(effects={"write_shards": _write_shards_unsettled})
-    )
-    return Machine(load_machine("dcp_save").table, bindings)
 
 
 def test_reference_runs_commit() -> None:
@@ -141,7 +71,7 @@ def test_manifest_before_durable_shards_is_caught() -> None:
     no settle: the coordinator goes on to .metadata and the manifest) lets the manifest
     survive a power loss that took shard bytes: DCP-SHARDS-BEFORE-MANIFEST catches it."""
     scenario = _JudgedWhenCrashed(
-        "unsettled-shards", target=2, with_data=False, machine_factory=_broken_machine
+        "unsettled-shards", target=2, with_data=False, machine_factory=unsettled_shards_machine
     )
     shards_first = [g for g in SPEC.guarantees if g.id == "DCP-SHARDS-BEFORE-MANIFEST"]
     spec = attrs.evolve(

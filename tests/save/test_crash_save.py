@@ -3,17 +3,14 @@ catches every deliberately broken variant (a harness that cannot fail would prov
 
 from __future__ import annotations
 
-import tomllib
-
 import attrs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from statecraft.checkpoint.kernel.machines import load_machine, machine_bindings
 from statecraft.checkpoint.resume.bindings import verify_checkpoint
 from statecraft.cli.crashcheck import crashcheck
-from statecraft.engine import Bindings, Machine, load_spec, parse_table
+from statecraft.engine import load_spec
 from statecraft.proofs import (
     ExploreOptions,
     check_crash_state,
@@ -23,89 +20,15 @@ from statecraft.proofs import (
     run_to_crash,
 )
 from statecraft.proofs.resume.scenarios import resume_scenarios
+from statecraft.proofs.save import broken
 from statecraft.proofs.save.scenarios import CHECKPOINTS_ROOT, SaveScenario, save_scenarios
-from statecraft.resources import machine_path, spec_path
-from statecraft.storage import CrashKind, LocalStore, LossChoice, SimWorld
+from statecraft.resources import spec_path
+from statecraft.storage import CrashKind, LossChoice, SimWorld
 
 SAVE_SPEC = load_spec(spec_path("save"))
 RESUME_SPEC = load_spec(spec_path("resume"))
 BOTH = attrs.evolve(SAVE_SPEC, guarantees=SAVE_SPEC.guarantees + RESUME_SPEC.guarantees)
 FAST = ExploreOptions(extra_subsets=0, faults=False)
-
-
-class _FsProxy:
-    """A filesystem that forwards to the simulated one, for broken variants to override."""
-
-    def __init__(self, fs) -> None:
-        self._fs = fs
-
-    def __getattr__(self, name):
-        return getattr(self._fs, name)
-
-
-class _NoDirectoryFsync(_FsProxy):
-    def fsync_dir(self, path: str) -> None:
-        """Broken: renames and creates are never made durable."""
-
-
-class _NoFileFsync(_FsProxy):
-    def fsync(self, handle: int) -> None:
-        """Broken: file data is never made durable."""
-
-
-class _RetryFsyncAndTrust(_FsProxy):
-    def fsync(self, handle: int) -> None:
-        """Broken: an fsync error is retried and the second success trusted."""
-        try:
-            self._fs.fsync(handle)
-        except OSError:
-            self._fs.fsync(handle)
-
-
-def _with_fs(wrapper):
-    return lambda world: LocalStore(CHECKPOINTS_ROOT, fs=wrapper(world.fs))
-
-
-def _save_table_with_swapped_effects(a: str, b: str) -> Machine:
-    data = tomllib.loads(machine_path("save").read_text())
-    for t in data["transitions"]:
-        if t["do"] == a:
-            t["do"] = b
-        elif t["do"] == b:
-            t["do"] = a
-    return Machine(parse_table(data, source="broken save table"), machine_bindings("save"))
-
-
-def _resume_adopting_unverified() -> Machine:
-    """Broken resume: the newest iter dir is adopted if its trainer.pt loads; no manifest check."""
-    from statecraft.checkpoint.resume import bindings as r
-    def verify_next_candidate(ctx) -> None:
-        iteration = ctx.candidates.pop(0)
-        try:
-            ctx.chosen = r.verify_checkpoint(ctx.store, iteration, level="size")
-        except Exception:
-            from statecraft.checkpoint.state import TrainerState
-
-            name = f"iter_{iteration:09d}"
-            payload = ctx.writer.read(ctx.store, f"{name}/trainer.pt", mmap=False)
-            trainer = TrainerState.from_payload(payload, source=name)
-            manifest = None
-            ctx.chosen = r.VerifiedCheckpoint(
-                ctx.store,
-                iteration,
-                name,
-                trainer,
-                manifest,
-                {
-                    "model": ctx.writer.read(ctx.store, f"{name}/model.pt"),
-                    "optimizer": ctx.writer.read(ctx.store, f"{name}/optim.pt"),
-                },
-            )
-
-    bindings = machine_bindings("resume").merged(
-        Bindings(effects={"verify_next_candidate": verify_next_candidate})
-    )
-    return Machine(load_machine("resume").table, bindings)
 
 
 class TestShippedMachines:
@@ -166,7 +89,7 @@ class TestBrokenVariantsAreCaught:
             "broken-order",
             target=4,
             previous=(2,),
-            machine_factory=lambda: _save_table_with_swapped_effects(a, b),
+            machine_factory=lambda: broken.swapped_save_table(a, b),
         )
         report = explore(scenario, BOTH, FAST)
         assert expected in report.violated_guarantees()
@@ -174,9 +97,7 @@ class TestBrokenVariantsAreCaught:
     def test_missing_directory_fsync(self) -> None:
         """A LocalStore whose renames are never directory-fsynced loses an acknowledged save
         under power loss."""
-        scenario = SaveScenario(
-            "no-dir-fsync", target=4, previous=(2,), store_factory=_with_fs(_NoDirectoryFsync)
-        )
+        (scenario,) = broken.no_directory_fsync()
         report = explore(scenario, BOTH, FAST)
         assert "SAVE-DURABLE" in report.violated_guarantees()
         durable = [v for v in report.violations if v.guarantee == "SAVE-DURABLE"]
@@ -187,31 +108,27 @@ class TestBrokenVariantsAreCaught:
     def test_missing_file_fsync(self) -> None:
         """Files renamed into place without fsync leave latest naming lost bytes after power
         loss."""
-        scenario = SaveScenario(
-            "no-file-fsync", target=4, previous=(2,), store_factory=_with_fs(_NoFileFsync)
-        )
+        (scenario,) = broken.no_file_fsync()
         report = explore(scenario, BOTH, FAST)
         assert {"SAVE-LATEST", "SAVE-DURABLE"} <= report.violated_guarantees()
 
     def test_fsync_error_retried_and_trusted(self) -> None:
         """Retrying a failed fsync and trusting the retry (the fsyncgate bug) is caught by
         fault injection followed by power loss."""
-        scenario = SaveScenario(
-            "retry-fsync", target=4, previous=(2,), store_factory=_with_fs(_RetryFsyncAndTrust)
-        )
+        (scenario,) = broken.fsync_error_retried_and_trusted()
         report = explore(scenario, BOTH, ExploreOptions(extra_subsets=0, faults=True))
         assert report.violated_guarantees() & {"SAVE-LATEST", "SAVE-DURABLE"}
 
     def test_resume_adopting_an_unverified_checkpoint(self) -> None:
         """A resume that adopts an iteration without checking its manifest picks up the
         half-written one left by a crashed save."""
-        scenario = SaveScenario(
-            "adopts-partial", target=4, previous=(2,), resume_factory=_resume_adopting_unverified
-        )
-        report = explore(scenario, BOTH, FAST)
+        partial, corrupt = broken.resume_adopting_unverified()
+        report = explore(partial, BOTH, FAST)
         assert report.violated_guarantees() & {"SAVE-RESUME", "RESUME-VERIFIED", "RESUME-EXACT"}
         # judged on the disk as resume found it, with no exemption for the iteration saved
         assert "RESUME-VERIFIED" in report.violated_guarantees()
+        # a committed iteration with a flipped bit (same size): adopted, outside SAVE-RESUME
+        assert "SAVE-RESUME" in explore(corrupt, BOTH, FAST).violated_guarantees()
 
 
 def _random_power_loss(data: st.DataObject, scenario: SaveScenario, reference) -> list:
@@ -261,15 +178,13 @@ class TestHypothesisSampledCrashStates:
     def test_hypothesis_finds_and_shrinks_the_missing_fsync(self) -> None:
         """The same sampler finds the missing-fsync variant's violation (this test would fail
         if the sampler could not reach a bad state)."""
-        broken = SaveScenario(
-            "no-file-fsync", target=4, previous=(2,), store_factory=_with_fs(_NoFileFsync)
-        )
+        (no_fsync,) = broken.no_file_fsync()
         from hypothesis import find
 
-        reference = _reference(broken)
+        reference = _reference(no_fsync)
         found = find(
             st.data(),
-            lambda data: bool(_random_power_loss(data, broken, reference)),
+            lambda data: bool(_random_power_loss(data, no_fsync, reference)),
             settings=settings(max_examples=300, deadline=None, database=None),
         )
         assert found is not None
