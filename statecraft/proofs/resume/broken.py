@@ -95,7 +95,7 @@ def load_skipping_scheduler(ctx: Any) -> None:
 def load_skipping_rng(ctx: Any) -> None:
     """Broken: the RNG streams are never restored."""
     original = resume_tx.restore_rank_rng
-    resume_tx.restore_rank_rng = lambda *a, **k: "restored"  # type: ignore[assignment]
+    resume_tx.restore_rank_rng = lambda *a, **k: "restored"
     try:
         resume_tx.load_checkpoint(ctx)
     finally:

@@ -78,12 +78,13 @@ class _UnsettledRank(StoreStorageWriter):
         self.coordinator = coordinator
 
     def write_data(self, plan: Any, planner: Any) -> Any:
-        settle = self.store.settle
-        self.store.settle = lambda **_: None  # type: ignore[method-assign]
+        store: Any = self.store
+        settle = store.settle
+        store.settle = lambda **_: None
         try:
             return super().write_data(plan, planner)
         finally:
-            self.store.settle = settle  # type: ignore[method-assign]
+            store.settle = settle
 
     def finish(self, metadata: Any, results: Any) -> None:
         shards, self.store = self.store, self.coordinator

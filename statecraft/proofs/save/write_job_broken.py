@@ -152,11 +152,11 @@ def _decide_counting_pending(ctx: Any) -> None:
         )
         return attrs.evolve(found, entries=entries)
 
-    retention_tx.scan_for_retention = scan  # type: ignore[assignment]
+    retention_tx.scan_for_retention = scan
     try:
         retention_tx.decide(ctx)
     finally:
-        retention_tx.scan_for_retention = original  # type: ignore[assignment]
+        retention_tx.scan_for_retention = original
 
 
 def _retention_counting_pending(ctx: WriteJobContext) -> None:
