@@ -38,6 +38,21 @@ class TestNewTransactionUnit:
         assert out["data"]["swap"]["problems"] == []
         assert out["data"]["swap"]["states"] == 3
 
+    def test_its_broken_variants_are_caught(self, make_unit, capsys) -> None:
+        """crashcheck --broken explores the unit's two declared variants and catches each on
+        the guarantee it names; dropping one fails machines check, naming the guarantee."""
+        unit = make_unit()
+        code, out = run_json(capsys, "crashcheck", "--broken", "--jobs", "1", *unit.dirs)
+        assert out["errors"] == []
+        assert code == 0
+        caught = {tuple(r["caught"]) for r in out["data"]["broken"]}
+        assert caught == {("SWAP-COMPLETE",), ("SWAP-RECOVERS",)}
+        unit.edit("specs/swap.toml", '"SWAP-RECOVERS"]', '"SWAP-COMPLETE"]')
+        code, out = run_json(capsys, "machines", "check", *unit.dirs)
+        assert code == 1
+        assert any("no [[broken]] variant catches SWAP-RECOVERS" in e["message"]
+                   for e in out["errors"])  # fmt: skip
+
     def test_draw_takes_the_directory(self, make_unit, capsys) -> None:
         """draw renders a table of another machines directory."""
         unit = make_unit()

@@ -66,6 +66,16 @@ check = "{mod}_scenarios:recovery_completes_swap"
 at = ["recovered"]
 kinds = ["process_kill", "power_loss"]
 
+[[broken]]
+variant = "{mod}_scenarios:unsynced_data"
+catches = ["SWAP-COMPLETE"]
+doc = "data.v2 renamed into place unsynced: a power loss leaves `current` naming a torn file"
+
+[[broken]]
+variant = "{mod}_scenarios:pointer_never_switched"
+catches = ["SWAP-RECOVERS"]
+doc = "switch_pointer forgets to write `current`: recovery ends with the old version named"
+
 [[format.files]]
 name = "data.v2"
 written_by = "write_data"
@@ -122,7 +132,9 @@ from pathlib import Path
 
 import attrs
 
+from statecraft.engine import Bindings, Machine
 from statecraft.engine.registry import load_machine
+from statecraft.engine.tagging import effect
 from statecraft.proofs import GuaranteeViolation
 
 ROOT = "/store"
@@ -148,16 +160,49 @@ class SwapScenario:
         store.write_atomic("data.v1", OLD)
         store.write_atomic("current", b"data.v1")
 
+    effects: dict = attrs.field(factory=dict)  # a broken variant's replaced effects
+
+    def build_machine(self):
+        shipped = load_machine("swap", MACHINES)
+        if not self.effects:
+            return shipped
+        return Machine(shipped.table, shipped.bindings.merged(Bindings(effects=self.effects)))
+
     def run(self, world, *, crash):
-        machine = load_machine("swap", MACHINES)
+        machine = self.build_machine()
         return machine.run(SwapContext(world.local_store(ROOT)), crash=crash, gate=world.gate)
 
     def recover(self, world):
-        return load_machine("swap", MACHINES).recover(SwapContext(world.local_store(ROOT)))
+        return self.build_machine().recover(SwapContext(world.local_store(ROOT)))
 
 
 def scenarios():
     return [SwapScenario()]
+
+
+@effect()
+def _write_unsynced(ctx):
+    fs = ctx.store.fs
+    handle = fs.open_write(ctx.store.abspath(".data.tmp"), exclusive=False)
+    fs.write(handle, NEW)
+    fs.close(handle)
+    fs.rename(ctx.store.abspath(".data.tmp"), ctx.store.abspath("data.v2"))
+    fs.fsync_dir(ctx.store.root)
+
+
+@effect()
+def _switch_nothing(ctx):
+    pass
+
+
+def unsynced_data():
+    return [SwapScenario(name="broken-unsynced-data", effects={{"write_data": _write_unsynced}})]
+
+
+def pointer_never_switched():
+    return [
+        SwapScenario(name="broken-no-switch", effects={{"switch_pointer": _switch_nothing}})
+    ]
 
 
 def _current(ctx):

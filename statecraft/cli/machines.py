@@ -94,6 +94,12 @@ def check_transactions(machines_dir: Path, specs_dir: Path) -> tuple[dict[str, A
                 uncaught = spec.uncaught()
             except StatecraftError as exc:
                 spec_errors = [str(exc)]
+        if uncaught and not spec_errors:
+            spec_errors = [
+                f"{spec_path}: no [[broken]] variant catches {', '.join(uncaught)}: a guarantee "
+                "whose check was never shown able to fail proves nothing; declare a "
+                "deliberately wrong variant that violates it (docs/durability.md)"
+            ]
         errors.extend(("machine_definition", f"{path}: {p}") for p in table_errors)
         errors.extend(("spec_definition", p) for p in spec_errors)
         data[name] = {

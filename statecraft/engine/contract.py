@@ -96,8 +96,9 @@ def contract_problems(
 def _broken_problems(spec: Spec, where: str) -> list[str]:
     """A declared broken variant must import; a spec that declares any must declare one that
     catches each of its guarantees (``crashcheck --broken`` then proves each is caught). A
-    spec that declares none is listed by ``machines check`` as unproven, not failed, until its
-    variants are written (docs/durability.md)."""
+    spec that declares none is refused by ``machines check`` itself (every guarantee needs a
+    variant: :func:`statecraft.cli.machines.check_transactions`), so that library callers can
+    still check a draft contract here (docs/durability.md)."""
     problems: list[str] = []
     for broken in spec.broken:
         try:
