@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
-from checkpoint_runs import RUN, Objects, open_checkpointer
+from checkpoint_runs import open_checkpointer
+from stop_runs import assert_same, attempt_dir, latest, run_to, state_of, step
 
 import statecraft as sc
 from statecraft.checkpoint.stop.records import DONE_FILE, EmergencyKind
@@ -36,10 +36,6 @@ SENTINEL = "SIGUSR1_RECEIVED"
 
 
 # ----------------------------------------------------------------------------- helpers
-def attempt_dir(out: Path) -> Path:
-    return next(p for p in RUN.job_dir(out).iterdir() if p.is_dir())
-
-
 def snapshot(out: Path) -> dict[str, str]:
     """Every file under the output root (but the lease) and the sha256 of its bytes."""
     return {
@@ -53,46 +49,8 @@ def done(out: Path) -> dict[str, Any]:
     return json.loads((attempt_dir(out) / DONE_FILE).read_text())
 
 
-def latest(out: Path) -> str:
-    return (attempt_dir(out) / "checkpoints" / "latest_checkpoint.txt").read_text().strip()
-
-
 def stopping(out: Path, sentinels: Path, *overrides: str, **kw: Any) -> Any:
     return open_checkpointer(out, f"termination.sentinel_dir={sentinels}", *overrides, **kw)
-
-
-def step(ckpt: sc.Checkpointer, objects: Objects) -> Any:
-    objects.step()
-    ckpt.record(sc.Outcome.APPLIED)
-    return ckpt.step_end()
-
-
-def run_to(ckpt: sc.Checkpointer, objects: Objects, last: int) -> Any:
-    """Train until step ``last`` or a stop; the last ``StepEnd``."""
-    end = None
-    while ckpt.step < last:
-        end = step(ckpt, objects)
-        if end:
-            break
-    return end
-
-
-def state_of(objects: Objects) -> dict[str, Any]:
-    return {
-        "model": {k: v.clone() for k, v in objects.model.state_dict().items()},
-        "optim": objects.optimizer.state_dict(),
-        "cursor": objects.cursor.position,
-    }
-
-
-def assert_same(a: dict[str, Any], b: dict[str, Any]) -> None:
-    assert a["cursor"] == b["cursor"]
-    for key, value in a["model"].items():
-        assert torch.equal(value, b["model"][key]), key
-    for index, entry in a["optim"]["state"].items():
-        for key, value in entry.items():
-            got = b["optim"]["state"][index][key]
-            assert torch.equal(torch.as_tensor(value), torch.as_tensor(got)), (index, key)
 
 
 def uninterrupted(tmp_path: Path, steps: int, *overrides: str) -> dict[str, Any]:

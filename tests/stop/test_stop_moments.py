@@ -10,7 +10,6 @@ inside it is recorded, not acted on). A signal after ``finalize()`` returned:
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -19,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from checkpoint_runs import RUN, open_checkpointer
+from checkpoint_runs import open_checkpointer
+from stop_runs import assert_same, attempt_dir, done, latest, run_to, state_of, step
 
-import statecraft as sc
 from statecraft.checkpoint.kernel.layout import MANIFEST_NAME
-from statecraft.checkpoint.stop.records import DONE_FILE, DONE_SCHEMA, EmergencyKind
+from statecraft.checkpoint.stop.records import DONE_FILE, EmergencyKind
 from statecraft.engine.crash import IoGate
 from statecraft.storage.filesystem import OsFilesystem
 
@@ -31,59 +30,8 @@ SENTINEL = "SIGUSR1_RECEIVED"
 
 
 # ----------------------------------------------------------------------------- helpers
-def attempt_dir(out: Path) -> Path:
-    return next(p for p in RUN.job_dir(out).iterdir() if p.is_dir())
-
-
-def done(out: Path) -> dict[str, Any]:
-    """The attempt's DONE.json, parsed (a half-written one fails here)."""
-    record = json.loads((attempt_dir(out) / DONE_FILE).read_text())
-    assert record["schema"] == DONE_SCHEMA
-    return record
-
-
-def latest(out: Path) -> str:
-    return (attempt_dir(out) / "checkpoints" / "latest_checkpoint.txt").read_text().strip()
-
-
 def committed(out: Path, step: int) -> bool:
     return (attempt_dir(out) / "checkpoints" / f"iter_{step:09d}" / MANIFEST_NAME).is_file()
-
-
-def step(ckpt: sc.Checkpointer, objects: Any) -> Any:
-    objects.step()
-    ckpt.record(sc.Outcome.APPLIED)
-    return ckpt.step_end()
-
-
-def run_to(ckpt: sc.Checkpointer, objects: Any, last: int) -> Any:
-    end = None
-    while ckpt.step < last:
-        end = step(ckpt, objects)
-        if end:
-            break
-    return end
-
-
-def state_of(objects: Any) -> dict[str, Any]:
-    return {
-        "model": {k: v.clone() for k, v in objects.model.state_dict().items()},
-        "optim": objects.optimizer.state_dict(),
-        "cursor": objects.cursor.position,
-    }
-
-
-def assert_same(a: dict[str, Any], b: dict[str, Any]) -> None:
-    import torch
-
-    assert a["cursor"] == b["cursor"]
-    for key, value in a["model"].items():
-        assert torch.equal(value, b["model"][key]), key
-    assert a["optim"]["state"].keys() == b["optim"]["state"].keys()
-    for index, entry in a["optim"]["state"].items():
-        for key, value in entry.items():
-            got = b["optim"]["state"][index][key]
-            assert torch.equal(torch.as_tensor(value), torch.as_tensor(got)), (index, key)
 
 
 def uninterrupted(tmp_path: Path, steps: int, *knobs: str) -> dict[str, Any]:
