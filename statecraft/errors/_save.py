@@ -13,6 +13,7 @@ __all__ = [
     "IterationCommittedError",
     "ResumeRequiredError",
     "RetentionError",
+    "RoleWriteError",
     "RunStoppedError",
     "ValidationFailedError",
     "WriterLeaseError",
@@ -79,6 +80,14 @@ class RunStoppedError(CheckpointError):
     (``sentinel``, ``signal SIGTERM``, ...)."""
 
     code = "run_stopped"
+
+
+class RoleWriteError(CheckpointError):
+    """One role's write of a multi-role boundary failed, so the boundary failed: no
+    ``_SUCCESS`` was written and nothing is adopted. Fields: ``role``, ``iteration``,
+    ``path``."""
+
+    code = "role_write_failed"
 
 
 class DirectSaveError(CheckpointError):

@@ -34,12 +34,13 @@ A termination (signal, sentinel file, deadline: ``termination.*``) is decided at
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from statecraft.checkpoint.artifacts.saving import ArtifactReport
 from statecraft.checkpoint.async_writes.write_slot import PendingSave
 from statecraft.checkpoint.config import CheckpointConfig
+from statecraft.checkpoint.facade import roles as several
 from statecraft.checkpoint.facade.boundary import decide_boundary
 from statecraft.checkpoint.facade.boundary_run import BoundaryRunner
 from statecraft.checkpoint.facade.boundary_step import check_epoch, due_boundary, execute
@@ -65,7 +66,7 @@ from statecraft.storage.filesystem import Filesystem
 __all__ = ["Checkpointer", "SaveReport"]
 
 
-class Checkpointer(CheckpointerViews):
+class Checkpointer(CheckpointerViews, several.RoleMethods):
     """Crash-consistent save and exact resume for one training run.
 
     Args:
@@ -167,6 +168,7 @@ class Checkpointer(CheckpointerViews):
             TrackingError: an object lacks ``state_dict`` / ``load_state_dict``, or a
                 stateful name is not a plain identifier or clashes with a built-in one.
         """
+        several.refuse_mixed(self.run_state)  # several roles: track_role (facade/roles.py)
         register(
             self.run_state.tracked,
             model=model,
@@ -245,7 +247,10 @@ class Checkpointer(CheckpointerViews):
         Raises:
             Exception: a background write's error (the lease is released all the same).
         """
-        close_run(self.run_context, self.run_state)
+        try:
+            several.close_roles(self.run_state)
+        finally:
+            close_run(self.run_context, self.run_state)
 
     # ----------------------------------------------------------------- resume
     def resume(self) -> ResumeResult:
@@ -267,6 +272,8 @@ class Checkpointer(CheckpointerViews):
                 checkpoint stays evaluation-pending.
             WriterLeaseError / StoreError: completing the latest pointer failed.
         """
+        if self.run_state.roles is not None:  # several roles (facade/roles.py)
+            return several.resume_roles(self.run_context, self.run_state)
         self.run_state.require_tracked("resume")
         if self.config.checkpoint_store.backend == "object_store":
             # the direct object-store primary resumes through its root (imported on use)
@@ -346,14 +353,19 @@ class Checkpointer(CheckpointerViews):
             ResumeRequiredError / ValidationFailedError: as :meth:`step_end`.
             Exception: a background write's error (raised here at the latest).
         """
+        if self.run_state.roles is not None:
+            return several.close_roles(self.run_state)  # type: ignore[func-returns-value]
         return finalize_run(self.run_context, self.run_state, self._runner)
 
     # ------------------------------------------------------------------- save
-    def save(self) -> SaveReport | PendingSave | ArtifactReport | None:
+    def save(
+        self, *, iteration: int | None = None, loop_state: Mapping[str, Any] | None = None
+    ) -> SaveReport | PendingSave | ArtifactReport | Any:
         """Save the current step with the run plan (``checkpoint_components``): a full
         checkpoint (``machines/write_job.toml``: the save, then retention), or a partial
         artifact under ``checkpoint_artifacts/`` (``machines/artifact.toml``, synchronous).
-        No evaluation runs. It first joins the previous background write.
+        No evaluation runs. It first joins the previous background write. A multi-role loop
+        passes its outer ``iteration`` and ``loop_state`` (``facade/roles.py``).
 
         Returns:
             on rank 0: the :class:`SaveReport`, or, for an asynchronous save
@@ -373,6 +385,8 @@ class Checkpointer(CheckpointerViews):
             RetentionError: the save is committed and durable; retention could not finish.
         """
         context, state = self.run_context, self.run_state
+        if state.roles is not None or iteration is not None or loop_state is not None:
+            return several.save_roles(context, state, iteration, loop_state)
         refuse_after_stop(state, "save()")
         boundary = decide_boundary(context.config, regular_due=True, validation_due=False)
         end = execute(context, state, self._runner, boundary, state.step)

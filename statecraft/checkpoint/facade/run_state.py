@@ -22,6 +22,7 @@ from statecraft.checkpoint.kernel.evaluation import Evaluation
 from statecraft.checkpoint.kernel.validation_records import ValidationIdentity
 from statecraft.checkpoint.resume.bindings import Tracked
 from statecraft.checkpoint.retention.run import RetentionReport
+from statecraft.checkpoint.roles.run import RoleRun
 from statecraft.checkpoint.save.saving import SaveReport
 from statecraft.checkpoint.stop.records import StopDecision
 from statecraft.engine import RunResult
@@ -58,6 +59,7 @@ class RunState:
         stopped / stop_end: the stop decided at a ``step_end()``, and what that boundary did.
         final: what ``finalize()`` did.
         closed: ``close()`` ran (no resume or save any more).
+        roles: a multi-role loop's roles (``track_role``), else ``None``.
     """
 
     writes: BackgroundWrites
@@ -80,6 +82,7 @@ class RunState:
     stop_end: StepEnd | None = None
     final: StepEnd | None = None
     closed: bool = False
+    roles: RoleRun | None = None
 
     @property
     def step(self) -> int:

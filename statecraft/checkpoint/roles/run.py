@@ -1,0 +1,169 @@
+"""One multi-role run: its roles, its writers, its resume and its boundaries.
+
+The facade (``statecraft/checkpoint/facade/roles.py``) hands the calls of a loop that tracked
+roles here: :meth:`RoleRun.resume` picks the newest committed boundary of the attempt's
+``role_checkpoints/`` (:mod:`.reading`) and loads every role all or nothing;
+:meth:`RoleRun.save` stages every role's bytes and runs the ``roles_boundary`` machine, in the
+background when ``save_async`` (one in-flight write per role, :mod:`.writers`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from statecraft.checkpoint.kernel.catalog_entries import PassedOver
+from statecraft.checkpoint.kernel.machines import shipped_machine
+from statecraft.checkpoint.roles.bindings import BoundaryContext
+from statecraft.checkpoint.roles.loop_state import check_loop_state
+from statecraft.checkpoint.roles.reading import BoundaryVerdict, pick_boundary
+from statecraft.checkpoint.roles.records import BoundaryMarker
+from statecraft.checkpoint.roles.staging import apply_roles, load_roles, stage_roles
+from statecraft.checkpoint.roles.tracking import RoleSet
+from statecraft.checkpoint.roles.writers import RoleWriters
+from statecraft.engine import Machine
+from statecraft.errors import ResumeError, TrackingError
+from statecraft.storage.base import Store
+
+__all__ = ["RoleRun", "RolesResume"]
+
+log = logging.getLogger("statecraft.roles")
+
+
+@attrs.frozen
+class RolesResume:
+    """What a multi-role resume did.
+
+    Attributes:
+        iteration: the adopted boundary's iteration (0 for a fresh start): the loop continues
+            its outer iteration from here.
+        counters: each role's restored optimizer counter (0 each for a fresh start).
+        source: the adopted boundary's path, or ``None``.
+        reason: one line saying why.
+        passed_over: newer boundaries not adopted, each with its reason.
+        marker: the adopted ``_SUCCESS``.
+    """
+
+    iteration: int
+    counters: dict[str, int]
+    source: str | None
+    reason: str
+    passed_over: tuple[PassedOver, ...] = ()
+    marker: BoundaryMarker | None = None
+
+
+@attrs.define(eq=False)
+class RoleRun:
+    """The roles of one run and what has happened to them.
+
+    Attributes:
+        store: the attempt's ``role_checkpoints/`` store (set at the resume).
+        resumed: ``resume()`` ran.
+        adopted: the marker of the boundary the resume adopted (``None``: fresh start).
+        saved: the iteration of this run's last boundary save.
+        machine: the boundary table (tests pass broken ones).
+    """
+
+    roles: RoleSet = attrs.field(factory=RoleSet)
+    writers: RoleWriters = attrs.field(factory=RoleWriters)
+    store: Store | None = None
+    resumed: bool = False
+    adopted: BoundaryMarker | None = None
+    saved: int | None = None
+    machine: Machine | None = None
+
+    # ------------------------------------------------------------------ resume
+    def resume(self, store: Store, *, mode: str) -> RolesResume:
+        """Adopt the newest committed boundary (``mode="auto"``) or start fresh (``"off"``)
+        and load every role; nothing is applied unless every role loads.
+
+        Raises:
+            ResumeError: a second resume; the boundary holds other roles than the tracked
+                ones (naming both); nothing loaded.
+            CheckpointCorruptError: a verified boundary's file does not load.
+        """
+        if self.resumed:
+            raise ResumeError("resume() was called already; call it once, before the loop")
+        self.roles.require_several("resume")
+        self.store, self.resumed = store, True
+        names = self.roles.names
+        if mode == "off":
+            return RolesResume(0, dict.fromkeys(names, 0), None, "resume=off: a fresh start")
+        chosen, passed = pick_boundary(store)
+        for item in passed:
+            log.warning("passed over %s: %s", item.name, item.reason)
+        if chosen is None:
+            why = "no committed boundary" + (f" ({len(passed)} passed over)" if passed else "")
+            return RolesResume(0, dict.fromkeys(names, 0), None, why, passed)
+        return self._adopt(store, chosen, passed)
+
+    def _adopt(
+        self, store: Store, chosen: BoundaryVerdict, passed: tuple[PassedOver, ...]
+    ) -> RolesResume:
+        marker = chosen.marker
+        if marker is None:  # pragma: no cover - a committed verdict has one
+            raise ResumeError(f"{chosen.name}: committed without a marker")
+        names = self.roles.names
+        if marker.roles != names:
+            missing = [r for r in marker.roles if r not in names]
+            extra = [r for r in names if r not in marker.roles]
+            raise ResumeError(
+                f"{store.describe()}/{chosen.name} holds roles {marker.roles}, this run tracks "
+                f"{names} (not tracked: {missing or 'none'}; not in the boundary: "
+                f"{extra or 'none'}; order matters: the first role holds the data). Nothing "
+                "was loaded; track the same roles in the same order, or start a new run "
+                "(resume=off)",
+                path=f"{store.describe()}/{chosen.name}",
+            )
+        apply_roles(load_roles(store, chosen.iteration, chosen.manifests, names),
+                    self.roles.roles)  # fmt: skip
+        self.adopted = marker
+        counters = {name: chosen.manifests[name].optimizer_step for name in names}
+        source = f"{store.describe()}/{chosen.name}"
+        log.info("resumed from %s (counters %s)", source, counters)
+        return RolesResume(
+            chosen.iteration, counters, source, f"adopted the newest committed boundary "
+            f"{chosen.name}", passed, marker,
+        )  # fmt: skip
+
+    # -------------------------------------------------------------------- save
+    def save(
+        self, iteration: object, loop_state: Mapping[str, Any] | None, *, background: bool
+    ) -> Any:
+        """Save boundary ``iteration``: join the previous one, stage every role, run the
+        ``roles_boundary`` machine (in the background when ``background``).
+
+        Returns:
+            the machine's ``BoundaryContext`` (synchronous), or the boundary's future.
+
+        Raises:
+            TrackingError: ``iteration`` is not an int >= 0, ``loop_state`` breaks its rule,
+                fewer than two roles, or no ``resume()`` first.
+            RoleWriteError / IterationCommittedError / StoreError: the boundary failed
+                (synchronous; a background one raises at the next join).
+        """
+        if type(iteration) is not int or iteration < 0:
+            raise TrackingError(
+                f"save(iteration={iteration!r}): a multi-role boundary needs the loop's outer "
+                "iteration as an int >= 0 (iter_N of the boundary)"
+            )
+        state = check_loop_state(loop_state)
+        self.roles.require_several("save a boundary")
+        if self.store is None:
+            raise TrackingError("save(): call ckpt.resume() once before the first boundary")
+        self.writers.join()
+        ctx = BoundaryContext(
+            self.store, iteration, stage_roles(list(self.roles.roles.values())), state,
+            dispatch=self.writers.dispatch if background else None,
+        )  # fmt: skip
+        machine = self.machine or shipped_machine("roles_boundary")
+        self.saved = iteration
+
+        def commit() -> BoundaryContext:
+            machine.recover(ctx).raise_for_failure()
+            return ctx
+
+        return self.writers.start(commit) if background else commit()
