@@ -25,7 +25,11 @@ from typing import Any
 import attrs
 
 from statecraft._version import __version__
-from statecraft.checkpoint.kernel.commit import create_manifest_last, sweep_temporaries
+from statecraft.checkpoint.kernel.commit import (
+    create_manifest_last,
+    settle_found_unit,
+    sweep_temporaries,
+)
 from statecraft.checkpoint.kernel.manifest import FileEntry
 from statecraft.checkpoint.roles.layout import (
     MARKER_NAME,
@@ -49,6 +53,7 @@ from statecraft.errors import (
     IterationCommittedError,
     RoleWriteError,
     StatecraftError,
+    StoreConflictError,
 )
 from statecraft.storage.base import Store
 from statecraft.storage.digest import Digest, file_digest
@@ -94,6 +99,7 @@ class BoundaryContext:
         marker: the committed ``_SUCCESS`` (filled by ``create_marker``).
         commit_conflict: the marker's create met another writer's (left alone).
         observed_problem: why ``observe_boundary`` found the boundary damaged.
+        uncertain: role units whose manifest create failed (it may exist, not durable).
     """
 
     store: Store
@@ -106,6 +112,7 @@ class BoundaryContext:
     marker: BoundaryMarker | None = None
     commit_conflict: bool = False
     observed_problem: str = ""
+    uncertain: list[str] = attrs.field(factory=list)
 
     @property
     def iter_dir(self) -> str:
@@ -165,10 +172,17 @@ def prepare_boundary(ctx: BoundaryContext) -> None:
                 path=ctx.where,
             )
         sweep_temporaries(store, ctx.iter_dir, *(ctx.path(e) for e in entries))
-        for entry in entries:
-            if store.stat(f"{ctx.path(entry)}/{ROLE_MANIFEST_NAME}") is None:
-                log.info("clearing uncommitted leftovers of %s/%s", ctx.where, entry)
-                store.delete_tree(ctx.path(entry))
+        committed = [
+            e for e in entries if store.stat(f"{ctx.path(e)}/{ROLE_MANIFEST_NAME}") is not None
+        ]
+        if not committed:  # nothing to keep: a fresh directory (an old one's fsync may have failed)
+            log.info("clearing uncommitted leftovers of %s", ctx.where)
+            store.delete_tree(ctx.iter_dir)
+        for entry in sorted(set(entries) - set(committed)):
+            log.info("clearing uncommitted leftovers of %s/%s", ctx.where, entry)
+            store.delete_tree(ctx.path(entry))
+        if committed:  # maybe only in the page cache of a killed save: durable first
+            settle_found_unit(store, ("", ctx.iter_dir, *(ctx.path(e) for e in committed)))
     store.make_dirs(ctx.iter_dir)
 
 
@@ -177,6 +191,7 @@ def _keep_committed(ctx: BoundaryContext, role: StagedRole) -> RoleManifest:
     (they verify on disk), else refused: a committed role unit is never rewritten."""
     where = f"{ctx.store.describe()}/{role_dir(ctx.iteration, role.name)}"
     unit = role_dir(ctx.iteration, role.name)
+    settle_found_unit(ctx.store, (unit, ctx.iter_dir))  # maybe only in a killed save's cache
     found = decode_role_manifest(ctx.store.read_bytes(f"{unit}/{ROLE_MANIFEST_NAME}"), source=where)
     same = found.optimizer_step == role.optimizer_step and found.files == role.entries()
     intact = same and all(
@@ -212,7 +227,13 @@ def write_role_unit(ctx: BoundaryContext, role: StagedRole) -> RoleManifest:
         files=role.entries(),
         writer={"statecraft": __version__},
     )
-    create_manifest_last(store, f"{unit}/{ROLE_MANIFEST_NAME}", manifest.encode())
+    try:
+        create_manifest_last(store, f"{unit}/{ROLE_MANIFEST_NAME}", manifest.encode())
+    except StoreConflictError:
+        raise
+    except BaseException:  # its durability is unknown: discard_failed_roles removes it
+        ctx.uncertain.append(unit)
+        raise
     return manifest
 
 
@@ -303,6 +324,15 @@ def discard_own_marker(ctx: BoundaryContext) -> None:
     durability is unknown), never another writer's."""
     if not ctx.commit_conflict:
         ctx.store.delete(ctx.path(MARKER_NAME))
+
+
+@effect(role=Role.COORDINATOR)
+def discard_failed_roles(ctx: BoundaryContext) -> None:
+    """After a failed role write: remove each role manifest whose create failed (it may
+    exist without being durable: after a failed fsync a later one may report success without
+    writing it), so no retry keeps a role commit a power loss could take back."""
+    for unit in ctx.uncertain:
+        ctx.store.delete(f"{unit}/{ROLE_MANIFEST_NAME}")
 
 
 @effect(role=Role.COORDINATOR)

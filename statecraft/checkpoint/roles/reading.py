@@ -39,6 +39,7 @@ __all__ = [
     "counter_problems",
     "judge_boundary",
     "pick_boundary",
+    "settle_boundary",
 ]
 
 #: judges a marker's counters against the role units' (``[]``: they agree)
@@ -174,3 +175,13 @@ def pick_boundary(
             return verdict, tuple(passed)
         passed.append(PassedOver(verdict.name, f"{verdict.state}: {verdict.reason}"))
     return None, tuple(passed)
+
+
+def settle_boundary(store: Store, verdict: BoundaryVerdict) -> None:
+    """Make an adopted boundary durable before anything relies on it (a killed save may have
+    left its last publications in the page cache): every role unit, the boundary directory
+    and the store root, fsynced (no byte or name changes)."""
+    for role in verdict.manifests:
+        store.make_durable(role_dir(verdict.iteration, role))
+    store.make_durable(verdict.name)
+    store.make_durable("")

@@ -19,7 +19,7 @@ from statecraft.checkpoint.kernel.catalog_entries import PassedOver
 from statecraft.checkpoint.kernel.machines import shipped_machine
 from statecraft.checkpoint.roles.bindings import BoundaryContext
 from statecraft.checkpoint.roles.loop_state import check_loop_state
-from statecraft.checkpoint.roles.reading import BoundaryVerdict, pick_boundary
+from statecraft.checkpoint.roles.reading import BoundaryVerdict, pick_boundary, settle_boundary
 from statecraft.checkpoint.roles.records import BoundaryMarker
 from statecraft.checkpoint.roles.staging import apply_roles, load_roles, stage_roles
 from statecraft.checkpoint.roles.tracking import RoleSet
@@ -118,6 +118,7 @@ class RoleRun:
                 "(resume=off)",
                 path=f"{store.describe()}/{chosen.name}",
             )
+        settle_boundary(store, chosen)
         apply_roles(load_roles(store, chosen.iteration, chosen.manifests, names),
                     self.roles.roles)  # fmt: skip
         self.adopted = marker

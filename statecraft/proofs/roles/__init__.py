@@ -1,0 +1,1 @@
+"""Crash scenarios, checks and broken variants of the ``roles_boundary`` machine."""
