@@ -279,10 +279,10 @@ def write_roles(ctx: BoundaryContext) -> None:
         except Exception as exc:  # every role is joined before the first failure is raised
             failures.append((name, exc))
     if failures:
-        name, exc = failures[0]
-        if isinstance(exc, IterationCommittedError):
-            raise exc
-        raise _role_failed(ctx, name, exc) from exc
+        name, error = failures[0]
+        if isinstance(error, IterationCommittedError):
+            raise error
+        raise _role_failed(ctx, name, error) from error
 
 
 @effect(role=Role.COORDINATOR)

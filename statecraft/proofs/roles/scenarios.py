@@ -100,7 +100,7 @@ class RolesRecovery:
     adopted_files: dict[str, dict[str, bytes]]
     committed_before: dict[str, bytes]
     retried: bool = False
-    outcome: Exception | None = None
+    outcome: BaseException | None = None
 
 
 def committed_role_files(tree: Mapping[str, bytes]) -> dict[str, bytes]:
