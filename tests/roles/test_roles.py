@@ -91,6 +91,15 @@ class TestTrackRole:
             ckpt.track_role("value", model=pair.critic, optimizer=pair.critic_opt)
         ckpt.close()
 
+    @pytest.mark.parametrize("call", ["record", "step_end"])
+    def test_single_model_calls_are_refused(self, tmp_path: Path, call: str) -> None:
+        """record() / step_end() of a multi-role loop name the role handle and save()."""
+        ckpt, _, _, _ = open_roles(tmp_path, *SYNC)
+        ckpt.resume()
+        with pytest.raises(TrackingError, match=r"critic\.record\(.*ckpt\.save\(iteration="):
+            ckpt.record(sc.Outcome.APPLIED) if call == "record" else ckpt.step_end()
+        ckpt.close()
+
 
 class TestConfigRefusals:
     @pytest.mark.parametrize(
@@ -187,6 +196,18 @@ class TestBoundaries:
             "iter_000000001", "iter_000000002", "iter_000000003",
         ]  # fmt: skip
         assert all((d / "_SUCCESS").exists() for d in roles_dir(tmp_path).iterdir())
+        ckpt.close()
+
+    def test_wait_joins_the_boundary_in_flight(self, tmp_path: Path) -> None:
+        """wait() joins the background boundary: its role's failure is raised there, once."""
+        ckpt, pair, policy, critic = open_roles(
+            tmp_path, filesystem=failing_filesystem("iter_000000001/critic/")
+        )
+        ckpt.resume()
+        run_loop(ckpt, pair, policy, critic, 0, 1)
+        with pytest.raises(RoleWriteError, match="role 'critic'"):
+            ckpt.wait()
+        assert ckpt.wait() == []
         ckpt.close()
 
     @pytest.mark.parametrize(

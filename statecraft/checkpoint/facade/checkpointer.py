@@ -234,6 +234,7 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
                 iteration), once, on every rank; the previous checkpoint is intact and
                 ``latest`` names it.
         """
+        several.join_roles(self.run_state)  # a multi-role loop's boundary (facade/roles.py)
         saves = self.run_state.saves
         before = len(saves)
         self.run_state.writes.join(saves)
@@ -287,6 +288,7 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
     # ------------------------------------------------------------------ steps
     def record(self, outcome: Outcome) -> None:
         """Advance the update clocks by one microbatch outcome."""
+        several.refuse_single_model_call(self.run_state, "record()")
         self.run_state.tracked.clocks.record(outcome)
 
     def step_end(self, *, epoch: int | None = None) -> StepEnd:
@@ -319,6 +321,7 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
                 artifact committed before it stays committed.
         """
         context, state = self.run_context, self.run_state
+        several.refuse_single_model_call(state, "step_end()")
         refuse_after_stop(state, "step_end()")
         check_epoch(epoch)
         stopped = poll_stop(context, state, self._runner)

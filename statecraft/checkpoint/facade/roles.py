@@ -34,7 +34,9 @@ __all__ = [
     "RoleMethods",
     "RolesResumeResult",
     "close_roles",
+    "join_roles",
     "refuse_mixed",
+    "refuse_single_model_call",
     "resume_roles",
     "save_roles",
 ]
@@ -110,6 +112,20 @@ def refuse_mixed(state: RunState) -> None:
         )
 
 
+def refuse_single_model_call(state: RunState, call: str) -> None:
+    """``record()`` / ``step_end()`` of a loop that tracks roles.
+
+    Raises:
+        TrackingError: naming the call and what a multi-role loop calls instead.
+    """
+    if state.roles is not None:
+        raise TrackingError(
+            f"{call} is the call of a loop that tracks one model; a multi-role loop records on "
+            "each role's handle (critic.record(sc.Outcome.APPLIED)) and saves its boundaries "
+            "with ckpt.save(iteration=..., loop_state=...)"
+        )
+
+
 def resume_roles(context: RunContext, state: RunState) -> RolesResumeResult:
     """``resume()`` of a multi-role loop: open the attempt, adopt the newest committed
     boundary of its ``role_checkpoints/`` (``resume=auto``) or start fresh (``off``).
@@ -160,6 +176,16 @@ def save_roles(
             "with track_role(), or call save() without them"
         )
     return state.roles.save(iteration, loop_state, background=context.config.save_async)
+
+
+def join_roles(state: RunState) -> None:
+    """Join the boundary in flight (``wait()``; a no-op without roles).
+
+    Raises:
+        RoleWriteError / StatecraftError / OSError: the boundary in flight failed.
+    """
+    if state.roles is not None:
+        state.roles.writers.join()
 
 
 def close_roles(state: RunState) -> None:
