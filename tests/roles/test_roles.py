@@ -124,18 +124,22 @@ class TestConfigRefusals:
         assert "multi-role" in str(info.value)
         assert not (tmp_path / "out").exists()
 
-    def test_an_object_store_primary_is_refused(self) -> None:
-        """Several roles require the local primary store: the refusal names the fix."""
+    def test_an_object_store_primary_is_refused(self, tmp_path: Path) -> None:
+        """Several roles require the local primary store: the refusal names the fix, with the
+        DCP format the object-store primary needs; nothing is written."""
         config = sc.CheckpointConfig.load(
             None,
             ["checkpoint_store.backend=object_store", "checkpoint_store.bucket=b",
              "checkpoint_format=dcp"],
         )  # fmt: skip
+        ckpt = sc.Checkpointer(config, run="x", output_root=tmp_path / "out")
+        model = torch.nn.Linear(1, 1)
         with pytest.raises(ConfigError) as info:
-            sc.checkpoint.roles.refuse_config(config, world_size=1)
+            ckpt.track_role("policy", model=model, optimizer=torch.optim.SGD(model.parameters()))
         paths = [issue.path for issue in info.value.issues]
         assert paths == ["checkpoint_store.backend", "checkpoint_format"]
         assert "require the local primary store" in str(info.value)
+        assert not (tmp_path / "out").exists()
 
 
 class TestBoundaries:
