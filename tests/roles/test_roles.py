@@ -167,6 +167,7 @@ class TestBoundaries:
         result = ckpt.resume()
         assert result.step == 4
         assert result.roles == {"policy": 2, "critic": 4}
+        assert (result.rng, result.data) == ("restored", "restored")
         assert (policy.optimizer_step, critic.optimizer_step) == (2, 4)
         state = ckpt.committed_loop_state()
         assert state == {"critic_warmup_iterations": 2}

@@ -26,7 +26,13 @@ from statecraft.checkpoint.facade.run_context import RunContext
 from statecraft.checkpoint.facade.run_state import RunState
 from statecraft.checkpoint.fencing.fenced_store import FencedStore
 from statecraft.checkpoint.resume.records import ResumeResult
-from statecraft.checkpoint.roles import ROLES_DIR, RoleRun, TrackedRole, refuse_config
+from statecraft.checkpoint.roles import (
+    ROLES_DIR,
+    RoleRun,
+    RolesResume,
+    TrackedRole,
+    refuse_config,
+)
 from statecraft.errors import NotSupportedYetError, TrackingError
 from statecraft.storage.local import LocalStore
 
@@ -153,8 +159,16 @@ def resume_roles(context: RunContext, state: RunState) -> RolesResumeResult:
         step=done.iteration, source=done.source, reason=done.reason,
         passed_over=done.passed_over,
         loop_state={} if done.marker is None else dict(done.marker.loop_state),
-        rng="fresh" if done.source is None else "restored", roles=done.counters,
+        rng="fresh" if done.source is None else "restored", data=_data_outcome(roles, done),
+        roles=done.counters,
     )  # fmt: skip
+
+
+def _data_outcome(roles: RoleRun, done: RolesResume) -> str:
+    if done.source is None:
+        return "fresh"
+    first = next(iter(roles.roles.roles.values()))
+    return "untracked" if first.data is None else "restored"
 
 
 def save_roles(

@@ -52,7 +52,6 @@ from statecraft.errors import (
     CheckpointError,
     IterationCommittedError,
     RoleWriteError,
-    StatecraftError,
     StoreConflictError,
 )
 from statecraft.storage.base import Store
@@ -266,9 +265,7 @@ def write_roles(ctx: BoundaryContext) -> None:
                 ctx.manifests[role.name] = job()
             except IterationCommittedError:
                 raise
-            except StatecraftError as exc:
-                raise _role_failed(ctx, role.name, exc) from exc
-            except OSError as exc:
+            except Exception as exc:  # named with its role; the cause stays chained
                 raise _role_failed(ctx, role.name, exc) from exc
         else:
             pending.append((role.name, ctx.dispatch(role.name, job)))

@@ -119,6 +119,9 @@ def judge_boundary(
     """The verdict on ``iter_<iteration>`` of the roles store ``store`` (see the module
     docstring). Never raises for what it finds on disk."""
     here = boundary_dir(iteration)
+    stat = store.stat(here)
+    if stat is None or not stat.is_dir:
+        return BoundaryVerdict(iteration, "damaged", f"{here} is not a directory")
     entries = [e for e in store.list(here) if not is_temporary_name(e)]
     if MARKER_NAME not in entries:
         committed = [
