@@ -41,6 +41,7 @@ from statecraft.errors._machines import (
 from statecraft.errors._resume import (
     ArtifactResumeError,
     CheckpointSourceError,
+    InitFromError,
     ResumeError,
     ValidationIdentityError,
     WeightsOnlyResumeError,
@@ -88,6 +89,7 @@ __all__ = [
     "DiskFullError",
     "FetchDestinationExistsError",
     "GuaranteeViolation",
+    "InitFromError",
     "InspectError",
     "IterationCommittedError",
     "MachineDefinitionError",

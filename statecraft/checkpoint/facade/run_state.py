@@ -18,6 +18,7 @@ from statecraft.checkpoint.async_writes.role_slots import BackgroundWrites
 from statecraft.checkpoint.facade.lifecycle import Lifecycle
 from statecraft.checkpoint.facade.run_context import OpenAttempt
 from statecraft.checkpoint.facade.step import StepEnd
+from statecraft.checkpoint.init_from import InitReport, ModelCopies
 from statecraft.checkpoint.kernel.evaluation import Evaluation
 from statecraft.checkpoint.kernel.validation_records import ValidationIdentity
 from statecraft.checkpoint.resume.bindings import Tracked
@@ -58,6 +59,8 @@ class RunState:
         stopped / stop_end: the stop decided at a ``step_end()``, and what that boundary did.
         final: what ``finalize()`` did.
         closed: ``close()`` ran (no resume or save any more).
+        copies / init_report: the model's copies (``track(reference=...)``) and what
+            ``init_from`` loaded at this start (``None``: nothing).
     """
 
     writes: BackgroundWrites
@@ -80,6 +83,8 @@ class RunState:
     stop_end: StepEnd | None = None
     final: StepEnd | None = None
     closed: bool = False
+    copies: ModelCopies = attrs.field(factory=ModelCopies)
+    init_report: InitReport | None = None
 
     @property
     def step(self) -> int:
