@@ -131,7 +131,7 @@ def test_a_reference_added_or_dropped_on_resume_fails_closed_naming_init_from(
     with pytest.raises(ResumeError, match=r"track\(reference=\.\.\.\).*init_from"):
         window(tmp_path / "with", 4, init_from=base, reference=False)
     window(tmp_path / "without", 2, init_from=base, reference=False)
-    with pytest.raises(ResumeError, match="model_roles.*init_from"):
+    with pytest.raises(ResumeError, match=r"model_roles.*init_from"):
         window(tmp_path / "without", 4, init_from=base)
 
 
@@ -139,9 +139,9 @@ def test_the_recorded_cadence_and_version_are_compared_on_resume() -> None:
     mine = RolesIdentity("frozen", 0)
     mine.load_state_dict(mine.state_dict())  # the same: nothing to do
     moved = {**mine.state_dict(), "reference_update_every": 50}
-    with pytest.raises(TrainerStateError, match="reference_update_every: saved 50.*init_from"):
+    with pytest.raises(TrainerStateError, match=r"reference_update_every: saved 50.*init_from"):
         mine.load_state_dict(moved)
-    with pytest.raises(TrainerStateError, match="version 2.*init_from"):
+    with pytest.raises(TrainerStateError, match=r"version 2.*init_from"):
         mine.load_state_dict({**mine.state_dict(), "version": 2})
 
 
