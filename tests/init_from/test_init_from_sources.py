@@ -175,3 +175,31 @@ def test_missing_and_foreign_sources_name_the_fix(tmp_path: Path) -> None:
     torch.save({"model": gpt2(1).state_dict(), "step": 3}, tmp_path / "wrapped.pt")
     with pytest.raises(InitFromError, match="not a state dict"):
         sc.init_from(gpt2(1), tmp_path / "wrapped.pt")
+
+
+def test_a_dcp_format_run_is_verified_against_its_manifest(tmp_path: Path) -> None:
+    model = gpt2(0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    knobs = ["save_every=1", "save_async=false", "checkpoint_format=dcp", "quiet=true"]
+    ckpt = sc.Checkpointer(sc.CheckpointConfig.load(None, knobs), run="dcp", output_root=tmp_path)
+    ckpt.track(model=model, optimizer=optimizer)
+    ckpt.resume()
+    ids = tokens(4, 7)
+    model(ids, labels=ids).loss.backward()
+    optimizer.step()
+    ckpt.record(sc.Outcome.APPLIED)
+    ckpt.step_end()
+    ckpt.close()
+    target = gpt2(1)
+    report = sc.init_from(target, tmp_path)
+    assert (report.kind, report.iteration) == ("checkpoint", 1)
+    assert same_weights(target, model)
+    (shard,) = tmp_path.glob("**/iter_000000001/model/*.distcp")
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    shard.write_bytes(bytes(data))
+    fresh = gpt2(1)
+    before = {k: v.clone() for k, v in fresh.state_dict().items()}
+    with pytest.raises(CheckpointCorruptError, match="does not match the manifest"):
+        sc.init_from(fresh, shard.parent.parent)
+    assert all(torch.equal(before[k], v) for k, v in fresh.state_dict().items())

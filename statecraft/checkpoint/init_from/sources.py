@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -168,35 +167,28 @@ def _safetensors(path: Path, where: str) -> SourceWeights:
 
 
 def _dcp(path: Path, where: str) -> SourceWeights:
-    from torch.distributed.checkpoint import FileSystemReader
-    from torch.distributed.checkpoint import load as dcp_load
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
+    from statecraft.storage.local import LocalStore
+    from statecraft.writers.dcp import load_dcp_state
+    from statecraft.writers.dcp_store_reader import StoreStorageReader
+
+    store = LocalStore(str(path.parent))
     try:
-        metadata = FileSystemReader(str(path)).read_metadata()
-    except Exception as exc:
+        items = StoreStorageReader(store, path.name).read_metadata().state_dict_metadata
+    except StatecraftError as exc:
         raise InitFromError(
-            f"init_from {where}: its DCP .metadata is unreadable ({type(exc).__name__}: "
-            f"{exc}); copy the whole DCP directory again",
+            f"init_from {where}: its DCP .metadata is unreadable ({exc}); copy the whole DCP "
+            "directory again",
             source=where,
         ) from None
-    items = metadata.state_dict_metadata
     tensors = {k: v for k, v in items.items() if isinstance(v, TensorStorageMetadata)}
 
     def read(names: Iterable[str]) -> dict[str, torch.Tensor]:
         target = {
             n: torch.empty(tuple(tensors[n].size), dtype=tensors[n].properties.dtype) for n in names
         }
-        try:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
-                dcp_load(target, storage_reader=FileSystemReader(str(path)), no_dist=True)
-        except Exception as exc:
-            raise InitFromError(
-                f"init_from {where}: the DCP load failed ({type(exc).__name__}: {exc}); "
-                "nothing was changed; copy the whole DCP directory again",
-                source=where,
-            ) from None
+        load_dcp_state(store, path.name, target)  # item digests checked where recorded
         return target
 
     shapes = {k: tuple(v.size) for k, v in tensors.items()}
@@ -208,7 +200,30 @@ def _statecraft(path: Path, where: str, verify: str) -> SourceWeights:
     from statecraft.checkpoint.resume.eval_load import read_model_state
 
     state, loaded = read_model_state(path, verify=verify)
-    return _in_memory(f"{where} ({loaded.location})", loaded.kind, state, loaded.iteration)
+    described = f"{where} ({loaded.location})"
+    if state is None:  # checkpoint_format=dcp: verify model/'s digests, then read it as DCP
+        _verify_dcp_model(Path(loaded.location), loaded.iteration, loaded.kind, verify)
+        weights = _dcp(Path(loaded.location) / "model", described)
+        return attrs.evolve(weights, kind=loaded.kind, iteration=loaded.iteration)
+    return _in_memory(described, loaded.kind, state, loaded.iteration)
+
+
+def _verify_dcp_model(location: Path, iteration: int, kind: str, verify: str) -> None:
+    """Every file of the ``model/`` entry of a DCP checkpoint or artifact against its
+    manifest's digests (the model-only reading hashes ``model.pt``, which DCP has not).
+
+    Raises:
+        CheckpointCorruptError: a shard is missing, short, or holds other bytes.
+    """
+    from statecraft.checkpoint.kernel.artifact_verify import verify_artifact
+    from statecraft.checkpoint.kernel.verify import verify_checkpoint
+    from statecraft.storage.local import LocalStore
+
+    store = LocalStore(str(location.parent))
+    if kind == "artifact":
+        verify_artifact(store, iteration, level=verify, keep_payloads=False, only=("model",))
+    else:
+        verify_checkpoint(store, iteration, level=verify, keep_payloads=False, only=("model",))
 
 
 def open_source(source: str | os.PathLike[str], *, verify: str = "digest") -> SourceWeights:

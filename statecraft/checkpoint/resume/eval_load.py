@@ -351,16 +351,18 @@ def load_weights(
 
 def read_model_state(
     source: str | os.PathLike[str], *, verify: str = "digest"
-) -> tuple[dict[str, Any], LoadedCheckpoint]:
+) -> tuple[dict[str, Any] | None, LoadedCheckpoint]:
     """The verified ``model.pt`` state of the checkpoint :func:`load_weights` would load from
-    ``source``, and which one it is; nothing is loaded (``init_from`` checks it first).
+    ``source``, and which one it is; nothing is loaded (``init_from`` checks it first). The
+    state is ``None`` for a ``checkpoint_format=dcp`` checkpoint (its ``model/`` directory is
+    for the caller to verify and read).
 
     Raises:
         CheckpointSourceError / CheckpointCorruptError / TrainerStateError: as
             :func:`load_weights`.
     """
     chosen = _choose(source, verify)
-    state = chosen.payloads.pop(_MODEL)
+    state = chosen.payloads.pop(_MODEL, None)  # None: a DCP checkpoint (model/ directory)
     loaded = LoadedCheckpoint(chosen.location, chosen.iteration, _loop_state(chosen), chosen.kind)
     return state, loaded
 
