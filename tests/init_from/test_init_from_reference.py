@@ -90,7 +90,7 @@ def test_a_fresh_start_takes_the_base_weights_and_nothing_else(base: Path, tmp_p
     assert optimizer.state_dict()["state"] == {}  # nor its optimizer
     assert same_weights(model, _base_weights(base))
     assert same_weights(ref, _base_weights(base))
-    report = ckpt.run_state.init_report
+    report = ckpt.init_report
     assert report is not None
     assert (report.kind, report.iteration, report.targets) == ("checkpoint", 2, 2)
     ckpt.close()
@@ -102,8 +102,8 @@ def test_a_resumed_window_keeps_the_checkpoint_and_the_base_reference_exactly(
     whole, whole_model, _ = window(tmp_path / "whole", STEPS, init_from=base)
     first, _, _ = window(tmp_path / "split", 3, init_from=base)
     second, split_model, ckpt = window(tmp_path / "split", STEPS, init_from=base)
-    assert ckpt.run_state.init_report is not None
-    assert ckpt.run_state.init_report.targets == 1  # the reference only: the checkpoint won
+    assert ckpt.init_report is not None
+    assert ckpt.init_report.targets == 1  # the reference only: the checkpoint won
     assert first + second == whole  # the exact objective, bit for bit
     assert same_weights(split_model, whole_model)
     assert first[0] == pytest.approx(0.6931471805599453)  # model == reference at step 0: log 2

@@ -53,7 +53,7 @@ def test_the_knob_fetches_and_loads_an_archived_checkpoint(
     assert ckpt.resume().step == 0
     expected = torch.load(final, weights_only=True)
     assert all(torch.equal(objects.model.state_dict()[k], v) for k, v in expected.items())
-    report = ckpt.run_state.init_report
+    report = ckpt.init_report
     assert report is not None
     assert report.iteration == 4
     assert (tmp_path / ".init_from_stage" / "iter_000000004" / "model.pt").is_file()
