@@ -45,6 +45,22 @@ def tokens(n: int, seed: int) -> torch.Tensor:
     return torch.randint(0, VOCAB, (n, SEQ), generator=torch.Generator().manual_seed(seed))
 
 
+def _logp(model: Any, ids: torch.Tensor) -> torch.Tensor:
+    out = model(ids)
+    logits = (out if isinstance(out, torch.Tensor) else out.logits)[:, :-1]
+    return torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1).sum(-1)
+
+
+def dpo_loss(
+    model: Any, reference: Any, chosen: torch.Tensor, rejected: torch.Tensor, beta: float = 0.5
+) -> torch.Tensor:
+    """A DPO loss: the policy's log-ratio margin over the frozen reference's."""
+    with torch.no_grad():
+        ref_chosen, ref_rejected = _logp(reference, chosen), _logp(reference, rejected)
+    margin = (_logp(model, chosen) - ref_chosen) - (_logp(model, rejected) - ref_rejected)
+    return -torch.nn.functional.logsigmoid(beta * margin).mean()
+
+
 def same_weights(a: nn.Module, b: nn.Module) -> bool:
     sa, sb = a.state_dict(), b.state_dict()
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)

@@ -15,8 +15,7 @@ from typing import Any
 
 import pytest
 import torch
-import torch.nn.functional as F
-from init_from_models import base_run, gpt2, same_weights, tokens
+from init_from_models import base_run, dpo_loss, gpt2, same_weights, tokens
 
 import statecraft as sc
 from statecraft.checkpoint.init_from import RolesIdentity
@@ -25,25 +24,12 @@ from statecraft.proofs.init_from import broken
 
 FINE_TUNE = sc.RunIdentity("proj", "dpo", "tune")
 STEPS = 6
-BETA = 0.5
 
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("base")
     return base_run(out)
-
-
-def _logp(model: Any, ids: torch.Tensor) -> torch.Tensor:
-    logits = model(ids).logits[:, :-1]
-    return torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1).sum(-1)
-
-
-def dpo_loss(model: Any, reference: Any, chosen: torch.Tensor, rejected: torch.Tensor) -> Any:
-    with torch.no_grad():
-        ref_chosen, ref_rejected = _logp(reference, chosen), _logp(reference, rejected)
-    margin = (_logp(model, chosen) - ref_chosen) - (_logp(model, rejected) - ref_rejected)
-    return -F.logsigmoid(BETA * margin).mean()
 
 
 def window(
