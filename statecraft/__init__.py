@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from statecraft.checkpoint.facade.catalog import checkpoints, load_weights
     from statecraft.checkpoint.facade.checkpointer import Checkpointer, SaveReport
     from statecraft.checkpoint.facade.step import StepEnd
+    from statecraft.checkpoint.init_from import InitReport, init_from
     from statecraft.checkpoint.kernel.layout import RunIdentity
     from statecraft.checkpoint.kernel.validation_records import ValidationStage
     from statecraft.checkpoint.resume.bindings import ResumeResult
@@ -43,6 +44,7 @@ __all__ = [
     "EveryNEpochs",
     "EveryNSeconds",
     "EveryNSteps",
+    "InitReport",
     "KeepFn",
     "LatestN",
     "LoadedCheckpoint",
@@ -61,6 +63,7 @@ __all__ = [
     "ValidationStage",
     "__version__",
     "checkpoints",
+    "init_from",
     "load_weights",
     "read_loop_state",
 ]
@@ -76,6 +79,7 @@ _LAZY = {
     "EveryNEpochs": "statecraft.checkpoint.triggers",
     "EveryNSeconds": "statecraft.checkpoint.triggers",
     "EveryNSteps": "statecraft.checkpoint.retention.policies",
+    "InitReport": "statecraft.checkpoint.init_from",
     "KeepFn": "statecraft.checkpoint.retention.policies",
     "LatestN": "statecraft.checkpoint.retention.policies",
     "LoadedCheckpoint": "statecraft.checkpoint.resume.eval_load",
@@ -93,6 +97,7 @@ _LAZY = {
     "ValidationReport": "statecraft.checkpoint.validation.saving",
     "ValidationStage": "statecraft.checkpoint.kernel.validation_records",
     "checkpoints": "statecraft.checkpoint.facade.catalog",
+    "init_from": "statecraft.checkpoint.init_from",
     "load_weights": "statecraft.checkpoint.facade.catalog",
     "read_loop_state": "statecraft.checkpoint.resume.eval_load",
 }

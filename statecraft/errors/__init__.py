@@ -41,6 +41,7 @@ from statecraft.errors._machines import (
 from statecraft.errors._resume import (
     ArtifactResumeError,
     CheckpointSourceError,
+    InitFromError,
     ResumeError,
     ValidationIdentityError,
     WeightsOnlyResumeError,
@@ -89,6 +90,7 @@ __all__ = [
     "DiskFullError",
     "FetchDestinationExistsError",
     "GuaranteeViolation",
+    "InitFromError",
     "InspectError",
     "IterationCommittedError",
     "MachineDefinitionError",

@@ -9,6 +9,7 @@ from statecraft.errors._checkpoint import CheckpointError, TrainerStateError
 __all__ = [
     "ArtifactResumeError",
     "CheckpointSourceError",
+    "InitFromError",
     "ResumeError",
     "ValidationIdentityError",
     "WeightsOnlyResumeError",
@@ -66,3 +67,13 @@ class CheckpointSourceError(CheckpointError, FileNotFoundError):
     and why it was not used)."""
 
     code = "checkpoint_source"
+
+
+class InitFromError(CheckpointError, ValueError):
+    """``init_from``: the source cannot initialize the model: it is missing, of no known kind,
+    does not verify, or its weights do not fit the model. Nothing was changed (every key and
+    shape is checked before the first tensor is copied). Fields: ``source`` (what was given),
+    ``missing`` (model keys the source lacks), ``unexpected`` (source keys the model lacks),
+    ``shapes`` (``key: source shape != model shape``)."""
+
+    code = "init_from"

@@ -40,6 +40,7 @@ class TestPublicApi:
             "EveryNEpochs",
             "EveryNSeconds",
             "EveryNSteps",
+            "InitReport",
             "KeepFn",
             "LatestN",
             "LoadedCheckpoint",
@@ -58,6 +59,7 @@ class TestPublicApi:
             "ValidationStage",
             "__version__",
             "checkpoints",
+            "init_from",
             "load_weights",
             "read_loop_state",
         ]

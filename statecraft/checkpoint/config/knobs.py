@@ -277,6 +277,7 @@ _FORMATS = _choice("consolidated", "dcp")
 _EMERGENCY_PLANS = _choice("full", "run")
 _CURSOR_MODES = _choice("auto", "strict", "off")
 _VERIFY_MODES = _choice("digest", "size")
+_STRIP_PREFIXES = _choice("", "_orig_mod.", "module.")  # init_from_strip_prefix
 _COUNT = _count(nullable=False)
 _COUNT_OR_NULL = _count(nullable=True)
 _LEASE_TTL = _lease_ttl

@@ -23,6 +23,7 @@ from statecraft.checkpoint.config.knobs import (
     _EMERGENCY_PLANS,
     _FORMATS,
     _LEASE_TTL,
+    _STRIP_PREFIXES,
     _VERIFY_MODES,
     FULL_PLAN,
     CheckpointFormat,
@@ -234,6 +235,10 @@ class CheckpointConfig:
     save_every: int = attrs.field(default=0, metadata={_CHECK: _COUNT})
     resume: str = attrs.field(default="auto", metadata={_CHECK: _resume})
     run_ts: str = attrs.field(default="", metadata={_CHECK: _run_ts})
+    # init_from: a fresh start's weights (statecraft.checkpoint.init_from; docs/checkpointing.md)
+    init_from: str = attrs.field(default="", metadata={_CHECK: _text})
+    init_from_strip_prefix: str = attrs.field(default="", metadata={_CHECK: _STRIP_PREFIXES})
+    init_from_lora: bool = attrs.field(default=False, metadata={_CHECK: _flag})
     checkpoint_format: CheckpointFormat = attrs.field(
         default="consolidated", metadata={_CHECK: _FORMATS}
     )

@@ -50,7 +50,7 @@ from statecraft.checkpoint.facade.resume_run import run_resume
 from statecraft.checkpoint.facade.step import StepEnd
 from statecraft.checkpoint.facade.step_saver import StepSaver
 from statecraft.checkpoint.facade.stopping import finalize_run, poll_stop, refuse_after_stop
-from statecraft.checkpoint.facade.tracking import register
+from statecraft.checkpoint.facade.tracking import register, register_copies
 from statecraft.checkpoint.facade.validation_resume import validation_identity
 from statecraft.checkpoint.kernel.evaluation import Evaluation, Evaluator
 from statecraft.checkpoint.kernel.layout import RunIdentity
@@ -150,6 +150,8 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
         data: Any = None,
         scheduler_identity: SchedulerIdentity | None = None,
         stateful: dict[str, Any] | None = None,
+        reference: Any = None,
+        reference_update_every: int = 0,
     ) -> None:
         """Register the objects whose state makes an exact-resume checkpoint.
 
@@ -163,6 +165,9 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
                 ``state_dict`` / ``load_state_dict``; rank 0's state is saved in ``trainer.pt``
                 and restored with the rest, all or nothing. A resume refuses a checkpoint that
                 saved another set of names.
+            reference, reference_update_every: a frozen reference model (``0``; never saved:
+                build it before ``resume()``, which loads ``init_from`` into it on every start;
+                docs/checkpointing.md, "Reference and EMA copies").
 
         Raises:
             TrackingError: an object lacks ``state_dict`` / ``load_state_dict``, or a
@@ -177,6 +182,9 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
             data=data,
             scheduler_identity=scheduler_identity,
             stateful=stateful,
+        )
+        register_copies(
+            self.run_state, reference=reference, reference_update_every=reference_update_every
         )
 
     def validate_with(self, evaluate: Evaluator, *, source: str | None = None) -> None:

@@ -13,6 +13,7 @@ from statecraft.checkpoint.facade.run_context import RunContext
 from statecraft.checkpoint.facade.run_state import RunState
 from statecraft.checkpoint.facade.step import StepEnd
 from statecraft.checkpoint.fencing.lease import WriterLease
+from statecraft.checkpoint.init_from import InitReport
 from statecraft.checkpoint.kernel.layout import RunAttempt, RunIdentity
 from statecraft.checkpoint.resume.bindings import Tracked
 from statecraft.checkpoint.retention.run import RetentionPlan
@@ -53,6 +54,12 @@ class CheckpointerViews:
     def output_root(self) -> str:
         """The absolute directory all runs live under."""
         return self.run_context.output_root
+
+    @property
+    def init_report(self) -> InitReport | None:
+        """What ``init_from`` loaded at this run's start (``resume()``): a fresh start's model
+        and frozen reference, a resumed one's frozen reference; ``None``: nothing."""
+        return self.run_state.init_report
 
     @property
     def collective(self) -> Collective:

@@ -23,6 +23,7 @@ from statecraft.checkpoint.direct.resume import (
 from statecraft.checkpoint.facade.attempt_open import ensure_attempt
 from statecraft.checkpoint.facade.run_context import RunContext
 from statecraft.checkpoint.facade.run_state import RunState
+from statecraft.checkpoint.facade.tracking import init_on_start
 from statecraft.checkpoint.fencing.lease import WriterLease
 from statecraft.checkpoint.resume.records import ResumeResult
 
@@ -55,6 +56,7 @@ def run_direct_resume_in_attempt(context: RunContext, state: RunState) -> Resume
         both = cast(WriterLease, ObjectRootLease(opened.lease, direct.lease))
         state.opened = attrs.evolve(opened, lease=both)
     result = direct.result
+    init_on_start(context, state, result)
     state.last_saved_step = result.step if result.source is not None else None
     if context.config.termination.enabled:
         context.termination.install()

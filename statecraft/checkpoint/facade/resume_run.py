@@ -22,6 +22,7 @@ from statecraft.checkpoint.facade.lifecycle import complete_adopted_attempt
 from statecraft.checkpoint.facade.run_context import RunContext
 from statecraft.checkpoint.facade.run_state import RunState
 from statecraft.checkpoint.facade.stopping import previous_window
+from statecraft.checkpoint.facade.tracking import init_on_start
 from statecraft.checkpoint.facade.validation_resume import after_resume, identity_hint
 from statecraft.checkpoint.resume.bindings import ResumeContext, ResumeResult
 from statecraft.errors import CheckpointError, ValidationIdentityError
@@ -83,6 +84,7 @@ def run_resume(context: RunContext, state: RunState, runner: BoundaryRunner) -> 
             machine=context.machines.load("save"),
             lease=opened.lease,
         )
+    init_on_start(context, state, result)  # before any evaluation sees the model
     state.last_saved_step = result.step if result.resumed else None
     state.lifecycle.after_resume(result, opened.attempt)
     result, state.last_validated_step = after_resume(context, state, runner, result, ctx.store)

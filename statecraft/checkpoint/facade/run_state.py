@@ -18,6 +18,7 @@ from statecraft.checkpoint.async_writes.role_slots import BackgroundWrites
 from statecraft.checkpoint.facade.lifecycle import Lifecycle
 from statecraft.checkpoint.facade.run_context import OpenAttempt
 from statecraft.checkpoint.facade.step import StepEnd
+from statecraft.checkpoint.init_from import InitReport, ModelCopies
 from statecraft.checkpoint.kernel.evaluation import Evaluation
 from statecraft.checkpoint.kernel.validation_records import ValidationIdentity
 from statecraft.checkpoint.resume.bindings import Tracked
@@ -60,6 +61,8 @@ class RunState:
         final: what ``finalize()`` did.
         closed: ``close()`` ran (no resume or save any more).
         roles: a multi-role loop's roles (``track_role``), else ``None``.
+        copies / init_report: the model's copies (``track(reference=...)``) and what
+            ``init_from`` loaded at this start (``None``: nothing).
     """
 
     writes: BackgroundWrites
@@ -83,6 +86,8 @@ class RunState:
     final: StepEnd | None = None
     closed: bool = False
     roles: RoleRun | None = None
+    copies: ModelCopies = attrs.field(factory=ModelCopies)
+    init_report: InitReport | None = None
 
     @property
     def step(self) -> int:

@@ -11,10 +11,20 @@ from typing import Any
 
 from statecraft.errors import TrackingError
 
-__all__ = ["BUILT_IN_NAMES", "register", "require_stateful", "stateful_objects"]
+__all__ = [
+    "BUILT_IN_NAMES",
+    "init_on_start",
+    "register",
+    "register_copies",
+    "require_stateful",
+    "stateful_objects",
+]
 
-#: names a named stateful object may not take (the checkpoint's own parts)
-BUILT_IN_NAMES = frozenset({"model", "optimizer", "scheduler", "data", "loop_state", "rng"})
+#: names a named stateful object may not take (the checkpoint's own parts; ``model_roles``:
+#: the identity of the model's copies, :mod:`statecraft.checkpoint.init_from.roles`)
+BUILT_IN_NAMES = frozenset(
+    {"model", "optimizer", "scheduler", "data", "loop_state", "rng", "model_roles"}
+)
 
 
 def require_stateful(name: str, obj: Any) -> None:
@@ -83,3 +93,35 @@ def register(
     tracked.data = data
     tracked.scheduler_identity = scheduler_identity
     tracked.stateful = named
+
+
+def register_copies(state: Any, *, reference: Any, reference_update_every: Any) -> None:
+    """Check and set the model's copies (``track(reference=...)``) on ``state`` (a
+    ``RunState``; after :func:`register`): a tracked reference adds its identity record as the
+    reserved stateful object ``model_roles`` (saved in ``trainer.pt``, compared on resume).
+
+    Raises:
+        TrackingError / NotSupportedYetError: as ``ModelCopies.of``.
+    """
+    from statecraft.checkpoint.init_from import IDENTITY_NAME, ModelCopies
+
+    copies = ModelCopies.of(reference, reference_update_every)
+    state.copies = copies
+    if copies.reference is not None:
+        state.tracked.stateful[IDENTITY_NAME] = copies.identity()
+
+
+def init_on_start(context: Any, state: Any, result: Any) -> None:
+    """After the resume machine (every rank): ``init_from`` for this start
+    (:func:`statecraft.checkpoint.init_from.start.apply_on_start`: a fresh start's model and
+    frozen reference, a resumed one's frozen reference only)."""
+    from statecraft.checkpoint.init_from import apply_on_start
+
+    state.init_report = apply_on_start(
+        context.config,
+        state.tracked.model,
+        state.copies,
+        resumed=result.resumed,
+        output_root=context.output_root,
+        collective=context.collective,
+    )

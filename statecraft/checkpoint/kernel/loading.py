@@ -78,6 +78,8 @@ __all__ = [
 ]
 
 _NOTHING_CHANGED = "nothing was loaded: every tracked object is unchanged"
+#: reserved stateful names the facade registers itself, and how a loop registers them
+_TRACKED_AS = {"model_roles": "track(reference=...) as the saving run did"}
 
 
 @attrs.frozen
@@ -238,12 +240,14 @@ def stateful_problems(tracked: Any, trainer: TrainerState) -> list[str]:
     problems = [
         f"the stateful object {name!r} is tracked but the checkpoint saved no state for it "
         f"(it saved {sorted(saved) or 'none'}); track the same stateful objects as the saving "
-        "run, or start fresh (resume=off) to begin it from its current state"
+        "run, or start fresh (resume=off) to begin it from its current state (init_from=<the "
+        "checkpoint> starts a new run from its weights)"
         for name in sorted(live - saved)
     ]
     problems += [
         f"the checkpoint saved the stateful object {name!r} but this process does not track "
-        f"it; pass track(stateful={{{name!r}: ...}}) so its state is restored"
+        f"it; pass {_TRACKED_AS.get(name, f'track(stateful={{{name!r}: ...}})')} so its state "
+        "is restored (init_from=<the checkpoint> starts a new run from its weights)"
         for name in sorted(saved - live)
     ]
     return problems

@@ -80,7 +80,7 @@ from statecraft.errors import CheckpointError, CheckpointSourceError, Statecraft
 from statecraft.storage.filesystem import Filesystem, OsFilesystem
 from statecraft.storage.local import LocalStore
 
-__all__ = ["LoadedCheckpoint", "find_runs", "load_weights", "read_loop_state"]
+__all__ = ["LoadedCheckpoint", "find_runs", "load_weights", "read_loop_state", "read_model_state"]
 
 log = logging.getLogger("statecraft.eval")
 
@@ -347,6 +347,24 @@ def load_weights(
         "loaded the weights of %s %s (iter %d)%s", chosen.kind, location, chosen.iteration, pruned
     )
     return LoadedCheckpoint(location, chosen.iteration, _loop_state(chosen), chosen.kind)
+
+
+def read_model_state(
+    source: str | os.PathLike[str], *, verify: str = "digest"
+) -> tuple[dict[str, Any] | None, LoadedCheckpoint]:
+    """The verified ``model.pt`` state of the checkpoint :func:`load_weights` would load from
+    ``source``, and which one it is; nothing is loaded (``init_from`` checks it first). The
+    state is ``None`` for a ``checkpoint_format=dcp`` checkpoint (its ``model/`` directory is
+    for the caller to verify and read).
+
+    Raises:
+        CheckpointSourceError / CheckpointCorruptError / TrainerStateError: as
+            :func:`load_weights`.
+    """
+    chosen = _choose(source, verify)
+    state = chosen.payloads.pop(_MODEL, None)  # None: a DCP checkpoint (model/ directory)
+    loaded = LoadedCheckpoint(chosen.location, chosen.iteration, _loop_state(chosen), chosen.kind)
+    return state, loaded
 
 
 def read_loop_state(source: str | os.PathLike[str], *, verify: str = "digest") -> dict[str, Any]:
