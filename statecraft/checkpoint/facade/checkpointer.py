@@ -51,8 +51,8 @@ from statecraft.checkpoint.facade.step import StepEnd
 from statecraft.checkpoint.facade.step_saver import StepSaver
 from statecraft.checkpoint.facade.stopping import finalize_run, poll_stop, refuse_after_stop
 from statecraft.checkpoint.facade.tracking import register, register_copies
-from statecraft.checkpoint.facade.validation_resume import validation_identity
-from statecraft.checkpoint.kernel.evaluation import Evaluation, Evaluator
+from statecraft.checkpoint.facade.validation_resume import register_evaluation
+from statecraft.checkpoint.kernel.evaluation import Evaluator
 from statecraft.checkpoint.kernel.layout import RunIdentity
 from statecraft.checkpoint.resume.bindings import ResumeResult
 from statecraft.checkpoint.retention.run import RetentionPlan
@@ -198,16 +198,7 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
             TrackingError: called after ``resume()`` (the identity was already checked), or
                 ``evaluate`` is not callable, or ``source`` is not a non-empty str.
         """
-        lifecycle = self.run_state.lifecycle
-        if lifecycle.resumed or lifecycle.saved is not None:
-            raise TrackingError(
-                "validate_with() after resume() or a save: the validation identity was "
-                "already checked against the checkpoint; call ckpt.validate_with(evaluate) "
-                "before ckpt.resume()"
-            )
-        evaluation = Evaluation.of(evaluate, source=source)
-        self.run_state.evaluation = evaluation
-        self.run_state.identity = validation_identity(self.config, evaluation)
+        register_evaluation(self.config, self.run_state, evaluate, source=source)
 
     @property
     def loop_state(self) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from statecraft.checkpoint.facade.boundary import BoundaryKind, before_training_
 from statecraft.checkpoint.facade.boundary_run import BoundaryRunner
 from statecraft.checkpoint.facade.run_context import RunContext
 from statecraft.checkpoint.facade.run_state import RunState
-from statecraft.checkpoint.kernel.evaluation import Evaluation
+from statecraft.checkpoint.kernel.evaluation import Evaluation, Evaluator
 from statecraft.checkpoint.kernel.validation_records import ValidationIdentity, ValidationStage
 from statecraft.checkpoint.resume.bindings import ResumeResult
 from statecraft.checkpoint.validation.saving import ValidationReport, finish_pending_validation
@@ -24,7 +24,7 @@ from statecraft.errors import TrackingError, ValidationIdentityError
 from statecraft.parallel.rank0 import on_rank_zero
 from statecraft.storage.base import Store
 
-__all__ = ["after_resume", "identity_hint", "validation_identity"]
+__all__ = ["after_resume", "identity_hint", "register_evaluation", "validation_identity"]
 
 log = logging.getLogger("statecraft")
 
@@ -52,6 +52,26 @@ def validation_identity(
             }
         ),
     )
+
+
+def register_evaluation(
+    config: CheckpointConfig, state: RunState, evaluate: Evaluator, *, source: str | None
+) -> None:
+    """The body of :meth:`Checkpointer.validate_with`, which documents it.
+
+    Raises:
+        TrackingError: called after ``resume()`` or a save, or a bad ``evaluate`` / ``source``.
+    """
+    lifecycle = state.lifecycle
+    if lifecycle.resumed or lifecycle.saved is not None:
+        raise TrackingError(
+            "validate_with() after resume() or a save: the validation identity was "
+            "already checked against the checkpoint; call ckpt.validate_with(evaluate) "
+            "before ckpt.resume()"
+        )
+    evaluation = Evaluation.of(evaluate, source=source)
+    state.evaluation = evaluation
+    state.identity = validation_identity(config, evaluation)
 
 
 def identity_hint(evaluation: Evaluation | None, error: ValidationIdentityError) -> None:
