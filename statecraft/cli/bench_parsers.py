@@ -11,8 +11,12 @@ __all__ = ["add_bench_parsers"]
 
 def add_bench_parsers(sub: Any) -> None:
     """Add ``bench`` and its subcommands to the top-level subparsers ``sub``."""
-    bench = sub.add_parser("bench", help="benchmarks (ratios against in-process baselines)")
-    bsub = bench.add_subparsers(dest="bench_command", required=True)
+    bench = sub.add_parser(
+        "bench",
+        help="benchmarks (ratios against in-process baselines); alone: every figure in one table",
+    )
+    _add_table_options(bench)
+    bsub = bench.add_subparsers(dest="bench_command")
     bsave = bsub.add_parser("save", help="save / resume throughput and resume peak RSS")
     bsave.add_argument("--size-mib", type=int, default=1024, help="state size (default 1024)")
     bsave.add_argument("--dir", help="directory to write in (default: a temporary one)")
@@ -120,3 +124,19 @@ def add_bench_parsers(sub: Any) -> None:
     bengine.add_argument("--transitions", type=int, default=20000)
     bengine.add_argument("--json", action="store_true")
     bengine.set_defaults(func=_lazy("statecraft.cli.bench", "run_bench_engine"))
+
+
+def _add_table_options(bench: Any) -> None:
+    """``statecraft bench`` alone: the one table of :mod:`statecraft.cli.bench.table`."""
+    size = bench.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="quick sizes (the default)")
+    size.add_argument("--full", action="store_true", help="each figure at its target's size")
+    bench.add_argument(
+        "--all", action="store_true", help="the slow figures too (ranks, SeaweedFS, trainers)"
+    )
+    bench.add_argument("--repeat", type=int, help="interleaved repetitions per figure (>= 5)")
+    bench.add_argument("--max-mib", type=int, help="cap every figure's size at this many MiB")
+    bench.add_argument("--only", help="figures whose name holds one of these words (a,b,...)")
+    bench.add_argument("--dir", help="directory to write in (default: a temporary one)")
+    bench.add_argument("--json", action="store_true")
+    bench.set_defaults(func=_lazy("statecraft.cli.bench.table", "run_bench_table"))

@@ -13,6 +13,8 @@ Subcommands:
                                 read-only)
     lease show | takeover URI   the object-store writer lease of a direct root (takeover:
                                 deliberate, only once the owner is known dead)
+    bench [--quick | --full] [--all]
+                                every figure in one table (ratio, range, target, met)
     bench save | validation | async | emergency | upload | dcp | lightning | hf | engine
                                 ratios against in-process baselines
     archive publish | fetch | prune-verified | list

@@ -1,5 +1,5 @@
-"""Benchmarks behind ``statecraft bench save``, ``bench validation``, ``bench async``,
-``bench emergency``, ``bench upload`` and ``bench engine``
+"""Benchmarks behind ``statecraft bench`` (the one table), ``bench save``, ``bench
+validation``, ``bench async``, ``bench emergency``, ``bench upload`` and ``bench engine``
 (DESIGN.md §7).
 
 Every number is measured in one process against in-process baselines, so the *ratios* are
@@ -30,7 +30,10 @@ meaningful on a noisy machine even when the absolute throughputs are not. One mo
   checkpoint against boto3 ``upload_file`` / ``download_file`` of the same files, against a
   given S3 service or a local SeaweedFS from :mod:`~statecraft.cli.bench.s3_local`);
 - :mod:`~statecraft.cli.bench.engine`: ``bench engine`` (engine overhead per transition);
-- :mod:`~statecraft.cli.bench.report`: the human tables.
+- :mod:`~statecraft.cli.bench.report`: the human tables;
+- :mod:`~statecraft.cli.bench.figures` and :mod:`~statecraft.cli.bench.table`: ``statecraft
+  bench`` alone: every figure the modules above declare (their ``FIGURES``), interleaved,
+  at least 5 repetitions, in one table (figure, baseline, ratio, range, target, met).
 
 Targets: save >= 0.95x raw write + fsync; verified resume >= 0.9x ``torch.load`` warm and
 cold; resume peak RSS increase <= 1.2x the state size; with ``--sizes``, save <= 1.15x the

@@ -38,17 +38,22 @@ import os
 import statistics
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from typing import Any
 
+from statecraft.cli.bench.async_contenders import (
+    Saver,
+    WriterProcess,
+    dcp_async_save,
+    timed_steps,
+)
 from statecraft.cli.bench.common import MIB, bench_root, check_positive, scratch
+from statecraft.cli.bench.figures import Figure, FigureRun, Measured, paired, size_text
 from statecraft.cli.bench.targets import (
     ASYNC_BLOCKING_TARGET,
     ASYNC_DURABLE_TARGET,
     ASYNC_STEP_TARGET,
 )
-from statecraft.errors import StatecraftError
 
 __all__ = [
     "ASYNC_BLOCKING_TARGET",
@@ -66,61 +71,6 @@ def _row(samples: list[float]) -> dict[str, Any]:
         "max_s": max(samples),
         "samples_s": samples,
     }
-
-
-class _Saver:
-    """A running ``Checkpointer`` over the benchmark state (resumed once, then one save per
-    call at the next iteration), ``save_async`` on or off; retention keeps the newest two
-    checkpoints (``keep_model_last=2``), so the disk holds at most three."""
-
-    def __init__(self, output_root: str, model: Any, optimizer: Any, *, save_async: bool) -> None:
-        from statecraft import CheckpointConfig, Checkpointer, RunIdentity
-
-        config = CheckpointConfig.from_dict(
-            {
-                "resume": "auto",
-                "save_every": 0,
-                "save_async": save_async,
-                "keep_optim_last": 0,
-                "keep_model_last": 2,
-            }
-        )
-        kind = "async" if save_async else "sync"
-        self.ckpt = Checkpointer(
-            config, run=RunIdentity("bench", kind, "run"), output_root=output_root
-        )
-        self.ckpt.track(model=model, optimizer=optimizer)
-        self.ckpt.resume()
-
-    def save(self) -> tuple[float, Any]:
-        """(seconds of the ``save()`` call, what it returned: a ``PendingSave`` or a report)."""
-        from statecraft import Outcome
-
-        self.ckpt.record(Outcome.APPLIED)
-        started = time.perf_counter()
-        result = self.ckpt.save()
-        seconds = time.perf_counter() - started
-        if result is None:  # pragma: no cover - single process is rank 0
-            raise StatecraftError("bench async: Checkpointer.save returned nothing on rank 0")
-        return seconds, result
-
-    def save_async(self) -> tuple[float, Any, float]:
-        """(blocking seconds, the ``PendingSave``, its time to durable): waits until the save
-        committed (retention may still run; the next save joins it)."""
-        from statecraft import PendingSave
-
-        started = time.perf_counter()
-        seconds, pending = self.save()
-        if not isinstance(pending, PendingSave):
-            raise StatecraftError(
-                "bench async: Checkpointer.save wrote synchronously (see the INFO line "
-                "'writing iter_N synchronously: ...' with --verbose)"
-            )
-        pending.durable.wait()
-        return seconds, pending, time.perf_counter() - started
-
-    def close(self) -> None:
-        self.ckpt.close()
 
 
 def _state_tensors(model: Any, optimizer: Any) -> list[Any]:
@@ -151,15 +101,6 @@ def _matmul_step(target_s: float) -> tuple[Callable[[], None], dict[str, Any]]:
     return step, {"matmuls": k, "n": 256, "target_s": target_s}
 
 
-def _timed_steps(step: Callable[[], None], until: Callable[[int], bool]) -> list[float]:
-    times: list[float] = []
-    while not until(len(times)):
-        started = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - started)
-    return times
-
-
 def _until_done(pending: Any) -> Callable[[int], bool]:
     """Stop once the write is done and at least one step ran during it."""
     return lambda n: bool(pending.done) and n >= 1
@@ -169,71 +110,19 @@ def _until_count(count: int) -> Callable[[int], bool]:
     return lambda n: n >= count
 
 
-def _writer_process(conn: Any, output_root: str, nbytes: int) -> None:
-    """The writer process (``spawn``): its own copy of the benchmark state and a synchronous
-    ``Checkpointer``; one save per ``"save"`` message, answered with its seconds."""
-    from statecraft.cli.bench.sweep import _quiet_statecraft_logger, build_training_state
-
-    with _quiet_statecraft_logger():
-        model, optimizer = build_training_state(nbytes)
-        saver = _Saver(output_root, model, optimizer, save_async=False)
-        conn.send("ready")
-        while conn.recv() == "save":
-            conn.send(saver.save()[0])
-        saver.close()
-
-
-class _WriterProcess:
-    """A spawned writer process, started once (its start-up is not timed)."""
-
-    def __init__(self, output_root: str, nbytes: int) -> None:
-        import multiprocessing
-
-        context = multiprocessing.get_context("spawn")
-        self.conn, child = context.Pipe()
-        self.process = context.Process(
-            target=_writer_process, args=(child, output_root, nbytes), daemon=True
-        )
-        self.process.start()
-        if not self.conn.poll(300) or self.conn.recv() != "ready":
-            self.process.kill()
-            raise StatecraftError("bench async: the writer process did not start in 300 s")
-
-    def steps_during_save(self, step: Callable[[], None]) -> list[float]:
-        """Step times while the writer process saves once."""
-        self.conn.send("save")
-        times = _timed_steps(step, lambda n: n >= 1 and bool(self.conn.poll()))
-        self.conn.recv()
-        return times
-
-    def close(self) -> None:
-        self.conn.send("stop")
-        self.process.join(60)
-        if self.process.is_alive():  # pragma: no cover - the child answers "stop"
-            self.process.kill()
-
-
-def _dcp_save(state: dict[str, Any], where: str) -> tuple[float, float]:
-    """(blocking seconds, seconds to durable) of one ``dcp.async_save`` into ``where``."""
-    import torch.distributed.checkpoint as dcp
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "assuming the intent is to save in a single process"
-        started = time.perf_counter()
-        future: Any = dcp.async_save(state, checkpoint_id=where)
-        blocking = time.perf_counter() - started
-        getattr(future, "upload_completion", future).result()  # a Future, or a response
-    return blocking, time.perf_counter() - started
-
-
-def measure_async(*, size_mib: int, repeat: int, directory: str | None = None) -> dict[str, Any]:
-    """Measure the async save's blocking time, time to durable and step slowdown.
+def measure_async(
+    *, size_mib: int, repeat: int, directory: str | None = None, others: bool = True
+) -> dict[str, Any]:
+    """Measure the async save's blocking time, time to durable and step slowdown; without
+    ``others``, only statecraft against its baselines (no ``clone()``, ``dcp.async_save`` or
+    writer process: the quick figures of the one table).
 
     Returns:
         ``{"size_mib", "state_bytes", "repeat", "torch_threads", "writer", "blocking",
         "durable", "step", "first_save", "ratios", "targets"}``; ``blocking`` and ``durable``
         hold a row (median, min, max, samples) per contender, ``step`` the step times with no
-        write and during a thread / process write, ``ratios`` the medians' ratios.
+        write and during a thread / process write (``step_rounds``: their medians per
+        round), ``ratios`` the medians' ratios.
 
     Raises:
         ConfigError: ``size_mib`` or ``repeat`` is not a positive integer.
@@ -250,14 +139,15 @@ def measure_async(*, size_mib: int, repeat: int, directory: str | None = None) -
     blocking: dict[str, list[float]] = {"copy_floor": [], "clone": [], "statecraft": [], "dcp": []}
     durable: dict[str, list[float]] = {"statecraft": [], "sync": [], "dcp": []}
     with bench_root(directory) as root, _quiet_statecraft_logger():
-        ours = _Saver(tempfile.mkdtemp(dir=root), model, optimizer, save_async=True)
-        sync = _Saver(tempfile.mkdtemp(dir=root), model, optimizer, save_async=False)
+        ours = Saver(tempfile.mkdtemp(dir=root), model, optimizer, save_async=True)
+        sync = Saver(tempfile.mkdtemp(dir=root), model, optimizer, save_async=False)
         try:
             first_blocking, _, _ = ours.save_async()  # allocates the staging buffers
             ours.ckpt.wait()
             sync_warm, _ = sync.save()
-            writer = _WriterProcess(tempfile.mkdtemp(dir=root), size_mib * MIB)
-            _dcp_save(dcp_state, tempfile.mkdtemp(prefix="dcp-", dir=root))  # warm-up
+            writer = WriterProcess(tempfile.mkdtemp(dir=root), size_mib * MIB) if others else None
+            if others:
+                dcp_async_save(dcp_state, tempfile.mkdtemp(prefix="dcp-", dir=root))  # warm-up
             step, step_info = _matmul_step(min(0.02, max(0.0005, sync_warm / 40)))
 
             def floor() -> None:
@@ -283,23 +173,33 @@ def measure_async(*, size_mib: int, repeat: int, directory: str | None = None) -
 
             def dcp() -> None:
                 with scratch(root, "dcp") as where:
-                    seconds, total = _dcp_save(dcp_state, where)
+                    seconds, total = dcp_async_save(dcp_state, where)
                 blocking["dcp"].append(seconds)
                 durable["dcp"].append(total)
 
             contenders = [floor, clone, statecraft_async, statecraft_sync, dcp]
+            if not others:
+                contenders = [floor, statecraft_async, statecraft_sync]
             steps: dict[str, list[float]] = {"baseline": [], "thread": [], "process": []}
+            rounds: list[dict[str, float]] = []
             for i in range(repeat):
-                for run in contenders[i % 5 :] + contenders[: i % 5]:
+                n = len(contenders)
+                for run in contenders[i % n :] + contenders[: i % n]:
                     run()
                     gc.collect()
                 _, pending = ours.save()
-                during = _timed_steps(step, _until_done(pending))
+                during = timed_steps(step, _until_done(pending))
                 ours.ckpt.wait()
+                alone = timed_steps(step, _until_count(max(len(during), 5)))
                 steps["thread"] += during
-                steps["baseline"] += _timed_steps(step, _until_count(max(len(during), 5)))
-                steps["process"] += writer.steps_during_save(step)
-            writer.close()
+                steps["baseline"] += alone
+                rounds.append(
+                    {"thread": statistics.median(during), "baseline": statistics.median(alone)}
+                )
+                if writer is not None:
+                    steps["process"] += writer.steps_during_save(step)
+            if writer is not None:
+                writer.close()
         finally:
             ours.close()
             sync.close()
@@ -309,7 +209,7 @@ def measure_async(*, size_mib: int, repeat: int, directory: str | None = None) -
         state_bytes=sum(t.numel() * t.element_size() for t in tensors),
         blocking=blocking,
         durable=durable,
-        steps=steps,
+        steps={**steps, "rounds": rounds},
         step_info=step_info,
         first={"blocking_s": first_blocking},
     )
@@ -322,16 +222,21 @@ def _result(
     state_bytes: int,
     blocking: dict[str, list[float]],
     durable: dict[str, list[float]],
-    steps: dict[str, list[float]],
+    steps: dict[str, Any],
     step_info: dict[str, Any],
     first: dict[str, Any],
 ) -> dict[str, Any]:
     import torch
 
-    b = {name: _row(values) for name, values in blocking.items()}
-    d = {name: _row(values) for name, values in durable.items()}
+    b = {name: _row(values) for name, values in blocking.items() if values}
+    d = {name: _row(values) for name, values in durable.items() if values}
+    rounds = steps.pop("rounds")
     s = {name: _row(values) if values else None for name, values in steps.items()}
     med = {name: row["median_s"] for name, row in b.items()}
+
+    def over(rows: dict[str, Any], name: str, base: str) -> float | None:
+        return rows[name]["median_s"] / rows[base]["median_s"] if name in rows else None
+
     base = s["baseline"]
 
     def slowdown(name: str, key: str) -> float | None:
@@ -352,13 +257,14 @@ def _result(
         "blocking": b,
         "durable": d,
         "step": {**s, **step_info},
+        "step_rounds": rounds,
         "first_save": first,
         "ratios": {
             "blocking_vs_copy_floor": med["statecraft"] / med["copy_floor"],
-            "clone_vs_copy_floor": med["clone"] / med["copy_floor"],
-            "dcp_blocking_vs_copy_floor": med["dcp"] / med["copy_floor"],
+            "clone_vs_copy_floor": over(b, "clone", "copy_floor"),
+            "dcp_blocking_vs_copy_floor": over(b, "dcp", "copy_floor"),
             "durable_vs_sync": d["statecraft"]["median_s"] / d["sync"]["median_s"],
-            "dcp_durable_vs_sync": d["dcp"]["median_s"] / d["sync"]["median_s"],
+            "dcp_durable_vs_sync": over(d, "dcp", "sync"),
             "step_slowdown_thread": slowdown("thread", "median"),
             "step_slowdown_thread_mean": slowdown("thread", "mean"),
             "step_slowdown_process": slowdown("process", "median"),
@@ -379,3 +285,39 @@ def run_bench_async(args: argparse.Namespace) -> int:
 
     data = measure_async(size_mib=args.size_mib, repeat=args.repeat, directory=args.dir)
     return emit("bench async", as_json=args.json, data=data, text=format_async(data))
+
+
+def _async_figure(key: str) -> Callable[[FigureRun], Measured]:
+    """One figure of a quick :func:`measure_async` run (shared by the three): per round the
+    blocking / ``copy_`` floor, time to durable / sync save, or step time during / without a
+    background write."""
+
+    def run(ctx: FigureRun) -> Measured:
+        mib = ctx.size_mib(16, 64)
+        data = ctx.once(
+            f"async:{mib}",
+            lambda: measure_async(
+                size_mib=mib, repeat=ctx.repeat, directory=ctx.root, others=False
+            ),
+        )
+        b, d = data["blocking"], data["durable"]
+        if key == "blocking":
+            values = paired(b["statecraft"]["samples_s"], b["copy_floor"]["samples_s"])
+        elif key == "durable":
+            values = paired(d["statecraft"]["samples_s"], d["sync"]["samples_s"])
+        else:
+            rounds = data["step_rounds"]
+            values = paired([r["thread"] for r in rounds], [r["baseline"] for r in rounds])
+        return Measured(values, size_text(mib))
+
+    return run
+
+
+FIGURES = [
+    Figure("async blocking (2nd save on)", "copy_ into reused buffers", ASYNC_BLOCKING_TARGET,
+           "lower", _async_figure("blocking")),
+    Figure("async time to durable", "synchronous save", ASYNC_DURABLE_TARGET, "lower",
+           _async_figure("durable")),
+    Figure("step time during an async write", "step time, no write", 1 + ASYNC_STEP_TARGET,
+           "lower", _async_figure("step")),
+]  # fmt: skip

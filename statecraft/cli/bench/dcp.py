@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from statecraft.cli.bench.common import MIB, bench_root, check_positive
+from statecraft.cli.bench.figures import Figure, FigureRun, Measured, paired, size_text
 
 __all__ = [
     "DCP_RSS_TARGET",
@@ -247,6 +248,7 @@ def measure_dcp(
         "ranks": ranks,
         "repeat": repeat,
         "seconds": times,
+        "samples": per_rank[0]["times"],
         "save_ratio": save_ratio,
         "load_ratio": load_ratio,
         "save_target": DCP_SAVE_TARGET,
@@ -300,3 +302,16 @@ def run_bench_dcp(args: argparse.Namespace) -> int:
         s3=not args.no_s3,
     )
     return emit("bench dcp", as_json=args.json, data=data, text=format_dcp(data))
+
+
+def _dcp_save(ctx: FigureRun) -> Measured:
+    """Per round (the order alternating, on 2 gloo ranks): statecraft / plain save seconds."""
+    mib = ctx.size_mib(4, 64)
+    data = measure_dcp(size_mib=mib, ranks=2, repeat=ctx.repeat, directory=ctx.root, s3=False)
+    samples = data["samples"]
+    return Measured(paired(samples["save"], samples["plain_save"]), size_text(mib))
+
+
+FIGURES = [
+    Figure("DCP save, 2 ranks", "plain dcp.save", DCP_SAVE_TARGET, "lower", _dcp_save, slow=True),
+]

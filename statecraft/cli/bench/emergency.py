@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from statecraft.cli.bench.common import MIB, bench_root, check_positive, scratch
+from statecraft.cli.bench.figures import Figure, FigureRun, Measured, size_text
 from statecraft.errors import StatecraftError
 
 __all__ = [
@@ -213,3 +214,17 @@ def run_bench_emergency(args: argparse.Namespace) -> int:
 
     data = measure_emergency(size_mib=args.size_mib, repeat=args.repeat, directory=args.dir)
     return emit("bench emergency", as_json=args.json, data=data, text=format_emergency(data))
+
+
+def _overhead(ctx: FigureRun) -> Measured:
+    """Per round (the order alternating): ``step_end()`` with the stop minus one sync save."""
+    mib = ctx.size_mib(4, 64)
+    data = measure_emergency(size_mib=mib, repeat=ctx.repeat, directory=ctx.root)
+    ends, syncs = data["step_end"]["samples_s"], data["sync_save"]["samples_s"]
+    return Measured(tuple(e - s for e, s in zip(ends, syncs, strict=True)), size_text(mib))
+
+
+FIGURES = [
+    Figure("emergency step_end() overhead", "one synchronous save", EMERGENCY_OVERHEAD_TARGET_S,
+           "lower", _overhead, unit="s"),
+]  # fmt: skip

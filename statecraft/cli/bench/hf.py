@@ -29,6 +29,7 @@ import time
 from typing import Any
 
 from statecraft.cli.bench.common import MIB, bench_root, check_positive, scratch
+from statecraft.cli.bench.figures import Figure, FigureRun, Measured, paired, size_text
 
 __all__ = ["format_hf", "measure_hf", "model_shape", "run_bench_hf"]
 
@@ -256,3 +257,25 @@ def run_bench_hf(args: argparse.Namespace) -> int:
         size_mib=args.size_mib, saves=args.saves, repeat=args.repeat, directory=args.dir
     )
     return emit("bench hf", as_json=args.json, data=data, text=format_hf(data))
+
+
+def _save_and_seal(ctx: FigureRun) -> Measured:
+    """Per round (variants alternating): the median save + median seal with the callback /
+    the median plain ``_save_checkpoint``."""
+    mib = ctx.size_mib(2, 32)
+    data = measure_hf(size_mib=mib, saves=2, repeat=ctx.repeat, directory=ctx.root)
+    s, n = data["samples_s"], ctx.repeat
+
+    def rounds(values: list[float]) -> list[float]:
+        per = len(values) // n
+        return [statistics.median(values[i * per : (i + 1) * per]) for i in range(n)]
+
+    ours = [a + b for a, b in zip(rounds(s["statecraft"]["save_s"]),
+                                  rounds(s["statecraft"]["seal_s"]), strict=True)]  # fmt: skip
+    return Measured(paired(ours, rounds(s["plain"]["save_s"])), size_text(mib))
+
+
+FIGURES = [  # no bar is declared for it: reported, not judged
+    Figure("HF save + seal", "Trainer._save_checkpoint (not durable)", None, "lower",
+           _save_and_seal, slow=True),
+]  # fmt: skip

@@ -31,6 +31,7 @@ import time
 from typing import Any
 
 from statecraft.cli.bench.common import MIB, bench_root, check_positive, scratch
+from statecraft.cli.bench.figures import Figure, FigureRun, Measured, paired, size_text
 
 __all__ = ["measure_lightning", "run_bench_lightning"]
 
@@ -283,3 +284,38 @@ def run_bench_lightning(args: argparse.Namespace) -> int:
             text=f"statecraft bench lightning: {exc}; pip install 'statecraft[lightning]'",
         )
     return emit("bench lightning", as_json=args.json, data=data, text=format_lightning(data))
+
+
+def _per_round(samples: list[float], rounds: int) -> list[float]:
+    """The median of each round's saves (``samples`` holds the rounds one after another)."""
+    per = len(samples) // rounds
+    return [statistics.median(samples[i * per : (i + 1) * per]) for i in range(rounds)]
+
+
+def _versus_torch(config: str) -> Any:
+    """Per round (configurations rotating): ``config``'s median training-thread seconds per
+    save / ``TorchCheckpointIO``'s; one run serves both figures."""
+
+    def run(ctx: FigureRun) -> Measured:
+        mib = ctx.size_mib(1, 16)
+        data = ctx.once(
+            f"lightning:{mib}",
+            lambda: measure_lightning(
+                size_mib=mib, saves=2, every=2, repeat=ctx.repeat, directory=ctx.root
+            ),
+        )
+        ours, base = (data["configs"][c]["save"]["samples_s"] for c in (config, "torch"))
+        return Measured(
+            paired(_per_round(ours, ctx.repeat), _per_round(base, ctx.repeat)), size_text(mib)
+        )
+
+    return run
+
+
+_TORCH_IO = "TorchCheckpointIO save (not durable)"
+FIGURES = [  # no bar is declared for these: reported, not judged
+    Figure("Lightning save, sync", _TORCH_IO, None, "lower", _versus_torch("statecraft_sync"),
+           slow=True),
+    Figure("Lightning save, async blocking", _TORCH_IO, None, "lower",
+           _versus_torch("statecraft_async"), slow=True),
+]  # fmt: skip

@@ -30,6 +30,7 @@ from statecraft.cli.bench.common import (
     scratch,
     state_bytes,
 )
+from statecraft.cli.bench.figures import Figure, FigureRun, Measured, size_text
 from statecraft.cli.bench.targets import RESUME_LOAD_TARGET, RESUME_RSS_TARGET, SAVE_RAW_TARGET
 
 __all__ = [
@@ -240,3 +241,29 @@ def run_bench_save(args: argparse.Namespace) -> int:
     repeat = args.repeat if args.repeat is not None else 2
     data = measure_save(size_mib=args.size_mib, directory=args.dir, repeat=repeat)
     return emit("bench save", as_json=args.json, data=data, text=format_save(data))
+
+
+def _save_vs_raw(ctx: FigureRun) -> Measured:
+    """Raw write + fsync against a statecraft save of the same model, alternating which goes
+    first; per round the throughput ratio (the save's bytes include optim.pt and trainer.pt)."""
+    size_mib = ctx.size_mib(16, 1024)
+    model = build_model(size_mib, fill=True)
+    nbytes = state_bytes(model)
+    ratios = []
+    for i in range(ctx.repeat):
+        seconds: dict[str, float] = {}
+        for name in ("raw", "statecraft") if i % 2 == 0 else ("statecraft", "raw"):
+            with scratch(ctx.root, name) as where:
+                if name == "raw":
+                    seconds[name] = raw_write(model, where)
+                else:
+                    spent, report = statecraft_save(model, where)
+                    seconds[name] = spent * nbytes / report.bytes_written
+            gc.collect()
+        ratios.append(seconds["raw"] / seconds["statecraft"])
+    return Measured(tuple(ratios), size_text(size_mib))
+
+
+FIGURES = [
+    Figure("save throughput", "raw write + fsync", SAVE_RAW_TARGET, "higher", _save_vs_raw),
+]

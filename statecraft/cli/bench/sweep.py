@@ -36,7 +36,12 @@ from typing import Any
 
 from statecraft.cli.bench.baselines import raw_write_bytes, torch_save_files
 from statecraft.cli.bench.common import GB, MIB, bench_root, scratch
-from statecraft.cli.bench.targets import SWEEP_BASELINE_TARGET, SWEEP_RAW_TARGET
+from statecraft.cli.bench.figures import Figure, FigureRun, Measured, paired, size_text
+from statecraft.cli.bench.targets import (
+    SMALL_TENSORS_TARGET,
+    SWEEP_BASELINE_TARGET,
+    SWEEP_RAW_TARGET,
+)
 from statecraft.errors import ConfigError, ConfigIssue, StatecraftError
 
 __all__ = [
@@ -144,12 +149,14 @@ class _Running:
     one save per call, each at the next iteration; older iterations are removed so the disk
     holds at most two checkpoints."""
 
-    def __init__(self, output_root: str, nbytes: int) -> None:
+    def __init__(
+        self, output_root: str, nbytes: int, build: Callable[[int], tuple[Any, Any]]
+    ) -> None:
         import torch
 
         from statecraft import CheckpointConfig, Checkpointer, RunIdentity
 
-        self.model, self.optimizer = build_training_state(nbytes)
+        self.model, self.optimizer = build(nbytes)
         config = CheckpointConfig.from_dict(
             {"resume": "auto", "save_every": 0, "save_async": False, "keep_optim_last": 0}
         )
@@ -199,9 +206,30 @@ def _row(samples: list[float], nbytes: int) -> dict[str, Any]:
     }
 
 
-def _measure_size(root: str, nbytes: int, repeat: int) -> dict[str, Any]:
+def build_small_tensors(nbytes: int) -> tuple[Any, Any]:
+    """A model of ``nbytes // 4096`` parameters of 4 KiB each (1024 float32) and a plain SGD
+    optimizer (no state): a checkpoint of many small tensors."""
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    params = [
+        torch.nn.Parameter(torch.randn(1024, generator=generator))
+        for _ in range(max(1, nbytes // 4096))
+    ]
+    model = torch.nn.ParameterList(params)
+    return model, torch.optim.SGD(model.parameters(), lr=1e-3)
+
+
+def measure_size(
+    root: str,
+    nbytes: int,
+    repeat: int,
+    build: Callable[[int], tuple[Any, Any]] = build_training_state,
+) -> dict[str, Any]:
+    """One size of the sweep (module docstring): the state ``build(nbytes)`` saved by
+    statecraft, by the fair baseline and as raw bytes, ``repeat`` rotating rounds."""
     with scratch(root, "statecraft") as out, scratch(root, "baseline") as base:
-        running = _Running(out, nbytes)
+        running = _Running(out, nbytes, build)
         try:
             _, first = running.save()  # warm-up: the first save publishes the lease record
             payloads = running.payloads(first.location)
@@ -294,7 +322,7 @@ def measure_save_sizes(
     rows = []
     with bench_root(directory) as root, _quiet_statecraft_logger():
         for nbytes in sizes:
-            rows.append(_measure_size(root, nbytes, repeat))
+            rows.append(measure_size(root, nbytes, repeat))
             gc.collect()
     smallest = min(rows, key=lambda r: r["baseline"]["bytes"])
     return {
@@ -326,3 +354,38 @@ def run_bench_save_sizes(args: argparse.Namespace) -> int:
     repeat = args.repeat if args.repeat is not None else 5
     data = measure_save_sizes(sizes, directory=args.dir, repeat=repeat)
     return emit("bench save", as_json=args.json, data=data, text=format_sweep(data))
+
+
+def _sweep_figure(quick_mib: int, full_mib: int, *, raw: bool = False) -> Any:
+    """The run of one sweep figure: statecraft / fair baseline seconds per round (``raw``:
+    raw write / statecraft seconds) at ``quick_mib`` (``full_mib`` with ``--full``)."""
+
+    def run(ctx: FigureRun) -> Measured:
+        mib = ctx.size_mib(quick_mib, full_mib)
+        row = ctx.once(f"sweep:{mib}", lambda: measure_size(ctx.root, mib * MIB, ctx.repeat))
+        ours = row["statecraft"]["samples_s"]
+        other = row["raw_write" if raw else "baseline"]["samples_s"]
+        return Measured(paired(ours, other, invert=raw), size_text(mib))
+
+    return run
+
+
+def _small_tensors(ctx: FigureRun) -> Measured:
+    """10,000 tensors of 4 KiB (1,000 with ``--quick``, fewer under ``--max-mib``) against
+    the fair baseline."""
+    count = 1_000 if ctx.quick else 10_000
+    count = count if ctx.max_mib is None else min(count, ctx.max_mib * 256)
+    row = measure_size(ctx.root, count * 4096, ctx.repeat, build_small_tensors)
+    ours, base = row["statecraft"]["samples_s"], row["baseline"]["samples_s"]
+    return Measured(paired(ours, base), f"{count:,} x 4 KiB")
+
+
+_FAIR = "torch.save + fsync + rename, same files"
+FIGURES = [
+    *(Figure("save", _FAIR, SWEEP_BASELINE_TARGET, "lower", _sweep_figure(m, m)) for m in (1, 16)),
+    Figure("save", _FAIR, SWEEP_BASELINE_TARGET, "lower", _sweep_figure(128, 128),
+           full_only=True, stated_at="128 MiB"),
+    Figure("save, 4 KiB tensors", _FAIR, SMALL_TENSORS_TARGET, "lower", _small_tensors),
+    Figure("raw write / save", "raw write + fsync", SWEEP_RAW_TARGET, "higher",
+           _sweep_figure(1024, 1024, raw=True), full_only=True, stated_at="1 GiB"),
+]  # fmt: skip

@@ -11,6 +11,7 @@ __all__ = [
     "RESUME_LOAD_TARGET",
     "RESUME_RSS_TARGET",
     "SAVE_RAW_TARGET",
+    "SMALL_TENSORS_TARGET",
     "SWEEP_BASELINE_TARGET",
     "SWEEP_RAW_TARGET",
 ]
@@ -24,6 +25,7 @@ RESUME_RSS_TARGET = 1.2  # resume peak RSS increase / state size (DESIGN.md §7)
 # bench save --sizes
 SWEEP_BASELINE_TARGET = 1.15  # statecraft save seconds / fair baseline seconds, every size
 SWEEP_RAW_TARGET = 0.95  # raw write seconds / statecraft save seconds, at 1 GiB
+SMALL_TENSORS_TARGET = 1.3  # statecraft save / torch.save of 10,000 tensors of 4 KiB (issue 27)
 
 # bench async
 ASYNC_BLOCKING_TARGET = 1.1  # statecraft async blocking / copy_ floor, from the 2nd save on

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from statecraft.cli.bench.common import MIB, bench_root, build_model, check_positive, scratch
+from statecraft.cli.bench.figures import Figure, FigureRun, Measured, paired, size_text
 
 __all__ = ["measure_validation", "run_bench_validation"]
 
@@ -130,3 +131,24 @@ def run_bench_validation(args: argparse.Namespace) -> int:
 
     data = measure_validation(size_mib=args.size_mib, repeat=args.repeat, directory=args.dir)
     return emit("bench validation", as_json=args.json, data=data, text=format_validation(data))
+
+
+def _versus_save(name: str) -> Callable[[FigureRun], Measured]:
+    """Per round: the ``name`` boundary's seconds / the plain save's (one run serves both)."""
+
+    def run(ctx: FigureRun) -> Measured:
+        mib = ctx.size_mib(4, 64)
+        data = ctx.once(
+            f"validation:{mib}",
+            lambda: measure_validation(size_mib=mib, repeat=ctx.repeat, directory=ctx.root),
+        )
+        samples = data["samples"]
+        return Measured(paired(samples[name], samples["save"]), size_text(mib))
+
+    return run
+
+
+FIGURES = [  # no bar is declared for these: reported, not judged
+    Figure("durable validation", "a full save", None, "lower", _versus_save("durable_validation")),
+    Figure("model-only artifact", "a full save", None, "lower", _versus_save("artifact_model")),
+]
