@@ -72,7 +72,7 @@ class RemotePruneContext:
     def uri(self, key: str = "") -> str:
         return f"s3://{self.bucket.identity().bucket}/{key or self.key_prefix}"
 
-    def keys(self) -> list[str]:
+    def object_keys(self) -> list[str]:
         """Every key under ``<key_prefix>/`` (the slash keeps ``iter_1`` from matching
         ``iter_10``-like siblings and other trees)."""
         return sorted(self.bucket.list(f"{self.key_prefix}/"))
@@ -112,7 +112,7 @@ def prune_remote_iteration(
 def observe_archive_prune(ctx: RemotePruneContext) -> str:
     """``absent``, ``published`` (the commit record is there, whatever it holds) or
     ``unpublished``. Reads only (one listing)."""
-    keys = ctx.keys()
+    keys = ctx.object_keys()
     if not keys:
         return "absent"
     return "published" if ctx.manifest_key in keys else "unpublished"
@@ -142,7 +142,7 @@ def delete_objects(ctx: RemotePruneContext) -> None:
         ArchiveError: a commit record is there again (another writer re-published the
             iteration meanwhile): nothing more is deleted.
     """
-    keys = ctx.keys()
+    keys = ctx.object_keys()
     if ctx.manifest_key in keys:
         raise ArchiveError(
             ctx.uri(ctx.manifest_key),

@@ -31,18 +31,25 @@ from typing import Any
 
 import attrs
 
-from statecraft.checkpoint.archive.listing import ArchivedIteration, list_archive
+from statecraft.checkpoint.archive.listing import ArchivedIteration, is_archive, list_archive
 from statecraft.checkpoint.archive.remote_prune_bindings import prune_remote_iteration
-from statecraft.checkpoint.kernel.layout import MANIFEST_NAME, iter_dirname, parse_iter_dirname
-from statecraft.errors import ConfigError, ConfigIssue
+from statecraft.checkpoint.kernel.layout import (
+    LATEST_POINTER,
+    MANIFEST_NAME,
+    iter_dirname,
+    parse_iter_dirname,
+    parse_latest,
+)
+from statecraft.errors import ArchiveError, ConfigError, ConfigIssue
 from statecraft.storage.objects import ArchiveBucket
 
 __all__ = [
     "RemotePruneReport",
     "RemoteRow",
     "decide_remote_retention",
-    "published_iterations",
     "prune_remote",
+    "published_iterations",
+    "remote_latest",
 ]
 
 log = logging.getLogger("statecraft.archive")
@@ -144,6 +151,26 @@ def decide_remote_retention(
     return tuple(rows)
 
 
+def remote_latest(bucket: ArchiveBucket, prefix: str) -> dict[int, str]:
+    """``{N: "named by latest"}`` when ``<prefix>/latest_checkpoint.txt`` (a direct root's)
+    names ``iter_N``; ``{}`` when there is none.
+
+    Raises:
+        ArchiveError: it is there but names no iteration (nothing is pruned then).
+    """
+    key = f"{prefix.strip('/')}/{LATEST_POINTER}".lstrip("/")
+    if bucket.stat(key) is None:
+        return {}
+    try:
+        return {parse_latest(bucket.get(key)): "named by latest"}
+    except ValueError as exc:
+        raise ArchiveError(
+            f"s3://{bucket.identity().bucket}/{key}",
+            f"names no iteration ({exc}): retention cannot tell what it protects",
+            "Point it at a committed iter_N (or remove it) after inspecting the root.",
+        ) from None
+
+
 def published_iterations(
     bucket: ArchiveBucket, prefix: str, *, sizes: bool = False
 ) -> list[ArchivedIteration]:
@@ -161,13 +188,13 @@ def published_iterations(
             there = bucket.stat(key) if sizes else None
             groups.setdefault(number, {})[rest] = there.size if there is not None else 0
     found = []
-    for number, sizes in sorted(groups.items()):
+    for number, held in sorted(groups.items()):
         key_prefix = f"{prefix}/{iter_dirname(number)}" if prefix else iter_dirname(number)
-        state = "complete" if MANIFEST_NAME in sizes else "partial"
+        state = "complete" if MANIFEST_NAME in held else "partial"
         found.append(
             ArchivedIteration(
-                iter_dirname(number), number, "checkpoint", state, key_prefix, len(sizes),
-                sum(sizes.values()),
+                iter_dirname(number), number, "checkpoint", state, key_prefix, len(held),
+                sum(held.values()),
             )
         )  # fmt: skip
     return found
@@ -189,7 +216,8 @@ def prune_remote(
 
     Args:
         verify: judge each iteration as ``archive list`` does (parse each commit record, HEAD
-            each object: ``corrupt`` ones are kept); else by the commit record's presence
+            each object: ``corrupt`` ones are kept; a direct root, whose manifests are not an
+            archive's, is judged by presence); else by the commit record's presence
             (:func:`published_iterations`: what a save's pass uses, one listing).
         protected: iteration -> why it is kept whatever the policy says (e.g. ``named by
             latest``).
@@ -202,10 +230,12 @@ def prune_remote(
     """
     _check_keep_last(keep_last)
     prefix = prefix.strip("/")
+    iterations = []
     if verify:
-        iterations = list(list_archive(bucket, prefix).iterations)
-    else:
-        iterations = published_iterations(bucket, prefix, sizes=dry_run)
+        listing = list_archive(bucket, prefix)
+        iterations = list(listing.iterations) if is_archive(listing) else []
+    if not iterations:  # not verifying, or a direct root (its manifests are not an archive's)
+        iterations = published_iterations(bucket, prefix, sizes=dry_run or verify)
     rows = decide_remote_retention(iterations, keep_last, protected=protected)
     root = f"s3://{bucket.identity().bucket}/{prefix}"
     if dry_run:

@@ -42,7 +42,7 @@ def _scenario(name: str, machine: Callable[[], Machine]) -> list[ArchivePruneSce
 
 def _payloads_first(ctx: RemotePruneContext) -> None:
     """Broken unpublish: every payload is deleted, then the commit record."""
-    for key in ctx.keys():
+    for key in ctx.object_keys():
         if key != ctx.manifest_key:
             _delete(ctx, key)
     _delete(ctx, ctx.manifest_key)
