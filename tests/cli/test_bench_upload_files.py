@@ -4,6 +4,7 @@ against the session's real SeaweedFS, at a tiny size. No speed is asserted."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from bench_runs import bench_json, positive
@@ -29,6 +30,7 @@ def test_files_spreads_the_bytes_over_that_many_objects(
         assert positive(data["seconds"][side])
     listed = s3_server.client().list_objects_v2(Bucket=BUCKET, Prefix="statecraft-bench-upload/")
     assert listed.get("KeyCount", 0) == 0
+    assert os.listdir(where) == []  # the scratch directory is gone too
 
 
 def test_files_must_be_positive(tmp_path: Path) -> None:
