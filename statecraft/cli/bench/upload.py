@@ -275,14 +275,14 @@ def measure_upload(
         ours = S3Bucket(loaded, bucket)
         ours.check()
         store, iteration, name = _write_checkpoint(os.path.join(root, "run"), size_mib, files)
-        files = _files(store, name)
+        listed = _files(store, name)
         context: dict[str, Any] = {
             "bucket": ours,
             "client": _boto3_client(loaded),
             "store": store,
             "iteration": iteration,
             "name": name,
-            "files": files,
+            "files": listed,
             "base": f"statecraft-bench-upload/{time.strftime('%Y%m%dT%H%M%S')}-"
             f"{secrets.token_hex(4)}",
             "written": [],
@@ -295,7 +295,7 @@ def measure_upload(
                 ours.delete(key)
             shutil.rmtree(os.path.join(root, "run"), ignore_errors=True)
         identity = str(ours.identity())
-    nbytes = sum(size for _, size in files)
+    nbytes = sum(size for _, size in listed)
     seconds = {k: statistics.median(v) for k, v in samples.items()}
     upload_impl = (
         "upload_checkpoint"
@@ -310,7 +310,7 @@ def measure_upload(
     return {
         "size_mib": size_mib,
         "bytes": nbytes,
-        "files": len(files),
+        "files": len(listed),
         "repeat": repeat,
         "service": {"how": how, "destination": identity},
         "statecraft": {"upload": upload_impl, "fetch": fetch_impl},
