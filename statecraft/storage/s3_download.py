@@ -14,11 +14,10 @@ matched the size and the stored sha256 the HEAD promised.
 
 Why the transfer manager: measured in wall seconds and client CPU seconds (``getrusage``) on
 the shared 2-core machine (load 17 to 21), variants interleaved, a 256 MiB object from a local
-SeaweedFS, 8 rounds (each path ending with the same sha256 check, fsync and rename): the earlier
-hand-written
-ranged GETs (hashing each range as it landed and starting its writeback) took a median of
-6.61 s wall and 1.42 s CPU; the transfer manager path 3.33 s and 0.76 s; boto3
-``download_file`` without a digest or fsync 2.07 s and 0.68 s.
+SeaweedFS, 8 rounds (each path ending with the same sha256 check, fsync and rename). The
+earlier hand-written ranged GETs (hashing each range as it landed and starting its writeback)
+took a median of 6.61 s wall and 1.42 s CPU; the transfer manager path 3.33 s and 0.76 s;
+boto3 ``download_file`` without a digest or fsync 2.07 s and 0.68 s.
 
 An object replaced mid-download (the If-Match GET refused) is an ``ObjectRequestError`` that
 says so; nothing is placed.
