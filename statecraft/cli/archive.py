@@ -1,4 +1,5 @@
-"""``statecraft archive publish | fetch | prune-verified | list``.
+"""``statecraft archive publish | fetch | prune-verified | list`` (``prune``, remote retention,
+is :mod:`statecraft.cli.archive_prune`).
 
 - ``publish --artifact-dir D --upload-prefix P [--bucket B] [--credentials F]``: archive the
   artifact ``D`` (``.../checkpoint_artifacts/iter_N``) under the checkpoints-root prefix ``P``

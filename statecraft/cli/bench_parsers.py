@@ -71,6 +71,12 @@ def add_bench_parsers(sub: Any) -> None:
         "--endpoint",
         help="S3 endpoint URL (credentials: --credentials or $STATECRAFT_S3_CREDENTIALS)",
     )
+    bupload.add_argument(
+        "--files",
+        type=int,
+        default=0,
+        help="spread --size-mb over this many files (--files 200 --size-mb 200: 200 x 1 MiB)",
+    )
     bupload.add_argument("--bucket", default="ckpt-bucket", help="bucket (default ckpt-bucket)")
     bupload.add_argument("--dir", help="directory to write in (default: a temporary one)")
     bupload.add_argument("--json", action="store_true")

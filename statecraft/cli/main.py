@@ -17,7 +17,7 @@ Subcommands:
                                 every figure in one table (ratio, range, target, met)
     bench save | validation | async | emergency | upload | dcp | lightning | hf | engine
                                 ratios against in-process baselines
-    archive publish | fetch | prune-verified | list
+    archive publish | fetch | prune-verified | list | prune
                                 archived checkpoints and artifacts (S3)
     objects download | copy     move object-store prefixes (idempotent, streamed)
 
@@ -62,7 +62,7 @@ def _transfer_flags(parser: argparse.ArgumentParser) -> None:
 
 def _archive_parsers(sub: Any) -> None:
     archive = sub.add_parser(
-        "archive", help="publish, fetch, prune-verified and list archived checkpoints"
+        "archive", help="publish, fetch, prune-verified, list and prune archived checkpoints"
     )
     asub = archive.add_subparsers(dest="archive_command", required=True)
     publish = asub.add_parser("publish", help="archive an artifact directory to S3")
@@ -98,6 +98,18 @@ def _archive_parsers(sub: Any) -> None:
     listing.add_argument("prefix", help="s3://<bucket>/<prefix> (an upload or publish prefix)")
     _transfer_flags(listing)
     listing.set_defaults(func=_lazy("statecraft.cli.archive", "run_archive_list"))
+    remote = asub.add_parser(
+        "prune",
+        help="remote retention: keep the newest N published iterations of s3://bucket/prefix "
+        "(a dry run unless --apply)",
+    )
+    remote.add_argument("prefix", help="s3://<bucket>/<prefix> (an archive prefix or direct root)")
+    remote.add_argument("--keep-last", type=int, required=True, help="published iterations kept")
+    mode = remote.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="say what would go (the default)")
+    mode.add_argument("--apply", action="store_true", help="delete (commit record first)")
+    _transfer_flags(remote)
+    remote.set_defaults(func=_lazy("statecraft.cli.archive_prune", "run_archive_prune_remote"))
 
     objects = sub.add_parser("objects", help="download or copy object-store prefixes")
     osub = objects.add_subparsers(dest="objects_command", required=True)

@@ -28,9 +28,10 @@ import attrs
 from statecraft.errors import ObjectRequestError
 from statecraft.storage.base import Store
 from statecraft.storage.bucket import ObjectInfo, RemoteObject
+from statecraft.storage.s3_download import download_file
 from statecraft.storage.s3_requests import SHA256_METADATA, S3Requests
 from statecraft.storage.s3_retry import Failure, RetryPolicy, TransferSettings
-from statecraft.storage.s3_transfer import download_file, upload_bytes, upload_file
+from statecraft.storage.s3_transfer import upload_bytes, upload_file
 
 #: the longest :meth:`S3Bucket.check` retries an endpoint that does not answer (seconds)
 CHECK_WAIT_S = 10.0

@@ -11,18 +11,14 @@ orphaned parts once it is back within that time). A completion retried after an
 attempt whose response was lost meets 412 or ``NoSuchUpload``; it then compares the object
 there (size and stored sha256) with the file and succeeds when they are equal.
 
-Download: ranged GETs of the etag a HEAD saw (``If-Match``), ``part_size`` each and at most
-``concurrency`` in flight, written with ``pwrite`` into a sibling temporary; a dropped body is
-resumed from the byte reached. The file is checked against the size and the stored sha256,
-fsynced and renamed into place. Nothing is placed unless every byte arrived and matched.
+Downloads are :mod:`statecraft.storage.s3_download`'s.
 
 Hashing: an upload needs the sha256 before ``CreateMultipartUpload`` (S3 fixes an object's
 metadata when the upload starts and nothing here relies on server-side copy), so a file larger
 than one part whose digest the caller does not pass is read once to hash it first; a file of
-one part is read once, hashed and sent from the same bytes. A download hashes while it
-fetches: the calling thread waits for the ranges in file order and hashes each one from the
-temporary (page cache) as soon as it has landed, then asks the kernel to start writing it
-back, so neither the hashing nor most of the final ``fsync`` is left for after the last byte.
+one part is read once, hashed and sent from the same bytes. The multipart loop stays
+hand-written: s3transfer 0.19.3's upload does not take ``IfNoneMatch`` on the completion
+(publish and the lease rely on it) and sends no sha256 computed in the stream.
 """
 
 from __future__ import annotations
@@ -37,18 +33,13 @@ from typing import Any
 import attrs
 
 from statecraft.errors import ObjectRequestError, PreconditionFailed, StoreError
-from statecraft.storage.bucket import RemoteObject
-from statecraft.storage.filesystem import OsFilesystem
 from statecraft.storage.s3_requests import SHA256_METADATA, S3Requests, log
 from statecraft.storage.s3_retry import Failure
 
-__all__ = ["download_file", "file_sha256", "upload_bytes", "upload_file"]
+__all__ = ["file_sha256", "upload_bytes", "upload_file"]
 
 #: the least an abort of a failed multipart upload retries (seconds), whatever the budget
 ABORT_WAIT_S = 30.0
-
-#: starts the device writeback of ranges already hashed (a hint; durability is the fsync)
-_WRITEBACK = OsFilesystem()
 
 
 def file_sha256(path: Path, chunk_size: int = 1 << 20) -> str:
@@ -60,16 +51,6 @@ def file_sha256(path: Path, chunk_size: int = 1 << 20) -> str:
         while count := f.readinto(buffer):
             digest.update(view[:count])
     return digest.hexdigest()
-
-
-def _hash_range(fd: int, digest: Any, start: int, end: int, view: memoryview) -> None:
-    """Feed bytes ``[start, end)`` of ``fd`` into ``digest`` through the buffer ``view``."""
-    while start < end:
-        count = os.preadv(fd, [view[: min(len(view), end - start)]], start)
-        if count <= 0:
-            raise StoreError(f"the download temporary ended at byte {start} (expected {end})")
-        digest.update(view[:count])
-        start += count
 
 
 def upload_file(
@@ -263,124 +244,3 @@ def _abort(bucket: S3Requests, key: str, upload_id: str) -> None:
             bucket.identity(),
             upload_id,
         )
-
-
-def download_file(bucket: S3Requests, key: str, path: Path) -> RemoteObject:
-    """Fetch ``key`` into ``path`` (see the module contract)."""
-    there = bucket.stat(key)
-    if there is None:
-        raise FileNotFoundError(f"no object {key!r} in {bucket.describe()}")
-    temporary = path.with_name(f".{path.name}.download-{os.getpid()}")
-    part_size = bucket.transfer.part_size_for(there.size)
-    ranges = [(a, min(a + part_size, there.size)) for a in range(0, there.size, part_size)]
-    try:
-        with open(temporary, "w+b", buffering=0) as out:
-            fd = out.fileno()
-            jobs = [_range_fetcher(bucket, key, there, fd, r) for r in ranges]
-            digest = hashlib.sha256() if there.sha256 else None
-            try:
-                _fetch_in_order(bucket, fd, jobs, ranges, digest)
-            except PreconditionFailed:
-                raise ObjectRequestError(
-                    f"{bucket.describe()}: {key!r} changed during the download (etag "
-                    f"{there.etag} is gone); nothing was placed at {path}. Download again",
-                    op="get",
-                    key=key,
-                ) from None
-            os.fsync(fd)
-        size = temporary.stat().st_size
-        sha = digest.hexdigest() if digest is not None else ""
-        _check(bucket, key, there, size, sha)
-        os.replace(temporary, path)
-        _fsync_dir(path.parent)
-    except BaseException:
-        try:
-            temporary.unlink()
-        except FileNotFoundError:
-            pass
-        raise
-    return there
-
-
-def _fetch_in_order(
-    bucket: S3Requests,
-    fd: int,
-    jobs: list[Callable[[], None]],
-    ranges: list[tuple[int, int]],
-    digest: Any,
-) -> None:
-    """Run the range ``jobs`` (at most ``transfer.concurrency`` at once) while this thread
-    takes the ranges in file order as they land: it hashes each into ``digest`` (read back
-    from the page cache) and starts its writeback. The first error in file order wins and
-    the jobs not started are cancelled."""
-    view = memoryview(bytearray(bucket.transfer.chunk_size)) if digest is not None else None
-
-    def landed(span: tuple[int, int]) -> None:
-        if digest is not None and view is not None:
-            _hash_range(fd, digest, span[0], span[1], view)
-        _WRITEBACK.start_writeback(fd, span[0], span[1] - span[0])
-
-    if len(jobs) <= 1:
-        for job, span in zip(jobs, ranges, strict=True):
-            job()
-            landed(span)
-        return
-    with cf.ThreadPoolExecutor(bucket.transfer.concurrency) as pool:
-        futures = [pool.submit(job) for job in jobs]
-        try:
-            for future, span in zip(futures, ranges, strict=True):
-                future.result()
-                landed(span)
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            raise
-
-
-def _range_fetcher(
-    bucket: S3Requests, key: str, there: RemoteObject, fd: int, span: tuple[int, int]
-) -> Callable[[], None]:
-    """A job fetching bytes ``span`` of the object into ``fd``; a retry after a dropped body
-    asks only for the bytes not yet written."""
-    position = [span[0]]
-
-    def send() -> None:
-        response = bucket.client.get_object(
-            Bucket=bucket.bucket,
-            Key=key,
-            Range=f"bytes={position[0]}-{span[1] - 1}",
-            IfMatch=there.etag,
-        )
-        for block in response["Body"].iter_chunks(bucket.transfer.chunk_size):
-            os.pwrite(fd, block, position[0])
-            position[0] += len(block)
-        if position[0] < span[1]:
-            raise _short_body()
-
-    return lambda: bucket.call("get", key, send)
-
-
-def _short_body() -> Exception:
-    import botocore.exceptions as bce
-
-    error: Exception = bce.IncompleteReadError(actual_bytes=0, expected_bytes=1)
-    return error
-
-
-def _check(bucket: S3Requests, key: str, there: RemoteObject, size: int, sha: str) -> None:
-    if size != there.size or (there.sha256 and sha != there.sha256):
-        raise ObjectRequestError(
-            f"{bucket.describe()}: {key!r} arrived as {size} bytes with sha256 {sha}; its "
-            f"HEAD promised {there.size} bytes with sha256 {there.sha256 or '(none stored)'}. "
-            "Nothing was placed; download again",
-            op="get",
-            key=key,
-        )
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -423,7 +423,7 @@ class TestCrossOptionRules:
         message = str(exc.value)
         assert "keep_optim_last: got 1; expected null or 0 when" in message
         assert "keep_model_last: got 3; expected 0 when" in message
-        assert "remote retention is not implemented" in message
+        assert "the direct primary's retention is checkpoint_store.keep_last" in message
 
     def test_object_store_allows_zero_retention(self) -> None:
         """Explicit zero retention is fine for an object-store primary."""
@@ -805,6 +805,7 @@ class TestToDict:
             "lease_ttl_s": 600,
             "lease_takeover": False,
             "retry_wait_s": 90,
+            "keep_last": 0,
         }
         assert data["keep_optim_last"] is None
         assert set(data) == {f.name for f in attrs.fields(CheckpointConfig)}

@@ -272,8 +272,8 @@ class TestFaults:
     def test_download_resumes_a_dropped_body(
         self, faulty: S3Bucket, bucket: S3Bucket, proxy: FaultProxy, prefix: str, tmp_path: Path
     ) -> None:
-        """A download of three ranged parts, one cut halfway, asks again for that part's
-        missing bytes only and places the exact bytes."""
+        """A download of three ranged parts, one cut halfway, asks again for that part (once)
+        and places the exact bytes."""
         data = os.urandom(11 * MIB)
         bucket.put(f"{prefix}/k", data)
         proxy.inject(Fault.DROP_MID_BODY, method="GET", path_contains=prefix)

@@ -10,5 +10,7 @@
 
 The transactions that use them: ``upload`` (full checkpoints, best effort, on the write job),
 ``publish`` (partial artifacts: declaration, payloads, verification, manifest last), ``fetch``
-(staged, every payload proven, then placed) and ``prune-verified``.
+(staged, every payload proven, then placed), ``prune-verified``, and ``archive_prune``
+(remote retention, :mod:`~statecraft.checkpoint.archive.remote_retention`: an iteration's
+commit record is deleted before its objects).
 """

@@ -1,6 +1,8 @@
 """The archive upload a save runs (:func:`archive_saved`): the saved ``iter_N`` first, then,
 once that succeeded, a bounded catch-up of the committed iterations an archive outage left
-without a receipt, oldest first, so retention can release them.
+without a receipt, oldest first, so retention can release them; then, with
+``upload.keep_last``, remote retention
+(:func:`~statecraft.checkpoint.archive.remote_retention.prune_remote`).
 
 Why: retention never prunes an iteration without ``iter_N/.uploaded`` (nothing committed is
 lost), so after an outage the iterations whose upload failed would otherwise stay on disk
@@ -34,6 +36,7 @@ import attrs
 
 from statecraft.checkpoint.archive.destination import ArchiveDestination
 from statecraft.checkpoint.archive.inventory import archived_files
+from statecraft.checkpoint.archive.remote_retention import prune_remote
 from statecraft.checkpoint.archive.upload_bindings import (
     UploadContext,
     UploadReport,
@@ -42,7 +45,7 @@ from statecraft.checkpoint.archive.upload_bindings import (
 )
 from statecraft.checkpoint.fencing.lease import WriterLease
 from statecraft.checkpoint.kernel.catalog import CheckpointState, classify, list_directories
-from statecraft.checkpoint.kernel.layout import iter_dirname
+from statecraft.checkpoint.kernel.layout import LATEST_POINTER, iter_dirname, parse_latest
 from statecraft.errors import UploadRefusedError
 from statecraft.storage.base import Store
 
@@ -65,6 +68,8 @@ class ArchiveOutcome:
         catch_up_error: why the catch-up stopped early (``None``: it did not).
         pending: committed iterations still without a receipt, oldest first.
         pending_bytes: their bytes on disk.
+        pruned: iterations remote retention (``upload.keep_last``) removed from the bucket.
+        prune_error: why remote retention failed (``None``: it did not, or was off).
     """
 
     report: UploadReport | None
@@ -73,6 +78,8 @@ class ArchiveOutcome:
     catch_up_error: Exception | None = None
     pending: tuple[int, ...] = ()
     pending_bytes: int = 0
+    pruned: tuple[int, ...] = ()
+    prune_error: Exception | None = None
 
 
 class _RetryDemoter(logging.Filter):
@@ -222,8 +229,42 @@ def archive_saved(
                 "caught up the archive of %s (committed before an archive outage)",
                 ", ".join(iter_dirname(n) for n in caught_up),
             )
+        pruned, prune_error = _remote_retention(store, destination)
     pending, pending_bytes = _still_pending(store, destination, share)
-    return ArchiveOutcome(report, None, tuple(caught_up), failed, pending, pending_bytes)
+    return ArchiveOutcome(
+        report, None, tuple(caught_up), failed, pending, pending_bytes, pruned, prune_error
+    )
+
+
+def _local_latest(store: Store) -> int | None:
+    try:
+        return parse_latest(store.read_bytes(LATEST_POINTER))
+    except (OSError, ValueError):
+        return None
+
+
+def _remote_retention(
+    store: Store, destination: ArchiveDestination
+) -> tuple[tuple[int, ...], Exception | None]:
+    """``upload.keep_last`` after a successful upload: remove the published iterations beyond
+    the newest N (never the newest, never the one the local ``latest`` names). Best effort:
+    one WARNING on failure (the next save's pass finishes a removal this one left)."""
+    if destination.keep_last < 1:
+        return (), None
+    latest = _local_latest(store)
+    protected = {latest: "named by the local latest"} if latest is not None else {}
+    try:
+        report = prune_remote(
+            destination.bucket, destination.prefix, destination.keep_last, protected=protected
+        )
+    except Exception as exc:
+        log.warning(
+            "remote retention (upload.keep_last=%d) of %s failed (an iteration it was removing "
+            "is whole or unpublished; the next save finishes it): %s",
+            destination.keep_last, destination.uri(destination.prefix), exc,
+        )  # fmt: skip
+        return (), exc
+    return report.deleted, None
 
 
 def _still_pending(

@@ -70,6 +70,8 @@ class ArchiveDestination:
             :func:`~statecraft.checkpoint.archive.catch_up.archive_saved`).
         pending_disk_share: warn when iterations without a receipt hold more than this share
             of the disk (``upload.pending_disk_share``).
+        keep_last: remote retention after a save's upload (``upload.keep_last``; ``0``: keep
+            every archived iteration; :mod:`~statecraft.checkpoint.archive.remote_retention`).
     """
 
     bucket: ArchiveBucket
@@ -79,6 +81,7 @@ class ArchiveDestination:
     )
     catch_up_per_save: int = 2
     pending_disk_share: float = 0.5
+    keep_last: int = 0
 
     @classmethod
     def under(cls, bucket: ArchiveBucket, prefix: str) -> ArchiveDestination:

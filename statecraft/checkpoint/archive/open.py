@@ -111,4 +111,5 @@ def upload_destination(
         prefix,
         catch_up_per_save=upload.catch_up_per_save,
         pending_disk_share=upload.pending_disk_share,
+        keep_last=upload.keep_last,
     )

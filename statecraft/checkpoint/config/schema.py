@@ -69,7 +69,9 @@ class CheckpointStoreConfig:
     unexpired lease of another owner (only after making sure that owner is dead). Both are
     ignored for ``backend="local"`` (local disk fences with the attempt's writer lease).
     ``retry_wait_s`` is the outage each request to the bucket rides out (retries with
-    backoff) before the save or resume fails. An empty ``credentials`` is boto3's default
+    backoff) before the save or resume fails. ``keep_last`` (``0``: keep all) is the direct
+    primary's retention: after each save, committed iterations beyond the newest N are removed
+    (never the one ``latest`` names). An empty ``credentials`` is boto3's default
     credential chain (see :func:`~statecraft.storage.s3_credentials.open_credentials`).
 
     Raises:
@@ -85,6 +87,7 @@ class CheckpointStoreConfig:
     lease_ttl_s: float = attrs.field(default=600, metadata={_CHECK: _LEASE_TTL})
     lease_takeover: bool = attrs.field(default=False, metadata={_CHECK: _flag})
     retry_wait_s: float = attrs.field(default=90, metadata={_CHECK: _LEASE_TTL})
+    keep_last: int = attrs.field(default=0, metadata={_CHECK: _COUNT})
 
     def __attrs_post_init__(self) -> None:
         _raise_if(_check_fields(self), "CheckpointStoreConfig")
@@ -93,6 +96,8 @@ class CheckpointStoreConfig:
 @attrs.frozen(kw_only=True)
 class UploadConfig:
     """Archive upload of completed local-primary checkpoints (``upload.*``); off by default.
+    ``keep_last`` (``0``: keep all) is the archive's remote retention: after a save's upload
+    succeeded, published iterations beyond the newest N are removed from the bucket.
 
     Raises:
         ConfigError: a knob has the wrong type or a value outside what is allowed.
@@ -106,6 +111,7 @@ class UploadConfig:
     prefix: str = attrs.field(default="", metadata={_CHECK: _text})
     catch_up_per_save: int = attrs.field(default=2, metadata={_CHECK: _COUNT})
     pending_disk_share: float = attrs.field(default=0.5, metadata={_CHECK: _share})
+    keep_last: int = attrs.field(default=0, metadata={_CHECK: _COUNT})
 
     def __attrs_post_init__(self) -> None:
         _raise_if(_check_fields(self), "UploadConfig")
@@ -287,7 +293,7 @@ class CheckpointConfig:
             for knob, allowed in (("keep_optim_last", "null or 0"), ("keep_model_last", "0")):
                 value = getattr(self, knob)
                 if value not in (None, 0):
-                    reason = "(remote retention is not implemented)"
+                    reason = "(the direct primary's retention is checkpoint_store.keep_last)"
                     issues.append(ConfigIssue(knob, value, f"{allowed} {why} {reason}"))
         if self.emergency_checkpoint_components == "run" and self.validation.save_checkpoint:
             needed = {*self.checkpoint_components, "model"}

@@ -54,11 +54,14 @@ class DirectRoot:
         uri: ``s3://<bucket>/<prefix>`` (for messages, ``statecraft inspect``, ``resume=``).
         bucket: the bucket client (:class:`~statecraft.storage.s3.S3Bucket`, or a
             :class:`~statecraft.storage.objects.SimBucket` under the crash harness).
+        keep_last: each save's retention (``checkpoint_store.keep_last``; ``0`` keeps all;
+            :mod:`~statecraft.checkpoint.direct.retention`).
     """
 
     store: ObjectStore
     uri: str
     bucket: ArchiveBucket
+    keep_last: int = 0
 
     @property
     def prefix(self) -> str:
@@ -70,8 +73,9 @@ class DirectRoot:
         return f"{self.uri.rstrip('/')}/{iter_dirname(iteration)}"
 
     @classmethod
-    def of(cls, bucket: ArchiveBucket, prefix: str) -> DirectRoot:
-        """The root at ``prefix`` of an already opened ``bucket``.
+    def of(cls, bucket: ArchiveBucket, prefix: str, *, keep_last: int = 0) -> DirectRoot:
+        """The root at ``prefix`` of an already opened ``bucket`` (``keep_last``: the
+        retention each save applies, ``checkpoint_store.keep_last``; ``0`` keeps all).
 
         Raises:
             ConfigError: ``prefix`` is not a clean key prefix (:func:`check_root_prefix`).
@@ -79,7 +83,7 @@ class DirectRoot:
         prefix = check_root_prefix(prefix)
         name = bucket.identity().bucket
         uri = f"s3://{name}/{prefix}" if prefix else f"s3://{name}"
-        return cls(ObjectStore(bucket, prefix=prefix, name=name), uri, bucket)
+        return cls(ObjectStore(bucket, prefix=prefix, name=name), uri, bucket, keep_last)
 
 
 def check_root_prefix(prefix: str, *, knob: str = "checkpoint_store.prefix") -> str:
@@ -192,7 +196,7 @@ def open_direct_root(
     )
     if bucket is None:
         bucket = _open_bucket(config, credentials_base, **settings)
-    return DirectRoot.of(bucket, prefix)
+    return DirectRoot.of(bucket, prefix, keep_last=config.keep_last)
 
 
 def _open_bucket(

@@ -275,7 +275,28 @@ def save_direct_checkpoint(
         "" if collective.world_size == 1 else "s",
         " (found committed: latest completed)" if report.retried_commit else "", location,
     )  # fmt: skip
+    if getattr(root, "keep_last", 0) > 0:
+        on_rank_zero(collective, lambda: _retain(root, lease))
     return report
+
+
+def _retain(root: Any, lease: Any) -> None:
+    """``checkpoint_store.keep_last`` after a committed save (rank 0). Best effort: the save
+    is durable, so a failed request is one WARNING (the next save's pass finishes a removal
+    this one left); a lease taken over is raised (this writer must stop)."""
+    from statecraft.checkpoint.direct.retention import retain_direct
+    from statecraft.errors import WriterLeaseError
+
+    try:
+        retain_direct(root, lease=lease)
+    except WriterLeaseError:
+        raise
+    except Exception as exc:
+        log.warning(
+            "retention of %s (checkpoint_store.keep_last=%d) failed; the save is committed and "
+            "an iteration being removed is whole or uncommitted (the next save finishes it): %s",
+            root.uri, root.keep_last, exc,
+        )  # fmt: skip
 
 
 def _writer_info(lease: Any) -> dict[str, Any]:

@@ -121,14 +121,22 @@ def _boto3_client(credentials: Any) -> Any:
     )
 
 
-def _write_checkpoint(root: str, size_mib: int) -> tuple[Any, int, str]:
-    """A real checkpoint: ``(LocalStore of the checkpoints root, iteration, iter dir name)``."""
+def _write_checkpoint(root: str, size_mib: int, files: int = 0) -> tuple[Any, int, str]:
+    """A real checkpoint: ``(LocalStore of the checkpoints root, iteration, iter dir name)``.
+    ``files > 0``: a 1 MiB checkpoint plus ``files`` random files sharing ``size_mib`` under
+    ``iter_N/shards/`` (a sharded layout: the archive upload takes every file of the
+    directory, so the per-object cost is what is measured)."""
     from statecraft.cli.bench.checkpointer import statecraft_save
     from statecraft.storage.local import LocalStore
 
-    model = build_model(size_mib, fill=True)
+    model = build_model(1 if files else size_mib, fill=True)
     _, report = statecraft_save(model, root)
     location = Path(report.location)
+    if files:
+        (location / "shards").mkdir()
+        each = max(1, (size_mib * MIB) // files)
+        for number in range(files):
+            (location / "shards" / f"shard_{number:05d}.bin").write_bytes(os.urandom(each))
     return LocalStore(str(location.parent)), int(report.iteration), location.name
 
 
@@ -252,15 +260,19 @@ def measure_upload(
     credentials: str | None = None,
     endpoint: str | None = None,
     bucket: str = DEFAULT_BUCKET,
+    files: int = 0,
 ) -> dict[str, Any]:
-    """Measure archive upload and fetch of a ``size_mib`` MiB checkpoint against boto3.
+    """Measure archive upload and fetch of a ``size_mib`` MiB checkpoint against boto3
+    (``files > 0``: ``size_mib`` spread over that many files, e.g. 200 files of 1 MiB).
 
     Raises:
-        ConfigError: ``size_mib`` or ``repeat`` is not a positive integer.
+        ConfigError: ``size_mib`` or ``repeat`` is not a positive integer, or ``files`` < 0.
         CredentialsError: ``endpoint`` without credentials, or an unreadable credentials file.
         ObjectRequestError: the service refused a request (unknown bucket, access denied).
     """
     check_positive("statecraft bench upload", size_mib=size_mib, repeat=repeat)
+    if files:
+        check_positive("statecraft bench upload", files=files)
     from statecraft.storage.s3 import S3Bucket
 
     samples: dict[str, list[float]] = {
@@ -270,15 +282,15 @@ def measure_upload(
         loaded, how = found
         ours = S3Bucket(loaded, bucket)
         ours.check()
-        store, iteration, name = _write_checkpoint(os.path.join(root, "run"), size_mib)
-        files = _files(store, name)
+        store, iteration, name = _write_checkpoint(os.path.join(root, "run"), size_mib, files)
+        listed = _files(store, name)
         context: dict[str, Any] = {
             "bucket": ours,
             "client": _boto3_client(loaded),
             "store": store,
             "iteration": iteration,
             "name": name,
-            "files": files,
+            "files": listed,
             "base": f"statecraft-bench-upload/{time.strftime('%Y%m%dT%H%M%S')}-"
             f"{secrets.token_hex(4)}",
             "written": [],
@@ -291,7 +303,7 @@ def measure_upload(
                 ours.delete(key)
             shutil.rmtree(os.path.join(root, "run"), ignore_errors=True)
         identity = str(ours.identity())
-    nbytes = sum(size for _, size in files)
+    nbytes = sum(size for _, size in listed)
     seconds = {k: statistics.median(v) for k, v in samples.items()}
     upload_impl = (
         "upload_checkpoint"
@@ -306,7 +318,7 @@ def measure_upload(
     return {
         "size_mib": size_mib,
         "bytes": nbytes,
-        "files": len(files),
+        "files": len(listed),
         "repeat": repeat,
         "service": {"how": how, "destination": identity},
         "statecraft": {"upload": upload_impl, "fetch": fetch_impl},
@@ -360,6 +372,7 @@ def run_bench_upload(args: argparse.Namespace) -> int:
         credentials=args.credentials,
         endpoint=args.endpoint,
         bucket=args.bucket,
+        files=getattr(args, "files", 0),
     )
     return emit("bench upload", as_json=args.json, data=data, text=format_upload(data))
 
