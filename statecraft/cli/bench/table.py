@@ -36,7 +36,7 @@ FIGURE_MODULES = (
     "statecraft.cli.bench.emergency",
     "statecraft.cli.bench.validation",
     "statecraft.cli.bench.dcp",
-    "statecraft.cli.bench.upload",
+    "statecraft.cli.bench.upload_figures",
     "statecraft.cli.bench.lightning",
     "statecraft.cli.bench.hf",
 )

@@ -47,14 +47,6 @@ from statecraft.cli.bench.common import (
     rate,
     scratch,
 )
-from statecraft.cli.bench.figures import (
-    Figure,
-    FigureRun,
-    FigureUnavailable,
-    Measured,
-    paired,
-    size_text,
-)
 from statecraft.errors import CredentialsError, StatecraftError
 
 __all__ = ["TRANSFER_TARGET", "format_upload", "measure_upload", "run_bench_upload"]
@@ -375,34 +367,3 @@ def run_bench_upload(args: argparse.Namespace) -> int:
         files=getattr(args, "files", 0),
     )
     return emit("bench upload", as_json=args.json, data=data, text=format_upload(data))
-
-
-def _transfer(op: str) -> Callable[[FigureRun], Measured]:
-    """Per round (the order alternating, a local SeaweedFS): boto3 / statecraft seconds of the
-    ``op`` (``upload`` or ``fetch``); one run serves both figures."""
-
-    def run(ctx: FigureRun) -> Measured:
-        from statecraft.cli.bench.s3_local import weed_binary
-
-        try:
-            weed_binary()
-        except RuntimeError as error:
-            raise FigureUnavailable(f"no local S3 service: {error}") from None
-        mib = ctx.size_mib(16, 256)
-        data = ctx.once(
-            f"upload:{mib}",
-            lambda: measure_upload(size_mib=mib, repeat=ctx.repeat, directory=ctx.root),
-        )
-        s = data["samples"]
-        return Measured(paired(s[f"{op}_statecraft"], s[f"{op}_boto3"], invert=True),
-                        size_text(mib))  # fmt: skip
-
-    return run
-
-
-FIGURES = [
-    Figure("archive upload", "boto3 upload_file", TRANSFER_TARGET, "higher", _transfer("upload"),
-           slow=True),
-    Figure("archive fetch", "boto3 download_file", TRANSFER_TARGET, "higher", _transfer("fetch"),
-           slow=True),
-]  # fmt: skip
