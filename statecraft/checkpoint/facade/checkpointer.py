@@ -149,6 +149,7 @@ class Checkpointer(CheckpointerViews):
         data: Any = None,
         scheduler_identity: SchedulerIdentity | None = None,
         stateful: dict[str, Any] | None = None,
+        data_identity: Any = None,
     ) -> None:
         """Register the objects whose state makes an exact-resume checkpoint.
 
@@ -156,7 +157,15 @@ class Checkpointer(CheckpointerViews):
             model, optimizer: required; saved in ``model.pt`` / ``optim.pt``.
             scheduler: its state is saved in ``trainer.pt``.
             data: this rank's data source; every rank's state is saved in ``data.pt`` and
-                each rank restores its own.
+                each rank restores its own, with the source's identity (fingerprint, seed,
+                sharding, world size, geometry), checked on resume under
+                ``data.cursor_resume`` (docs/checkpointing.md, "Data"). A
+                ``torchdata`` ``StatefulDataLoader`` resumes at the exact next batch; a plain
+                ``DataLoader`` (no cursor) restarts under ``auto`` and is refused at the first
+                save under ``strict``.
+            data_identity: a :class:`statecraft.checkpoint.data.DataIdentity` declaring what
+                statecraft cannot read from ``data`` (``grad_accum``; or ``batch_size``,
+                ``seed``, ``sharding`` overriding what it reads).
             scheduler_identity: the schedule's construction identity (checked on resume).
             stateful: further objects by name (``{"scaler": grad_scaler}``), each with
                 ``state_dict`` / ``load_state_dict``; rank 0's state is saved in ``trainer.pt``
@@ -175,6 +184,7 @@ class Checkpointer(CheckpointerViews):
             data=data,
             scheduler_identity=scheduler_identity,
             stateful=stateful,
+            data_identity=data_identity,
         )
 
     def validate_with(self, evaluate: Evaluator, *, source: str | None = None) -> None:
