@@ -85,9 +85,7 @@ class TestPlainDataLoader:
         assert "the data restarts" in note
         assert "StatefulDataLoader" in note
 
-    def test_strict_refuses_the_first_save_before_anything_is_written(
-        self, tmp_path: Path
-    ) -> None:
+    def test_strict_refuses_the_first_save_before_anything_is_written(self, tmp_path: Path) -> None:
         """Under strict the first save raises naming the fix, and no iteration exists."""
         ckpt = _ckpt(tmp_path, _plain_loader(), "data.cursor_resume=strict")
         ckpt.resume()
