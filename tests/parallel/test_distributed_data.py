@@ -161,6 +161,7 @@ class TestPerRankDataState:
                 "version": 1,
                 "kind": "state_dict",
                 "exact": True,
+                "mode": "auto",
                 "fingerprint": None,
                 "seed": None,
                 "sharding": None,

@@ -184,6 +184,7 @@ class TestSingleProcess:
                 "version": 1,
                 "kind": "state_dict",
                 "exact": True,
+                "mode": "auto",
                 "fingerprint": None,
                 "seed": None,
                 "sharding": None,

@@ -40,7 +40,7 @@ def capture_data(
     problems: list[str] = []
     identity: Any = None
     try:  # a failure on one rank must still reach the collective, or the others would hang
-        identity = describe_source(source, declared=declared, world_size=world_size)
+        identity = describe_source(source, declared=declared, world_size=world_size, mode=mode)
         if has_cursor(source):
             state = copy.deepcopy(source.state_dict())
             problems = unsafe_paths(state, root)

@@ -43,8 +43,9 @@ NO_CURSOR_FIX = (
     "DataLoader with state_dict/load_state_dict), or track a data source with state_dict() "
     "and load_state_dict()"
 )
-_KEYS = frozenset({"version", "kind", "exact", "fingerprint", "seed", "sharding", "world_size",
-                   "batch_size", "grad_accum"})  # fmt: skip
+_KEYS = frozenset({"version", "kind", "exact", "mode", "fingerprint", "seed", "sharding",
+                   "world_size", "batch_size", "grad_accum"})  # fmt: skip
+MODES = ("auto", "strict", "off")
 
 
 def has_cursor(source: Any) -> bool:
@@ -88,12 +89,14 @@ class SourceIdentity:
     Attributes:
         kind: ``stateful_dataloader``, ``state_dict`` or ``no_cursor``.
         exact: the cursor can resume at the exact next item (the source has a cursor).
+        mode: ``data.cursor_resume`` of the run that saved it.
         fingerprint: the source's semantic identity, ``None`` when it declares none.
         seed / sharding / world_size / batch_size / grad_accum: the order and geometry.
     """
 
     kind: str
     exact: bool
+    mode: str
     fingerprint: Fingerprint | None
     seed: int | None
     sharding: str | None
@@ -107,6 +110,7 @@ class SourceIdentity:
             "version": IDENTITY_VERSION,
             "kind": self.kind,
             "exact": self.exact,
+            "mode": self.mode,
             "fingerprint": None if self.fingerprint is None else self.fingerprint.to_payload(),
             "seed": self.seed,
             "sharding": self.sharding,
@@ -129,6 +133,8 @@ class SourceIdentity:
             )
         if payload.get("kind") not in ("stateful_dataloader", "state_dict", "no_cursor"):
             problems.append(f"source.kind: unknown kind {payload.get('kind')!r}")
+        if payload.get("mode") not in MODES:
+            problems.append(f"source.mode: expected one of {MODES}; got {payload.get('mode')!r}")
         if type(payload.get("exact")) is not bool:
             problems.append(f"source.exact: expected a bool; got {payload.get('exact')!r}")
         world_size = payload.get("world_size")
@@ -149,6 +155,7 @@ class SourceIdentity:
         return cls(
             kind=payload["kind"],
             exact=payload["exact"],
+            mode=payload["mode"],
             fingerprint=fingerprint,
             seed=payload.get("seed"),
             sharding=payload.get("sharding"),
@@ -168,9 +175,9 @@ class SourceIdentity:
 
 
 def describe_source(
-    source: Any, *, declared: DataIdentity | None, world_size: int
+    source: Any, *, declared: DataIdentity | None, world_size: int, mode: str = "auto"
 ) -> SourceIdentity:
-    """The identity of the tracked ``source`` at ``world_size``.
+    """The identity of the tracked ``source`` at ``world_size`` under ``mode``.
 
     Raises:
         TypeError: ``fingerprint()`` returned something other than a ``Fingerprint`` or str.
@@ -181,6 +188,7 @@ def describe_source(
     return SourceIdentity(
         kind=kind,
         exact=kind != "no_cursor",
+        mode=mode,
         fingerprint=_fingerprint(source),
         seed=declared.seed if declared.seed is not None else loader_seed,
         sharding=declared.sharding if declared.sharding is not None else loader_sharding,
