@@ -6,8 +6,8 @@ A tracked data source is one of three kinds:
 
 ``stateful_dataloader``
     a ``torchdata.stateful_dataloader.StatefulDataLoader``: its ``state_dict`` is the exact
-    cursor (multi-worker, sampler and generator included); its batch size, sampler seed and
-    sharding are read from it.
+    cursor (multi-worker, sampler and generator included); its batch size, and a
+    ``DistributedSampler``'s seed and sharding, are read from it.
 ``state_dict``
     any other object with ``state_dict`` / ``load_state_dict`` (your own cursor).
 ``no_cursor``
@@ -57,7 +57,8 @@ def has_cursor(source: Any) -> bool:
 class DataIdentity:
     """What the loop declares about its data source, beyond what statecraft reads from it
     (``Checkpointer.track(data=..., data_identity=DataIdentity(...))``). A field left ``None``
-    is read from the source where it can be (a loader's batch size, its sampler's seed).
+    is read from the source where it can be (a loader's batch size, a ``DistributedSampler``'s
+    seed).
 
     Attributes:
         grad_accum: micro-batches per optimizer step (geometry: changing it changes which
@@ -208,24 +209,19 @@ def _kind(source: Any) -> str:
 
 
 def _loader_facts(source: Any) -> tuple[int | None, int | None, str | None]:
-    """A loader's batch size, its sampler's seed and its sharding (``None`` where unknown)."""
+    """A loader's batch size, its sampler's configured seed and its sharding (``None`` where
+    unknown). Only a seed that the saved cursor does not carry counts: a
+    ``DistributedSampler``'s ``seed`` (its order is ``seed + epoch``, not state). A generator's
+    seed is not read: its state is part of the cursor a ``StatefulDataLoader`` restores, so an
+    unseeded loader still resumes exactly."""
     batch = getattr(source, "batch_size", None)
     sampler = getattr(source, "sampler", None)
     seed: int | None = None
     sharding: str | None = None
-    if sampler is not None:
-        if type(getattr(sampler, "seed", None)) is int:  # DistributedSampler
+    if sampler is not None and type(getattr(sampler, "num_replicas", None)) is int:
+        if type(getattr(sampler, "seed", None)) is int:
             seed = sampler.seed
-        generator = getattr(sampler, "generator", None)
-        if generator is not None and callable(getattr(generator, "initial_seed", None)):
-            seed = int(generator.initial_seed())
-        replicas = getattr(sampler, "num_replicas", None)
-        if type(replicas) is int:
-            sharding = f"{type(sampler).__name__}(shuffle={getattr(sampler, 'shuffle', None)})"
-    if seed is None:
-        generator = getattr(source, "generator", None)
-        if generator is not None and callable(getattr(generator, "initial_seed", None)):
-            seed = int(generator.initial_seed())
+        sharding = f"{type(sampler).__name__}(shuffle={getattr(sampler, 'shuffle', None)})"
     return (batch if type(batch) is int else None), seed, sharding
 
 
