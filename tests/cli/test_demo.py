@@ -365,7 +365,7 @@ def _clock(p: dict) -> None:
 
 
 def _cursor(p: dict) -> None:
-    p["ranks"][0]["position"] += 64  # data.pt is per rank (statecraft.data-state.v1)
+    p["ranks"][0]["position"] += 64  # data.pt is per rank (statecraft.data-state.v2)
 
 
 class TestCompareCheckpoints:

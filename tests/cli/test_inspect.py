@@ -420,6 +420,7 @@ class TestCli:
             "total_bytes",
             "archive",
             "dcp",
+            "data",
             "policy",
             "kept_by",
             "retention_action",

@@ -154,9 +154,21 @@ class TestPerRankDataState:
             _checkpoints(two_rank_run) / "iter_000000004" / "data.pt", weights_only=True
         )
         assert payload == {
-            "schema": "statecraft.data-state.v1",
+            "schema": "statecraft.data-state.v2",
             "world_size": 2,
             "ranks": [{"rank": 0, "position": 40}, {"rank": 1, "position": 80}],
+            "source": {  # rank 0's source identity, stored with the cursor
+                "version": 1,
+                "kind": "state_dict",
+                "exact": True,
+                "mode": "auto",
+                "fingerprint": None,
+                "seed": None,
+                "sharding": None,
+                "world_size": 2,
+                "batch_size": None,
+                "grad_accum": None,
+            },
         }
 
     def test_each_rank_restores_its_own_cursor(self, two_rank_run: Path, tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
-"""The per-rank ``data.pt`` payload (``statecraft.data-state.v1``): what it holds, how a legacy
-single-rank file reads, what a malformed one says, and a single-process save and resume.
-The two-rank cases are in ``test_distributed_data.py``."""
+"""The per-rank ``data.pt`` payload (``statecraft.data-state.v2``; ``v1`` is still read): what
+it holds, how a legacy single-rank file reads, what a malformed one says, and a single-process
+save and resume. The two-rank cases are in ``test_distributed_data.py``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,12 @@ import xxhash
 from checkpoint_runs import Cursor
 
 import statecraft as sc
-from statecraft.checkpoint.state import DATA_STATE_SCHEMA, DataState, gather_data_state
+from statecraft.checkpoint.state import (
+    DATA_STATE_SCHEMA,
+    DATA_STATE_V1,
+    DataState,
+    gather_data_state,
+)
 from statecraft.errors import TrainerStateError
 from statecraft.parallel.collectives import SingleProcess
 
@@ -25,12 +30,36 @@ RUN = sc.RunIdentity("p", "g", "data")
 
 
 class TestDataStatePayload:
-    def test_round_trip(self) -> None:
-        """to_payload / from_payload keep the world size and every rank's state in order."""
-        state = DataState(world_size=2, ranks=({"position": 4}, {"position": 8}))
+    def test_round_trip_with_the_source_identity(self) -> None:
+        """A state with its source identity is the v2 payload; it reads back equal."""
+        state = DataState(world_size=1, ranks=({"position": 4},), source={"kind": "state_dict"})
         payload = state.to_payload()
         assert payload == {
             "schema": DATA_STATE_SCHEMA,
+            "world_size": 1,
+            "ranks": [{"position": 4}],
+            "source": {"kind": "state_dict"},
+        }
+        assert DATA_STATE_SCHEMA == "statecraft.data-state.v2"
+        assert DataState.from_payload(payload, source=SOURCE) == state
+
+    def test_a_v2_payload_without_its_source_is_malformed(self) -> None:
+        """v2 names the source identity; a v2 payload without it is refused, not guessed."""
+        with pytest.raises(TrainerStateError) as info:
+            DataState.from_payload(
+                {"schema": DATA_STATE_SCHEMA, "world_size": 1, "ranks": [{}]}, source=SOURCE
+            )
+        assert info.value.problems == [  # type: ignore[attr-defined]
+            "source: expected the source identity (a dict); got None (NoneType)"
+        ]
+
+    def test_round_trip(self) -> None:
+        """to_payload / from_payload keep the world size and every rank's state in order
+        (without a source identity: the v1 payload, which is still read)."""
+        state = DataState(world_size=2, ranks=({"position": 4}, {"position": 8}))
+        payload = state.to_payload()
+        assert payload == {
+            "schema": DATA_STATE_V1,
             "world_size": 2,
             "ranks": [{"position": 4}, {"position": 8}],
         }
@@ -62,9 +91,10 @@ class TestDataStatePayload:
                 source=SOURCE,
             )
         assert info.value.problems == [  # type: ignore[attr-defined]
-            "schema: expected 'statecraft.data-state.v1'; got 'statecraft.data-state.v9'; a "
-            "newer writer made this file, read it with the statecraft release that wrote it",
-            "unexpected key 'x' (not part of statecraft.data-state.v1)",
+            "schema: expected 'statecraft.data-state.v2' (or 'statecraft.data-state.v1'); got "
+            "'statecraft.data-state.v9'; a newer writer made this file, read it with the "
+            "statecraft release that wrote it",
+            "unexpected key 'x' (not part of statecraft.data-state.v2)",
             "world_size: expected an int >= 1; got 0 (int)",
             "ranks: expected a list of per-rank states; got {} (dict)",
         ]
@@ -76,7 +106,7 @@ class TestDataStatePayload:
         """world_size 2 with one entry is malformed, not a world of one."""
         with pytest.raises(TrainerStateError) as info:
             DataState.from_payload(
-                {"schema": DATA_STATE_SCHEMA, "world_size": 2, "ranks": [{}]}, source=SOURCE
+                {"schema": DATA_STATE_V1, "world_size": 2, "ranks": [{}]}, source=SOURCE
             )
         assert info.value.problems == ["ranks: expected 2 entries (one per rank); got 1"]  # type: ignore[attr-defined]
 
@@ -146,7 +176,23 @@ class TestSingleProcess:
         payload = torch.load(
             Path(ckpt.attempt.checkpoints_dir) / "iter_000000002" / "data.pt", weights_only=True
         )
-        assert payload == {"schema": DATA_STATE_SCHEMA, "world_size": 1, "ranks": [{"position": 6}]}
+        assert payload == {
+            "schema": DATA_STATE_SCHEMA,
+            "world_size": 1,
+            "ranks": [{"position": 6}],
+            "source": {
+                "version": 1,
+                "kind": "state_dict",
+                "exact": True,
+                "mode": "auto",
+                "fingerprint": None,
+                "seed": None,
+                "sharding": None,
+                "world_size": 1,
+                "batch_size": None,
+                "grad_accum": None,
+            },
+        }
         again, _, fresh = _open(tmp_path)
         result = again.resume()
         assert (result.data, fresh.position) == ("restored", 6)

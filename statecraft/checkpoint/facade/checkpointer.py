@@ -152,14 +152,18 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
         stateful: dict[str, Any] | None = None,
         reference: Any = None,
         reference_update_every: int = 0,
+        data_identity: Any = None,
     ) -> None:
         """Register the objects whose state makes an exact-resume checkpoint.
 
         Args:
             model, optimizer: required; saved in ``model.pt`` / ``optim.pt``.
             scheduler: its state is saved in ``trainer.pt``.
-            data: this rank's data source; every rank's state is saved in ``data.pt`` and
-                each rank restores its own.
+            data: this rank's data source (a ``StatefulDataLoader`` resumes at the exact next
+                batch; a plain ``DataLoader`` has no cursor), saved per rank in ``data.pt`` with
+                its identity, checked under ``data.cursor_resume`` (docs: "Data").
+            data_identity: a ``DataIdentity``: what cannot be read from ``data``
+                (``grad_accum``; or overrides of ``batch_size``, ``seed``, ``sharding``).
             scheduler_identity: the schedule's construction identity (checked on resume).
             stateful: further objects by name (``{"scaler": grad_scaler}``), each with
                 ``state_dict`` / ``load_state_dict``; rank 0's state is saved in ``trainer.pt``
@@ -182,6 +186,7 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
             data=data,
             scheduler_identity=scheduler_identity,
             stateful=stateful,
+            data_identity=data_identity,
         )
         register_copies(
             self.run_state, reference=reference, reference_update_every=reference_update_every

@@ -27,6 +27,7 @@ from statecraft.checkpoint.archive.destination import ArchiveDestination
 from statecraft.checkpoint.archive.upload_bindings import upload_checkpoint
 from statecraft.checkpoint.artifacts.saving import ArtifactReport, save_artifact
 from statecraft.checkpoint.async_writes.write_slot import PendingSave
+from statecraft.checkpoint.data import capture_data
 from statecraft.checkpoint.facade.attempt_open import artifacts_store
 from statecraft.checkpoint.facade.run_context import OpenAttempt, RunContext
 from statecraft.checkpoint.facade.run_state import RunState
@@ -36,7 +37,7 @@ from statecraft.checkpoint.kernel.evaluation import Evaluation
 from statecraft.checkpoint.kernel.validation_records import ValidationStage, ValidationState
 from statecraft.checkpoint.retention.run import run_retention
 from statecraft.checkpoint.save.saving import SaveMachines, SaveReport, SaveTarget, save_checkpoint
-from statecraft.checkpoint.state import gather_data_state, gather_rng_inventory
+from statecraft.checkpoint.state import gather_rng_inventory
 from statecraft.checkpoint.state.capture import gather_into
 from statecraft.checkpoint.validation.bindings import PublicationStep, ValidationContext
 from statecraft.errors import CheckpointError
@@ -67,7 +68,16 @@ def gather_capture(context: RunContext, state: RunState, step: int) -> StepCaptu
         all_gather_object=None if collective.world_size == 1 else gather_into(collective),
     )
     source = state.tracked.data
-    data = None if source is None else gather_data_state(source, collective=collective)
+    data = (
+        None
+        if source is None
+        else capture_data(
+            source,
+            declared=state.tracked.data_identity,
+            collective=collective,
+            mode=context.config.data.cursor_resume,
+        )
+    )
     return StepCapture(step, rng, data)
 
 

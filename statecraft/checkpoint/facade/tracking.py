@@ -38,6 +38,14 @@ def require_stateful(name: str, obj: Any) -> None:
         )
 
 
+def _cursorless_iterable(data: Any) -> bool:
+    """A data source with neither ``state_dict`` nor ``load_state_dict`` that iterates (a plain
+    ``DataLoader``, an ``IterableDataset``): tracked without a cursor (docs/checkpointing.md,
+    "Data"); one with only one of the two is a mistake and refused."""
+    has = [callable(getattr(data, m, None)) for m in ("state_dict", "load_state_dict")]
+    return not any(has) and callable(getattr(data, "__iter__", None))
+
+
 def stateful_objects(stateful: Any) -> dict[str, Any]:
     """``track(stateful=...)`` checked: a dict of identifier names to stateful objects."""
     if stateful is None:
@@ -71,19 +79,27 @@ def register(
     data: Any,
     scheduler_identity: Any,
     stateful: dict[str, Any] | None,
+    data_identity: Any = None,
 ) -> None:
     """Check and set what ``Checkpointer.track`` registers on ``tracked`` (all or nothing).
 
     Raises:
         TrackingError: as ``Checkpointer.track`` documents.
     """
+    from statecraft.checkpoint.data import DataIdentity
     from statecraft.checkpoint.state import SchedulerIdentity
 
     for name, obj in (("model", model), ("optimizer", optimizer)):
         require_stateful(name, obj)
-    for name, obj in (("scheduler", scheduler), ("data", data)):
-        if obj is not None:
-            require_stateful(name, obj)
+    if scheduler is not None:
+        require_stateful("scheduler", scheduler)
+    if data is not None and not _cursorless_iterable(data):
+        require_stateful("data", data)
+    if data_identity is not None and not isinstance(data_identity, DataIdentity):
+        raise TrackingError(
+            f"track(data_identity=...) must be a statecraft.checkpoint.data.DataIdentity; got "
+            f"{type(data_identity).__name__}"
+        )
     if scheduler_identity is not None and not isinstance(scheduler_identity, SchedulerIdentity):
         raise TrackingError("scheduler_identity must be a SchedulerIdentity")
     named = stateful_objects(stateful)
@@ -91,6 +107,7 @@ def register(
     tracked.optimizer = optimizer
     tracked.scheduler = scheduler
     tracked.data = data
+    tracked.data_identity = data_identity
     tracked.scheduler_identity = scheduler_identity
     tracked.stateful = named
 

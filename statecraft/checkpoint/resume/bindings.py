@@ -41,6 +41,8 @@ import copy
 import logging
 import sys
 
+import attrs
+
 from statecraft.checkpoint.kernel.artifact_catalog import scan_artifacts
 from statecraft.checkpoint.kernel.catalog import CheckpointState, PassedOver, scan
 from statecraft.checkpoint.kernel.layout import iter_dirname
@@ -322,6 +324,8 @@ def load_checkpoint(ctx: ResumeContext) -> None:
     else:
         parts = read_components(chosen, ctx.writer, read_data=read_data)
     data_outcome = data_status(ctx, chosen, parts.data)
+    if data_outcome != "restored":  # the data source keeps its fresh state
+        parts = attrs.evolve(parts, data=None)
     rng_status = load_all_or_nothing(
         tracked,
         trainer,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from statecraft.checkpoint.data import describe_source, judge_resume
 from statecraft.checkpoint.kernel.plan import CHECKPOINT_PLAN
 from statecraft.checkpoint.kernel.verify import VerifiedCheckpoint
 from statecraft.checkpoint.resume.records import ResumeContext
@@ -53,9 +54,15 @@ def data_status(
 ) -> str:
     """What will happen to this rank's data source (nothing is loaded here).
 
+    The identity saved with the cursor is judged first
+    (:func:`~statecraft.checkpoint.data.judge_resume`: fingerprint, cursor, geometry); any
+    status but ``"restored"`` leaves the data source in its fresh state.
+
     Raises:
         ResumeError: ``data.cursor_resume=strict`` and ``data.pt`` was saved at another world
-            size (refused before anything loads).
+            size, or by or for a source without a cursor, or with another geometry; in any
+            mode, the source's fingerprint changed (refused before anything loads).
+        TrainerStateError: the saved source identity is malformed.
     """
     tracked = ctx.tracked
     if ctx.cursor_resume == "off":
@@ -76,8 +83,13 @@ def data_status(
         )
         return "missing"
     world_size = ctx.collective.world_size
+    where = f"{chosen.location}/{CHECKPOINT_PLAN.for_tracked('data').name}"
+    live = describe_source(tracked.data, declared=tracked.data_identity, world_size=world_size)
+    verdict = judge_resume(state, live, mode=ctx.cursor_resume, where=where)
+    if verdict is not None:
+        add_note(ctx, verdict.note)
+        return verdict.status
     if state.state_for(ctx.collective.rank, world_size) is None:
-        where = f"{chosen.location}/{CHECKPOINT_PLAN.for_tracked('data').name}"
         if ctx.cursor_resume == "strict":
             raise ResumeError(
                 f"{where} holds the data state of {state.describe_saver()} and this job runs "

@@ -36,8 +36,10 @@ class ResumeResult:
         rng: ``"restored"``, ``"missing"``, ``"topology_changed"`` or ``"fresh"``.
         data: what happened to the data source: ``"restored"`` (this rank's own saved
             state), ``"topology_changed"`` (saved at another world size: the data source kept
-            its fresh state), ``"missing"`` (no ``data.pt``), ``"untracked"``, ``"off"``
-            (``data.cursor_resume=off``), ``"fresh"`` (no checkpoint).
+            its fresh state), ``"no_cursor"`` (the source, now or at the save, has no cursor:
+            it restarts), ``"geometry_changed"`` (batch size, accumulation, seed or sharding
+            changed: it restarts its epoch), ``"missing"`` (no ``data.pt``), ``"untracked"``,
+            ``"off"`` (``data.cursor_resume=off``), ``"fresh"`` (no checkpoint).
         notes: warnings about the choice (an unreadable or dangling latest pointer, digests
             not verified); each was also logged.
         loop_state: a copy of the loop state restored into ``Checkpointer.loop_state`` (empty
@@ -73,6 +75,7 @@ class Tracked:
     optimizer: Any = None
     scheduler: Any = None
     data: Any = None
+    data_identity: Any = None  # a DataIdentity the loop declared (statecraft.checkpoint.data)
     scheduler_identity: Any = None
     clocks: UpdateClocks = attrs.field(factory=UpdateClocks)
     stateful: dict[str, Any] = attrs.field(factory=dict)  # name -> object with state_dict

@@ -10,7 +10,12 @@ record), :mod:`.trainer_fields` (reading its payload, every schema version),
 """
 
 from statecraft.checkpoint.state.clocks import Outcome, UpdateClocks
-from statecraft.checkpoint.state.data_state import DATA_STATE_SCHEMA, DataState, gather_data_state
+from statecraft.checkpoint.state.data_state import (
+    DATA_STATE_SCHEMA,
+    DATA_STATE_V1,
+    DataState,
+    gather_data_state,
+)
 from statecraft.checkpoint.state.optimizer_facts import optimizer_class_name
 from statecraft.checkpoint.state.rng import RNG_SCHEMA, capture_rng_state, restore_rng_state
 from statecraft.checkpoint.state.rng_inventory import (
@@ -32,6 +37,7 @@ from statecraft.checkpoint.state.trainer_payload import (
 
 __all__ = [
     "DATA_STATE_SCHEMA",
+    "DATA_STATE_V1",
     "RNG_SCHEMA",
     "SUPPORTED_SCHEDULER_IDENTITY_VERSIONS",
     "TRAINER_STATE_SCHEMA",

@@ -4,7 +4,13 @@ Under ``torch.distributed`` every rank reads its own shard, so every rank's data
 own position. At a save every rank's ``state_dict()`` is gathered to rank 0
 (:func:`gather_data_state`) and written as one payload::
 
-    {"schema": "statecraft.data-state.v1", "world_size": 2, "ranks": [state_0, state_1]}
+    {"schema": "statecraft.data-state.v2", "world_size": 2, "ranks": [state_0, state_1],
+     "source": {...}}
+
+``source`` is the source identity stored with the cursor (kind, exact-capable, fingerprint,
+seed, sharding, world size, geometry), built and judged by :mod:`statecraft.checkpoint.data`;
+this module only carries it. A ``v1`` payload (no ``source``) is still read: its identity is
+unknown (``source`` is ``None``).
 
 On resume each rank restores its own entry (:meth:`DataState.state_for`). At another world size
 no entry belongs to any rank: ``data.cursor_resume`` decides (``auto``: a warning, the data
@@ -34,11 +40,16 @@ from statecraft.checkpoint.state.problems import describe, is_int, state_error
 from statecraft.checkpoint.state.safe_values import unsafe_paths
 from statecraft.parallel.collectives import Collective
 
-__all__ = ["DATA_CORRUPT_FIX", "DATA_STATE_SCHEMA", "DataState", "gather_data_state"]
+__all__ = ["DATA_CORRUPT_FIX", "DATA_STATE_SCHEMA", "DATA_STATE_V1", "DataState",
+           "gather_data_state"]  # fmt: skip
 
-DATA_STATE_SCHEMA = "statecraft.data-state.v1"
+DATA_STATE_SCHEMA = "statecraft.data-state.v2"
+DATA_STATE_V1 = "statecraft.data-state.v1"
 _SCHEMA_PREFIX = "statecraft.data-state."
-_KEYS = frozenset({"schema", "world_size", "ranks"})
+_KEYS = {
+    DATA_STATE_V1: frozenset({"schema", "world_size", "ranks"}),
+    DATA_STATE_SCHEMA: frozenset({"schema", "world_size", "ranks", "source"}),
+}
 DATA_CORRUPT_FIX = (
     "This data state cannot be resumed exactly; restore data.pt from an intact copy, resume "
     "from another checkpoint, or set data.cursor_resume=off to restart the data source."
@@ -56,22 +67,28 @@ class DataState:
         problems: lines naming values that ``torch.load(weights_only=True)`` could not read
             back (found at capture, on the rank that owns them; see :func:`gather_data_state`);
             empty for a state read from a file.
+        source: the source identity payload stored with the cursor (``None``: a v1 or legacy
+            file, or a state gathered without one).
     """
 
     world_size: int
     ranks: tuple[Any, ...]
     legacy: bool = False
     problems: tuple[str, ...] = ()
+    source: dict[str, Any] | None = None
 
     def to_payload(self) -> dict[str, Any]:
         """The ``weights_only``-safe payload to ``torch.save`` as ``data.pt``; every rank's
         state in :func:`~statecraft.checkpoint.state.canonical.canonical` form (the same
-        state gives the same bytes)."""
-        return {
-            "schema": DATA_STATE_SCHEMA,
+        state gives the same bytes). Without a source identity it is the v1 payload."""
+        payload: dict[str, Any] = {
+            "schema": DATA_STATE_SCHEMA if self.source is not None else DATA_STATE_V1,
             "world_size": self.world_size,
             "ranks": canonical(list(self.ranks)),
         }
+        if self.source is not None:
+            payload["source"] = canonical(self.source)
+        return payload
 
     def state_for(self, rank: int, world_size: int) -> Any | None:
         """This rank's saved state, or ``None`` when the world size changed (no entry is
@@ -103,16 +120,21 @@ class DataState:
         if not isinstance(payload, dict):  # pragma: no cover - narrowed above
             raise TypeError(payload)
         problems = []
-        if schema != DATA_STATE_SCHEMA:
+        keys = _KEYS.get(schema)
+        if keys is None:
             problems.append(
-                f"schema: expected {DATA_STATE_SCHEMA!r}; got {schema!r}; a newer writer made "
-                "this file, read it with the statecraft release that wrote it"
+                f"schema: expected {DATA_STATE_SCHEMA!r} (or {DATA_STATE_V1!r}); got {schema!r}; "
+                "a newer writer made this file, read it with the statecraft release that wrote it"
             )
         problems += [
-            f"unexpected key {k!r} (not part of {DATA_STATE_SCHEMA})"
+            f"unexpected key {k!r} (not part of {schema if keys else DATA_STATE_SCHEMA})"
             for k in payload
-            if k not in _KEYS
+            if k not in (keys or _KEYS[DATA_STATE_SCHEMA])
         ]
+        identity: Any = payload.get("source")
+        if schema == DATA_STATE_SCHEMA and type(identity) is not dict:
+            got = describe(identity)
+            problems.append(f"source: expected the source identity (a dict); got {got}")
         world_size: Any = payload.get("world_size")
         ranks: Any = payload.get("ranks")
         if not is_int(world_size) or world_size < 1:
@@ -125,7 +147,7 @@ class DataState:
             )
         if problems:
             raise state_error(source, "data state", problems, DATA_CORRUPT_FIX)
-        return cls(world_size=int(world_size), ranks=tuple(ranks))
+        return cls(world_size=int(world_size), ranks=tuple(ranks), source=identity)
 
 
 def gather_data_state(data: Any, *, collective: Collective) -> DataState:

@@ -15,6 +15,7 @@ from statecraft.checkpoint.kernel.layout import (
 )
 from statecraft.cli.inspect.archive import archive_note
 from statecraft.cli.inspect.checkpoints import PARTIAL
+from statecraft.cli.inspect.data import data_line
 from statecraft.cli.inspect.dcp import dcp_lines
 from statecraft.cli.inspect.retention import file_note
 from statecraft.cli.inspect.units import units_lines
@@ -93,6 +94,7 @@ def _checkpoints_lines(report: dict[str, Any], files: bool) -> list[str]:
             lines.append(f"      metrics: {it['metrics']}")
         for note in it["notes"]:
             lines.append(f"      note: {note}")
+        lines.extend(data_line(it))
         lines.extend(_file_lines(it, MANIFEST_NAME, files))
         if files:
             lines.extend(dcp_lines(it.get("dcp")))
