@@ -93,6 +93,10 @@ class CheckpointStoreConfig:
 class UploadConfig:
     """Archive upload of completed local-primary checkpoints (``upload.*``); off by default.
 
+    ``retry_wait_s`` is the outage each request to the archive bucket rides out (retries with
+    backoff) before that upload fails (best effort: logged, retried by a later save's
+    catch-up; strict inside a validation publication).
+
     Raises:
         ConfigError: a knob has the wrong type or a value outside what is allowed.
     """
@@ -105,6 +109,7 @@ class UploadConfig:
     prefix: str = attrs.field(default="", metadata={_CHECK: _text})
     catch_up_per_save: int = attrs.field(default=2, metadata={_CHECK: _COUNT})
     pending_disk_share: float = attrs.field(default=0.5, metadata={_CHECK: _share})
+    retry_wait_s: float = attrs.field(default=90, metadata={_CHECK: _LEASE_TTL})
 
     def __attrs_post_init__(self) -> None:
         _raise_if(_check_fields(self), "UploadConfig")
