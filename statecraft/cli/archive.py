@@ -50,17 +50,20 @@ def credentials_setting(args: argparse.Namespace) -> str:
 
 
 def open_s3_bucket(args: argparse.Namespace, bucket: str) -> Any:
-    """The S3 bucket ``bucket`` with the invocation's credentials, proven reachable.
+    """The S3 bucket ``bucket`` with the invocation's credentials, proven reachable; each
+    request retries a failing endpoint for ``--retry-wait-s`` seconds (default 90).
 
     Raises:
         CredentialsError: no credentials anywhere, an unknown profile, or a malformed file.
         ObjectRequestError: unknown bucket, wrong keys, or the endpoint is down.
     """
     from statecraft.checkpoint.archive.open import open_bucket
+    from statecraft.storage.s3_retry import RetryPolicy
 
     setting = credentials_setting(args)
+    retry = RetryPolicy(max_wait_s=getattr(args, "retry_wait_s", 90.0), knob="--retry-wait-s")
     try:
-        return open_bucket(setting, bucket)
+        return open_bucket(setting, bucket, retry=retry)
     except CredentialsError as exc:
         if setting:
             raise

@@ -51,10 +51,28 @@ def _transaction_dirs(parser: argparse.ArgumentParser, *, specs: bool = True) ->
         )
 
 
+def _seconds(text: str) -> float:
+    """A ``--retry-wait-s`` value: seconds > 0 (argparse reports anything else as bad usage)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 604800:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds in (0, 604800]")
+    return value
+
+
 def _transfer_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--credentials",
         help="object-store credentials JSON (default: $STATECRAFT_S3_CREDENTIALS)",
+    )
+    parser.add_argument(
+        "--retry-wait-s",
+        type=_seconds,
+        default=90.0,
+        help="seconds each request retries a failing endpoint before the command fails "
+        "(default 90; opening the bucket waits at most 10)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--json", action="store_true")

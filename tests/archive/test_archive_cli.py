@@ -103,6 +103,8 @@ class TestFetchCommand:
         monkeypatch.delenv("STATECRAFT_S3_CREDENTIALS", raising=False)
         if problem != "none":
             argv += ["--credentials", str(creds)]
+        if problem == "endpoint-down":
+            argv += ["--retry-wait-s", "1"]  # the opening HEAD's 10 s at most, by default
         code, env = _run(capsys, s3_server, *argv)
         assert code == 1
         assert env["status"] == "error"
@@ -115,9 +117,22 @@ class TestFetchCommand:
             "none": "--credentials",
         }[problem]
         assert expected in message, message
+        if problem == "endpoint-down":
+            assert "raise it with --retry-wait-s, now 1 s" in message
         if problem == "none":
             assert "$STATECRAFT_S3_CREDENTIALS" in message
         assert not (tmp_path / "dst").exists() or list((tmp_path / "dst").iterdir()) == []
+
+    @pytest.mark.parametrize("value", ["0", "-1", "soon"])
+    def test_a_bad_retry_wait_is_bad_usage(self, capsys, tmp_path, value):
+        """--retry-wait-s takes seconds in (0, 604800]: anything else exits 2 naming it."""
+        argv = ["archive", "fetch", "--artifact-uri", "s3://b/k", "--dst", str(tmp_path / "d")]
+        with pytest.raises(SystemExit) as exited:
+            main([*argv, "--retry-wait-s", value])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert "--retry-wait-s" in err
+        assert f"{value!r} is not a number of seconds in (0, 604800]" in err
 
 
 class TestPruneCommand:

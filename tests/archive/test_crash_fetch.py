@@ -14,6 +14,7 @@ from statecraft.engine import Bindings, Machine, load_spec, parse_table
 from statecraft.errors import ArchiveError
 from statecraft.proofs import ExploreOptions, explore
 from statecraft.proofs.archive.fetch_scenarios import DST_ROOT, FetchScenario, fetch_scenarios
+from statecraft.proofs.pool import default_jobs
 from statecraft.resources import machine_path, spec_path
 from statecraft.storage import SimWorld
 
@@ -66,7 +67,7 @@ class TestShippedMachine:
         """Every fetch guarantee holds at every crash point of every scenario, under process
         kill, power loss and node loss, with injected I/O faults; each guarantee is judged
         substantively somewhere."""
-        (report,), scenario_reports = crashcheck(["fetch"], ExploreOptions())
+        (report,), scenario_reports = crashcheck(["fetch"], ExploreOptions(), jobs=default_jobs())
         assert report.violations == (), report.violations[0].reproducer()
         assert report.vacuous == ()
         assert report.crash_states >= 1000

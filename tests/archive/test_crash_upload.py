@@ -13,6 +13,7 @@ from statecraft.proofs.archive.upload_scenarios import (
     upload_context,
     upload_scenarios,
 )
+from statecraft.proofs.pool import default_jobs
 from statecraft.resources import spec_path
 from statecraft.storage import SimWorld
 
@@ -30,7 +31,7 @@ class TestShippedMachine:
         """Every upload guarantee holds at every crash point of every scenario, under process
         kill, power loss and node loss, with injected request and I/O faults; and every
         guarantee is judged substantively somewhere."""
-        (report,), scenario_reports = crashcheck(["upload"], ExploreOptions())
+        (report,), scenario_reports = crashcheck(["upload"], ExploreOptions(), jobs=default_jobs())
         assert report.violations == (), report.violations[0].reproducer()
         assert report.vacuous == ()
         assert report.crash_states >= 400

@@ -13,18 +13,21 @@ from s3_server import BUCKET, S3Server, free_ports
 from statecraft.errors import ConfigError, CredentialsError, ObjectRequestError
 
 
-def _open(out: Path, credentials: str, bucket: str = BUCKET):
+def _open(out: Path, credentials: str, bucket: str = BUCKET, *extra: str):
     ckpt, _ = open_checkpointer(
         out,
         "upload.enabled=true",
         f"upload.bucket={bucket}",
         f"upload.credentials={credentials}",
+        *extra,
     )
     return ckpt
 
 
-def _refused(out: Path, credentials: str, error: type[Exception], bucket: str = BUCKET) -> str:
-    ckpt = _open(out, credentials, bucket)
+def _refused(
+    out: Path, credentials: str, error: type[Exception], bucket: str = BUCKET, *extra: str
+) -> str:
+    ckpt = _open(out, credentials, bucket, *extra)
     with pytest.raises(error) as caught:
         ckpt.resume()
     assert not RUN.job_dir(out).exists(), "nothing local may be created before the check"
@@ -72,13 +75,17 @@ class TestBadUploadInput:
         assert "s3://no-such-bkt" in text
 
     def test_endpoint_down(self, tmp_path: Path, s3_server: S3Server) -> None:
-        """An endpoint nobody listens on fails naming it."""
+        """An endpoint nobody listens on fails naming it, after the retry budget of
+        upload.retry_wait_s (here 1 s; the opening HEAD waits at most 10 s by default)."""
         (port,) = free_ports(1)
         path = s3_server.write_credentials(
             tmp_path / "down.json", endpoint_url=f"http://127.0.0.1:{port}"
         )
-        text = _refused(tmp_path / "out", str(path), ObjectRequestError)
+        text = _refused(
+            tmp_path / "out", str(path), ObjectRequestError, BUCKET, "upload.retry_wait_s=1"
+        )
         assert f"127.0.0.1:{port}" in text
+        assert "upload.retry_wait_s, now 1 s" in text
 
     def test_empty_bucket_knob(self, tmp_path: Path) -> None:
         """upload.enabled with no bucket names the knob; an empty upload.credentials is not

@@ -27,6 +27,9 @@ from statecraft.storage.local import LocalStore
 from statecraft.storage.s3_retry import RetryPolicy
 
 FAST_RETRY = RetryPolicy(attempts=3, base_delay_s=0.01, max_delay_s=0.05)
+#: a run that meets the proxy's outage: each failing request gives up after 2 s (the default
+#: upload.retry_wait_s, 90 s, would ride the outage out for minutes)
+OUTAGE = "upload.retry_wait_s=2"
 
 
 @pytest.fixture(scope="module")
@@ -200,6 +203,7 @@ def test_training_run_catches_up_after_the_outage(
         tmp_path / "out",
         "upload.enabled=true", f"upload.bucket={BUCKET}", f"upload.credentials={credentials}",
         f"upload.prefix={prefix}", "upload.catch_up_per_save=2",
+        OUTAGE,
     )  # fmt: skip
     ckpt.resume()
     clean_proxy.inject(Fault.INTERNAL_ERROR, method="PUT", times=10_000)
@@ -224,6 +228,7 @@ def test_training_run_catches_up_after_the_outage(
         ("upload.pending_disk_share=0", "upload.pending_disk_share"),
         ("upload.pending_disk_share=1.5", "upload.pending_disk_share"),
         ("upload.pending_disk_share=half", "upload.pending_disk_share"),
+        ("upload.retry_wait_s=0", "upload.retry_wait_s"),
     ],
 )
 def test_bad_knobs_are_refused(knob: str, named: str) -> None:

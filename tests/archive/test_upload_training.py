@@ -27,6 +27,9 @@ from statecraft.storage.local import LocalStore
 from statecraft.storage.s3_retry import RetryPolicy
 
 FAST_RETRY = RetryPolicy(attempts=3, base_delay_s=0.01, max_delay_s=0.05)
+#: a run that meets the proxy's outage: each failing request gives up after 2 s (the default
+#: upload.retry_wait_s, 90 s, would ride the outage out for minutes)
+OUTAGE = "upload.retry_wait_s=2"
 
 
 @pytest.fixture(scope="module")
@@ -143,7 +146,7 @@ class TestTrainingWithUpload:
         never prunes it while it has none; a later save uploads its own, then catches the
         failed one up (issue 28 item 4), after which retention may release it."""
         prefix = _prefix()
-        knobs = _knobs(proxied_credentials, prefix, "keep_model_last=1")
+        knobs = _knobs(proxied_credentials, prefix, "keep_model_last=1", OUTAGE)
         ckpt, objects = open_checkpointer(tmp_path, *knobs)
         ckpt.resume()
         clean_proxy.inject(Fault.INTERNAL_ERROR, method="PUT", times=10_000)
@@ -155,6 +158,7 @@ class TestTrainingWithUpload:
         assert warned
         assert f"s3://{BUCKET}/{prefix}/iter_000000002" in warned[0]
         assert "InternalError" in warned[0] or "500" in warned[0]
+        assert "upload.retry_wait_s, now 2 s" in warned[0]  # the budget, and its knob
         assert not (root / "iter_000000002" / ".uploaded").exists()
         assert (root / "iter_000000002" / "optim.pt").exists()  # never pruned
         clean_proxy.clear()
@@ -259,12 +263,13 @@ class TestValidationPublication:
             "save_every=0",
             "validation.every=2",
             "validation.save_checkpoint=true",
+            OUTAGE,
         )
         ckpt, objects = open_checkpointer(tmp_path, *knobs)
         ckpt.validate_with(evaluate, source="heldout")
         ckpt.resume()
         clean_proxy.inject(Fault.INTERNAL_ERROR, method="PUT", times=10_000)
-        with pytest.raises(ObjectRequestError):
+        with pytest.raises(ObjectRequestError, match=r"upload\.retry_wait_s, now 2 s"):
             train(ckpt, objects, 2)
         ckpt.close()
         clean_proxy.clear()

@@ -12,6 +12,7 @@ from statecraft.cli import main
 from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import load_spec
 from statecraft.proofs import ExploreOptions, explore
+from statecraft.proofs.pool import default_jobs
 from statecraft.proofs.save.write_job_broken import latest_before_commit, prune_before_durable
 from statecraft.proofs.save.write_job_broken import swapped as _swapped
 from statecraft.proofs.save.write_job_scenarios import WriteJobScenario, write_job_scenarios
@@ -34,7 +35,7 @@ class TestShippedWriteJob:
     def test_crashcheck_proves_every_guarantee_substantively(self) -> None:
         """Every guarantee of the write job holds at every crash point of every scenario under
         process kill and power loss (node loss: the CLI run), each judged substantively."""
-        reports, scenario_reports = crashcheck(["write_job"], KILL_AND_POWER)
+        reports, scenario_reports = crashcheck(["write_job"], KILL_AND_POWER, jobs=default_jobs())
         (report,) = reports
         assert report.violations == (), report.violations[0].reproducer()
         assert report.vacuous == ()

@@ -12,6 +12,7 @@ from statecraft.cli.crashcheck import crashcheck
 from statecraft.engine import load_spec
 from statecraft.proofs import ExploreOptions, explore
 from statecraft.proofs.oracle import CHECKPOINTS_ROOT
+from statecraft.proofs.pool import default_jobs
 from statecraft.proofs.save.dcp_broken import unsettled_shards_machine
 from statecraft.proofs.save.dcp_scenarios import (
     FILES_PER_RANK,
@@ -60,7 +61,9 @@ def test_shipped_machine_holds_every_guarantee() -> None:
 def test_crashcheck_lists_and_proves_dcp_save() -> None:
     """``statecraft crashcheck --machine dcp_save`` finds the spec's scenarios and proves it
     with injected I/O faults too."""
-    reports, scenarios = crashcheck(["dcp_save"], ExploreOptions(extra_subsets=0))
+    reports, scenarios = crashcheck(
+        ["dcp_save"], ExploreOptions(extra_subsets=0), jobs=default_jobs()
+    )
     assert [r.machine for r in reports] == ["dcp_save"]
     assert not reports[0].violations
     assert {s.scenario for s in scenarios} == {s.name for s in dcp_save_scenarios()}

@@ -19,6 +19,7 @@ from statecraft.proofs import (
     reference_run,
     run_to_crash,
 )
+from statecraft.proofs.pool import default_jobs
 from statecraft.proofs.resume.scenarios import resume_scenarios
 from statecraft.proofs.save import broken
 from statecraft.proofs.save.scenarios import CHECKPOINTS_ROOT, SaveScenario, save_scenarios
@@ -36,7 +37,9 @@ class TestShippedMachines:
         """Every guarantee of save and resume holds at every crash point of every scenario,
         under process kill, power loss and node loss, with injected I/O faults; and every
         guarantee of both specs is judged substantively (not vacuously) somewhere."""
-        reports, scenario_reports = crashcheck(["resume", "save"], ExploreOptions())
+        reports, scenario_reports = crashcheck(
+            ["resume", "save"], ExploreOptions(), jobs=default_jobs()
+        )
         for report in reports:
             assert report.violations == (), report.violations[0].reproducer()
             assert report.crash_states >= 1402  # the count before the blind spots were closed

@@ -21,8 +21,9 @@ from statecraft.checkpoint.kernel.layout import RunIdentity
 from statecraft.errors import ConfigError, ConfigIssue, CredentialsError, ObjectRequestError
 from statecraft.storage.s3 import S3Bucket
 from statecraft.storage.s3_credentials import open_credentials
+from statecraft.storage.s3_retry import RetryPolicy
 
-__all__ = ["check_upload_knobs", "open_bucket", "upload_destination"]
+__all__ = ["check_upload_knobs", "open_bucket", "upload_destination", "upload_retry"]
 
 
 def open_bucket(credentials: str, bucket: str, **settings: Any) -> S3Bucket:
@@ -57,6 +58,12 @@ def open_bucket(credentials: str, bucket: str, **settings: Any) -> S3Bucket:
             "upload.credentials (or set upload.enabled=false); nothing was written"
         ) from None
     return opened
+
+
+def upload_retry(upload: Any) -> RetryPolicy:
+    """The retries of each request to the archive bucket of the ``upload.*`` knobs: the
+    outage it rides out is ``upload.retry_wait_s`` (named in the error it ends with)."""
+    return RetryPolicy(max_wait_s=upload.retry_wait_s, knob="upload.retry_wait_s")
 
 
 def check_upload_knobs(config: Any) -> None:
@@ -98,7 +105,7 @@ def upload_destination(
     check_upload_knobs(config)
     if bucket is None:
         try:
-            bucket = open_bucket(upload.credentials, upload.bucket)
+            bucket = open_bucket(upload.credentials, upload.bucket, retry=upload_retry(upload))
         except CredentialsError as exc:
             raise CredentialsError(
                 f"upload.credentials: {exc}",

@@ -19,6 +19,7 @@ from statecraft.checkpoint.archive.open import (
     check_upload_knobs,
     open_bucket,
     upload_destination,
+    upload_retry,
 )
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.facade.run_context import OpenAttempt, RunContext
@@ -185,7 +186,9 @@ def open_archive_bucket(context: RunContext) -> Any:
     def here() -> None:
         check_upload_knobs(context.config)
         try:
-            opened.append(open_bucket(upload.credentials, upload.bucket))
+            opened.append(
+                open_bucket(upload.credentials, upload.bucket, retry=upload_retry(upload))
+            )
         except CredentialsError as exc:
             raise CredentialsError(
                 f"upload.credentials: {exc}", path=exc.fields.get("path"),
