@@ -170,9 +170,7 @@ def straight(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp
 
 
-def test_async_saves_commit_and_match_the_synchronous_run(
-    straight: Path, tmp_path: Path
-) -> None:
+def test_async_saves_commit_and_match_the_synchronous_run(straight: Path, tmp_path: Path) -> None:
     """Both saves went to the background on both ranks and committed; the final state equals
     a synchronous run's and its resume starts at STEPS."""
     for rank in range(WORLD):

@@ -191,7 +191,14 @@ class DcpBackgroundWrites(BackgroundWrites):
         if self.collective.world_size > 1:
             sent = self.collective.all_gather(None if error is None else portable_error(error))
             if error is None:
-                error = next((restore_error(e) for e in sent if e is not None), None)
+                failed = next((r for r, e in enumerate(sent) if e is not None), None)
+                if failed is not None:
+                    error = restore_error(sent[failed])
+                    where = "an earlier save" if pending is None else pending.describe()
+                    error.add_note(
+                        f"raised by rank {failed}'s background DCP write of {where}; the "
+                        "previous checkpoint is intact and latest still names it"
+                    )
         if error is not None:
             raise error
         if pending is not None and pending.report is not None and self.collective.rank == 0:
@@ -242,8 +249,9 @@ def save_dcp_checkpoint_async(
     staged = {}
     for name, produce in producers.items():  # model, optim first: trainer.pt after them
         value = produce()
-        staged[name] = writes.staging_cpu.stage(name, value) if name in ("model", "optim") else value
-    pending = PendingSave(iteration=step, location=f"{location}", role=TRAINER_ROLE)
+        bulk = name in ("model", "optim")
+        staged[name] = writes.staging_cpu.stage(name, value) if bulk else value
+    pending = PendingSave(iteration=step, location=location, role=TRAINER_ROLE)
     blocking = time.perf_counter() - started
 
     def job() -> Any:
