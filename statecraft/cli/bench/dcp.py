@@ -21,8 +21,9 @@ shard bytes, RSS increase and their ratio. Then the training thread's blocking t
 synchronous and an asynchronous DCP save through the ``Checkpointer`` against a bare
 ``copy_`` (:mod:`statecraft.cli.bench.dcp_blocking`, at least 5 interleaved rounds). The S3
 part (direct save against plain boto3 uploads of the same shard files) is
-:func:`statecraft.cli.bench.dcp_s3.bench_direct_s3` when that module is installed; otherwise the report says ``skipped: ...``. Nothing here
-asserts a speed; ``tests/cli/test_bench_dcp.py`` checks the shape.
+:func:`statecraft.cli.bench.dcp_s3.bench_direct_s3` when that module is installed; otherwise
+the report says ``skipped: ...``. Nothing here asserts a speed;
+``tests/cli/test_bench_dcp.py`` checks the shape.
 """
 
 from __future__ import annotations
