@@ -42,6 +42,7 @@ from typing import Any
 from statecraft.checkpoint.async_writes.role_slots import TRAINER_ROLE, BackgroundWrites
 from statecraft.checkpoint.async_writes.write_slot import PendingSave
 from statecraft.checkpoint.save.dcp_saving import dcp_payloads, save_dcp_checkpoint
+from statecraft.errors import CheckpointError
 from statecraft.parallel.collectives import Collective, SingleProcess
 from statecraft.parallel.rank0 import portable_error, restore_error
 
@@ -102,15 +103,43 @@ class CpuStaging:
         if self._shapes.get(name) != shape:
             self._buffers[name] = _create_cpu_state_dict(state)
             self._shapes[name] = shape
-        return _fresh(_copy_state_dict(state, self._buffers[name]))
+        staged = _fresh(_copy_state_dict(state, self._buffers[name]))
+        live = {_storage(t) for t in _tensors(state)}
+        shared = [t for t in _tensors(staged) if _storage(t) in live]
+        if shared:  # fail closed: the background write would read a tensor training changes
+            raise CheckpointError(
+                f"the asynchronous DCP save's snapshot of {name!r} shares memory with the live "
+                f"state ({len(shared)} tensors); set save_async=false and report this"
+            )
+        return staged
+
+
+def _local(t: Any) -> Any:
+    return getattr(t, "_local_tensor", t)
+
+
+def _storage(t: Any) -> int:
+    return int(_local(t).untyped_storage().data_ptr())
+
+
+def _tensors(obj: Any) -> list[Any]:
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return [obj] if _local(obj).numel() else []
+    if isinstance(obj, dict):
+        return [t for v in obj.values() for t in _tensors(v)]
+    if isinstance(obj, (list, tuple)):
+        return [t for v in obj for t in _tensors(v)]
+    return []
 
 
 def _shape(obj: Any) -> Any:
     import torch
 
     if isinstance(obj, torch.Tensor):
-        local = getattr(obj, "_local_tensor", obj)
-        return ("t", type(obj).__name__, tuple(obj.shape), tuple(local.shape), str(obj.dtype))
+        shapes = (tuple(obj.shape), tuple(_local(obj).shape))
+        return ("t", type(obj).__name__, shapes, str(obj.dtype))
     if isinstance(obj, dict):
         return ("d", tuple((str(k), _shape(v)) for k, v in obj.items()))
     if isinstance(obj, (list, tuple)):
