@@ -75,7 +75,9 @@ def save_dcp_state(
     with its own shard of the state; it is collective).
 
     Each rank's shards are durable before the coordinator writes ``.metadata``; ``.metadata`` is
-    durable when this returns.
+    durable when this returns. DCP's own collectives run over ``collective.process_group``
+    when it has one (the dedicated group of an asynchronous save's background thread), else
+    over the default group.
 
     Returns:
         every rank's file records (``iter_N/model/__<rank>_<k>.distcp`` and
@@ -90,7 +92,12 @@ def save_dcp_state(
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
-            dcp_save(state_dict, storage_writer=writer, no_dist=_no_dist())
+            dcp_save(
+                state_dict,
+                storage_writer=writer,
+                no_dist=_no_dist(),
+                process_group=getattr(collective, "process_group", None),
+            )
     except BaseException as exc:  # DCP wraps every failure in CheckpointException
         inner = unwrap_checkpoint_exception(exc)
         if inner is exc:

@@ -41,6 +41,14 @@ class TestBenchDcp:
         assert all(positive(r["shard_bytes"]) for r in data["rss"])
         assert all(r["rss_increase_bytes"] >= 0 for r in data["rss"])
         assert data["s3"] == {"skipped": "--no-s3"}
+        blocking = data["blocking"]
+        for kind in ("sync", "async", "copy"):
+            cell = blocking["seconds"][kind]
+            assert cell["n"] >= 5, kind
+            assert 0 < cell["min"] <= cell["median"] <= cell["max"], (kind, cell)
+        assert positive(blocking["async_over_sync"])
+        assert positive(blocking["async_over_copy"])
+        assert "async DCP save" in format_dcp(data)
         assert "s3: skipped: --no-s3" in format_dcp(data)
 
     def test_nothing_left_behind(self, dcp_run: tuple[int, dict[str, Any], Path]) -> None:

@@ -147,8 +147,11 @@ def start_run(
         triggers=triggers,
     )
     machines.load("save")
-    # a DCP save is collective and synchronous: save_async applies to consolidated ones
     writes = BackgroundWrites(collective, enabled=config.save_async and not context.sharded)
+    if context.sharded and config.save_async and config.checkpoint_store.backend != "object_store":
+        from statecraft.checkpoint.save.dcp_async import DcpBackgroundWrites
+
+        writes = DcpBackgroundWrites(collective)  # every rank writes its shards in background
     for line in plan_warnings(config):  # an active partial plan: not exact-resume capable
         warnings.warn(line, UserWarning, stacklevel=3)
     return context, RunState(writes=writes)

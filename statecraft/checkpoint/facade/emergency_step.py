@@ -111,7 +111,9 @@ def stop_boundary(
 
         if kind is not EmergencyKind.ARTIFACT and context.sharded:
             # a DCP save is written by every rank (synchronous, no retention)
-            written.append(saver.sharded(opened, capture, stage=stage, background=False))
+            shards = saver.sharded(opened, capture, stage=stage, background=False)
+            assert isinstance(shards, SaveReport)  # background=False: synchronous
+            written.append(shards)
         else:
             on_rank_zero(collective, here)
         state.mark_saved(step)

@@ -158,12 +158,13 @@ class StepSaver:
         *,
         stage: ValidationStage = ValidationStage.NONE,
         background: bool = True,
-    ) -> SaveReport:
+    ) -> SaveReport | PendingSave:
         """One full DCP checkpoint (every rank calls it): with a local store the ``dcp_save``
         machine (:func:`~statecraft.checkpoint.save.dcp_saving.save_dcp_checkpoint`, then
         upload and retention on rank 0), with ``backend=object_store`` the direct save
-        (:func:`~statecraft.checkpoint.direct.saving.save_direct_checkpoint`). Always
-        synchronous: DCP writes are collective, so ``save_async`` does not apply to them.
+        (:func:`~statecraft.checkpoint.direct.saving.save_direct_checkpoint`). With
+        ``save_async=true`` and a local store a cadence save is asynchronous (a
+        :class:`PendingSave` on every rank, :mod:`statecraft.checkpoint.save.dcp_async`).
         ``background=False`` (the emergency save) runs no retention and no upload (the
         emergency uploads after ``DONE.json``).
 
@@ -174,8 +175,28 @@ class StepSaver:
         validation = ValidationState(self.state.identity, stage)
         if self.context.config.checkpoint_store.backend == "object_store":
             return self._direct(capture, validation)
+        from statecraft.checkpoint.save.dcp_async import (
+            DcpBackgroundWrites,
+            save_dcp_checkpoint_async,
+        )
         from statecraft.checkpoint.save.dcp_saving import save_dcp_checkpoint
 
+        writes = self.state.writes
+        if background and isinstance(writes, DcpBackgroundWrites):  # save_async=true
+            return save_dcp_checkpoint_async(
+                self.state.tracked,
+                opened.store,
+                writes=writes,
+                rng=capture.rng,
+                data=capture.data,
+                step=capture.step,
+                location=opened.checkpoints_location,
+                validation=validation,
+                lease=opened.lease,
+                retention=self.context.retention,
+                machines=self.context.machines.load,
+                destination=opened.destination,
+            )
         return save_dcp_checkpoint(
             self.state.tracked,
             opened.store,

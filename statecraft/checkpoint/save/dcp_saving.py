@@ -7,9 +7,11 @@ and ``latest``. Once the machine reached ``committed`` rank 0 runs the rest of t
 (``machines/write_job.toml``: the archive upload when planned, then retention) with the
 committed save as its save step; its outcome reaches every rank.
 
-A DCP save is always synchronous: its bulk writes are collective (every rank writes while
-the others wait in DCP's collectives), so ``save_async`` does not move them to the background
-slot (the reference's rule for sharded saves).
+With ``save_async=true`` a cadence save is asynchronous
+(:mod:`statecraft.checkpoint.save.dcp_async`): every rank stages its payloads on the training
+thread, then this same machine runs on a background thread over a dedicated gloo group, and
+the next save, ``wait()``, ``finalize()`` or ``close()`` joins it on every rank. The emergency
+save is always synchronous.
 """
 
 from __future__ import annotations
@@ -134,6 +136,9 @@ def save_dcp_checkpoint(
     machines: Callable[[str], Any] | None = None,
     destination: ArchiveDestination | None = None,
     files_per_rank: int = 1,
+    staged: dict[str, Any] | None = None,
+    on_durable: Callable[[], None] | None = None,
+    blocking_seconds: float | None = None,
 ) -> SaveReport:
     """Run the ``dcp_save`` machine for iteration ``step`` on every rank (every rank calls
     this, with its own ``store`` over the same directory), then, on rank 0, the upload and
@@ -143,6 +148,11 @@ def save_dcp_checkpoint(
         rng: every rank's RNG streams (gathered); data: every rank's data state or ``None``.
         lease: rank 0's writer lease (``None`` on the other ranks).
         location: the checkpoints directory, for the report.
+        staged: the payloads an asynchronous save staged on the training thread (entry ->
+            object; this rank's entries); ``None``: produced now, from the live objects.
+        on_durable: called once the machine reached ``committed`` (before the write job).
+        blocking_seconds: the training thread's share of an asynchronous save, for the
+            report (``None``: synchronous, the whole save blocked).
 
     Raises:
         UnsafeStateError / StoreError / DiskFullError / PlanDriftError /
@@ -158,8 +168,12 @@ def save_dcp_checkpoint(
     ctx = DcpSaveContext(
         store=store,
         plan=plan,
-        payloads=dcp_payloads(
-            tracked, coordinator=coordinator, rng=rng, data=data, validation=validation
+        payloads=(
+            dcp_payloads(
+                tracked, coordinator=coordinator, rng=rng, data=data, validation=validation
+            )
+            if staged is None
+            else {name: _const(value) for name, value in staged.items()}
         ),
         collective=collective,
         writer_info={"statecraft": __version__},
@@ -169,6 +183,8 @@ def save_dcp_checkpoint(
     result: RunResult = machine.recover(
         ctx, call=rank_zero_effects(collective, machine.bindings.roles)
     ).raise_for_failure()
+    if on_durable is not None:
+        on_durable()
     saved = time.perf_counter() - started
     where = f"{location}/{iter_dirname(plan.iteration)}"
 
@@ -199,17 +215,18 @@ def save_dcp_checkpoint(
         seconds=seconds,
         retried_commit=result.observed in ("manifest_committed", "committed"),
         effects=tuple((e.effect, e.duration_s) for e in result.trace),
-        blocking_seconds=seconds,
+        blocking_seconds=seconds if blocking_seconds is None else blocking_seconds,
         retention=retained,
-        asynchronous=False,
+        asynchronous=blocking_seconds is not None,
         upload=upload,
         upload_error=upload_error,
     )
     if coordinator:
         mib = report.bytes_written / 2**20
         log.info(
-            "saved iter %d (dcp, %d ranks): %.1f MiB in %.3f s (shards and commit %.3f s) -> %s",
+            "saved iter %d (dcp%s, %d ranks): %.1f MiB in %.3f s (shards and commit %.3f s) -> %s",
             report.iteration,
+            ", asynchronous" if report.asynchronous else "",
             collective.world_size,
             mib,
             seconds,
@@ -221,3 +238,7 @@ def save_dcp_checkpoint(
 
 def _nothing() -> None:
     return None
+
+
+def _const(value: Any) -> Callable[[], Any]:
+    return lambda: value

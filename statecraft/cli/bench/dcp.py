@@ -17,10 +17,13 @@ then, after one warm-up of each side:
 
 Each timing spans a barrier to a barrier (the slowest rank's time). Reported: the median
 seconds of each, the ratios statecraft / plain (target: save <= 1.05x), and per rank its
-shard bytes, RSS increase and their ratio. The S3 part (direct save against plain boto3
-uploads of the same shard files) is :func:`statecraft.cli.bench.dcp_s3.bench_direct_s3`
-when that module is installed; otherwise the report says ``skipped: ...``. Nothing here
-asserts a speed; ``tests/cli/test_bench_dcp.py`` checks the shape.
+shard bytes, RSS increase and their ratio. Then the training thread's blocking time of a
+synchronous and an asynchronous DCP save through the ``Checkpointer`` against a bare
+``copy_`` (:mod:`statecraft.cli.bench.dcp_blocking`, at least 5 interleaved rounds). The S3
+part (direct save against plain boto3 uploads of the same shard files) is
+:func:`statecraft.cli.bench.dcp_s3.bench_direct_s3` when that module is installed; otherwise
+the report says ``skipped: ...``. Nothing here asserts a speed;
+``tests/cli/test_bench_dcp.py`` checks the shape.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from statecraft.cli.bench.common import MIB, bench_root, check_positive
+from statecraft.cli.bench.dcp_blocking import format_blocking, summarize_blocking
 from statecraft.cli.bench.figures import Figure, FigureRun, Measured, paired, size_text
 
 __all__ = [
@@ -49,6 +53,7 @@ __all__ = [
 ]
 
 DCP_SAVE_TARGET = 1.05  # statecraft DCP save seconds / plain dcp.save seconds (issue 13)
+BLOCKING_ROUNDS = 5  # at least this many interleaved rounds of the blocking part
 DCP_RSS_TARGET = 1.2  # per-rank peak RSS increase of a save / that rank's own shard bytes
 
 
@@ -79,7 +84,9 @@ def _peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
-def _rank(rank: int, world_size: int, scratch: str, size_mib: int, repeat: int) -> None:
+def _rank(
+    rank: int, world_size: int, scratch: str, size_mib: int, repeat: int, rounds: int
+) -> None:
     """One rank of the bench: writes ``<scratch>/rank<rank>.json``."""
     import torch
     import torch.distributed as dist
@@ -88,6 +95,7 @@ def _rank(rank: int, world_size: int, scratch: str, size_mib: int, repeat: int) 
     from torch.distributed.fsdp import fully_shard
 
     from statecraft.checkpoint.state import dcp_state
+    from statecraft.cli.bench.dcp_blocking import measure_blocking
     from statecraft.parallel.collectives import default_collective
     from statecraft.storage.local import LocalStore
     from statecraft.writers.dcp import load_dcp_state, save_dcp_state
@@ -169,8 +177,12 @@ def _rank(rank: int, world_size: int, scratch: str, size_mib: int, repeat: int) 
             if rank == 0:
                 for name in written.values():
                     shutil.rmtree(f"{scratch}/{name}", ignore_errors=True)
+        blocking = measure_blocking(model, optimizer, f"{scratch}/blocking", rounds)
+        if rank == 0:
+            shutil.rmtree(f"{scratch}/blocking", ignore_errors=True)
         report = {
             "rank": rank,
+            "blocking": blocking,
             "kept": first,  # one statecraft save, kept for the S3 part
             "shard_bytes": own,
             "rss_increase_bytes": rss_increase,
@@ -222,7 +234,10 @@ def measure_dcp(
     with bench_root(directory) as root:
         scratch = tempfile.mkdtemp(prefix="bench-dcp-", dir=root)
         torch.multiprocessing.spawn(
-            _rank, args=(ranks, scratch, size_mib, repeat), nprocs=ranks, join=True
+            _rank,
+            args=(ranks, scratch, size_mib, repeat, max(BLOCKING_ROUNDS, repeat)),
+            nprocs=ranks,
+            join=True,
         )
         per_rank = [json.loads(Path(f"{scratch}/rank{r}.json").read_text()) for r in range(ranks)]
         s3_report = (
@@ -256,6 +271,7 @@ def measure_dcp(
         "rss": rss,
         "rss_target": DCP_RSS_TARGET,
         "rss_meets_target": worst_rss is not None and worst_rss <= DCP_RSS_TARGET,
+        "blocking": summarize_blocking(per_rank[0]["blocking"]),
         "s3": s3_report,
     }
 
@@ -271,6 +287,7 @@ def format_dcp(data: dict[str, Any]) -> str:
         f"  load  statecraft {s['load']:.3f} s  plain dcp.load {s['plain_load']:.3f} s  "
         f"ratio {data['load_ratio']:.3f}x",
     ]
+    lines.extend(format_blocking(data["blocking"]))
     for r in data["rss"]:
         ratio = "n/a" if r["ratio"] is None else f"{r['ratio']:.2f}x"
         lines.append(
