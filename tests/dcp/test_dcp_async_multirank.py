@@ -38,6 +38,7 @@ def _config(save_async: bool) -> list[str]:
     return [
         "save_every=2",
         f"save_async={'true' if save_async else 'false'}",
+        f"save_async_dcp={'true' if save_async else 'false'}",
         "keep_optim_last=0",
         "checkpoint_format=dcp",
     ]

@@ -194,6 +194,7 @@ class CheckpointConfig:
     )
     checkpoint_store: CheckpointStoreConfig = attrs.field(factory=CheckpointStoreConfig)
     save_async: bool = attrs.field(default=True, metadata={_CHECK: _flag})
+    save_async_dcp: bool = attrs.field(default=False, metadata={_CHECK: _flag})
     keep_optim_last: int | None = attrs.field(default=None, metadata={_CHECK: _COUNT_OR_NULL})
     keep_model_last: int = attrs.field(default=0, metadata={_CHECK: _COUNT})
     upload: UploadConfig = attrs.field(factory=UploadConfig)

@@ -148,7 +148,8 @@ def start_run(
     )
     machines.load("save")
     writes = BackgroundWrites(collective, enabled=config.save_async and not context.sharded)
-    if context.sharded and config.save_async and config.checkpoint_store.backend != "object_store":
+    local = config.checkpoint_store.backend != "object_store"
+    if context.sharded and config.save_async and config.save_async_dcp and local:
         from statecraft.checkpoint.save.dcp_async import DcpBackgroundWrites
 
         writes = DcpBackgroundWrites(collective)  # every rank writes its shards in background

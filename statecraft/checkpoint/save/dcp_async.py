@@ -1,4 +1,5 @@
-"""Asynchronous DCP saves (``checkpoint_format=dcp`` with ``save_async=true``).
+"""Asynchronous DCP saves (``checkpoint_format=dcp``, ``save_async=true`` and the opt-in
+``save_async_dcp=true``).
 
 Call order (every rank, the facade drives it)::
 
@@ -109,7 +110,7 @@ class CpuStaging:
         if shared:  # fail closed: the background write would read a tensor training changes
             raise CheckpointError(
                 f"the asynchronous DCP save's snapshot of {name!r} shares memory with the live "
-                f"state ({len(shared)} tensors); set save_async=false and report this"
+                f"state ({len(shared)} tensors); set save_async_dcp=false and report this"
             )
         return staged
 

@@ -37,6 +37,7 @@ def measure_blocking(
 
     def checkpointer(save_async: bool) -> Any:
         knobs = ["save_every=1", "checkpoint_format=dcp", f"save_async={str(save_async).lower()}"]
+        knobs.append(f"save_async_dcp={str(save_async).lower()}")
         name = "async" if save_async else "sync"
         ckpt = sc.Checkpointer(
             sc.CheckpointConfig.load(None, knobs),
