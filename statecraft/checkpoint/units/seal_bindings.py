@@ -30,6 +30,7 @@ from statecraft._version import __version__
 from statecraft.checkpoint.kernel.commit import create_manifest_last
 from statecraft.checkpoint.kernel.manifest import FileEntry
 from statecraft.checkpoint.units.adopt import settle_unit
+from statecraft.checkpoint.units.adopt_digests import adopted_records
 from statecraft.checkpoint.units.manifest import (
     UNIT_MANIFEST_NAME,
     UNIT_MANIFEST_SCHEMA,
@@ -43,7 +44,6 @@ from statecraft.engine import Bindings
 from statecraft.engine.tagging import Role, collect_bindings, effect, guard, observer
 from statecraft.errors import UnitCommittedError, UnitDamagedError, UnitError
 from statecraft.storage.base import Store, check_relative_path
-from statecraft.storage.digest import file_digest
 
 __all__ = ["Payload", "UnitSealContext", "unit_seal_bindings"]
 
@@ -202,7 +202,9 @@ def write_payloads(ctx: UnitSealContext) -> None:
 @effect(role=Role.COORDINATOR)
 def adopt_files(ctx: UnitSealContext) -> None:
     """Take the files a framework has just written into the unit, each digested from the
-    store (the framework did not tell us its bytes).
+    store (the framework did not tell us its bytes): read once each, several at a time, their
+    writeback started first (:mod:`statecraft.checkpoint.units.adopt_digests`; that makes
+    nothing durable, ``make_files_durable`` does).
 
     Raises:
         UnitError: the unit holds no file, or an expected file is missing; nothing is
@@ -219,6 +221,7 @@ def adopt_files(ctx: UnitSealContext) -> None:
             path=ctx.where,
             reason="missing files",
         )
+    sizes: dict[str, int] = {}
     for name in names:
         stat = ctx.store.stat(ctx.path(name))
         if stat is None or stat.kind != "file":
@@ -229,8 +232,8 @@ def adopt_files(ctx: UnitSealContext) -> None:
                 path=ctx.where,
                 reason=f"{name} is {kind}",
             )
-        digest = file_digest(ctx.store, ctx.path(name))
-        ctx.records[name] = FileEntry(stat.size, digest)
+        sizes[name] = stat.size
+    ctx.records.update(adopted_records(ctx.store, ctx.unit, sizes))
 
 
 @effect(role=Role.COORDINATOR)

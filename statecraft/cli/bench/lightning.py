@@ -205,6 +205,7 @@ def measure_lightning(
             "write": _summary(writes[c]),
             "join": _summary(joins[c]),
             "fit_s": statistics.median(fits[c]),
+            "fit": _summary(fits[c]),
         }
         for c in CONFIGS
     }
@@ -249,13 +250,14 @@ def format_lightning(data: dict[str, Any]) -> str:
         f"{data['checkpoint_bytes'] / MIB:.1f} MiB, {data['saves']} saves of last.ckpt every "
         f"{data['every']} steps, {data['repeat']} round(s)",
         f"{'plugin':<18} {'save (train thread)':>20} {'of which join':>14} "
-        f"{'write to commit':>16} {'fit wall':>10}",
+        f"{'write to commit':>16} {'fit wall (range)':>22}",
     ]
     for name, row in data["configs"].items():
         lines.append(
             f"{name:<18} {_fmt(row['save']['median_s']):>20} "
             f"{_fmt(row['join']['median_s']):>14} "
-            f"{_fmt(row['write']['median_s']):>16} {row['fit_s']:>8.2f} s"
+            f"{_fmt(row['write']['median_s']):>16} {row['fit_s']:>8.2f} s "
+            f"({row['fit']['min_s']:.2f}-{row['fit']['max_s']:.2f})"
         )
     lines.append("ratios against TorchCheckpointIO (median save):")
     for key, value in data["ratios"].items():
