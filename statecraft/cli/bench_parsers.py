@@ -25,7 +25,14 @@ def add_bench_parsers(sub: Any) -> None:
         help="sweep these state sizes against the fair baseline (e.g. 1MiB,16MiB,128MiB,1GiB)",
     )
     bsave.add_argument(
-        "--repeat", type=int, help="runs per measurement (default 2, best kept; --sizes: 5, median)"
+        "--resume-sizes",
+        help="resume vs torch.load of the same files at these sizes, warm and cold (e.g. "
+        "1MiB,16MiB,128MiB)",
+    )
+    bsave.add_argument(
+        "--repeat",
+        type=int,
+        help="runs per measurement (default 2, best kept; --sizes, --resume-sizes: 5, median)",
     )
     bsave.add_argument("--json", action="store_true")
     bsave.set_defaults(func=_lazy("statecraft.cli.bench", "run_bench_save"))

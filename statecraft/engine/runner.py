@@ -2,16 +2,16 @@
 
 The runner is deliberately small: it asks the guards which single transition is enabled, runs
 its effect, moves to the target (or to ``on_error`` when the effect raises), and repeats until a
-terminal state. ``transitions.Machine`` holds the current state so the bookkeeping is the
-library's; the decisions are ours.
+terminal state. The decisions are ours; the ``transitions`` library holds the table's graph.
 
-Per-run state: a :class:`Machine` is immutable once built (its table, bindings and the
-``transitions`` graph); every :meth:`Machine.run` keeps its state in locals and in a
-``transitions`` bookkeeping model (:class:`_Run`) that it holds exclusively for the length of
-the run. Models are registered with the shared graph once and kept in a free list when idle
-(a cache holding no run's state): ``add_model`` costs about as much as 64 transitions on a
-64-state table, and building a ``transitions.Machine`` per run far more. Two runs of one
-machine can therefore be in flight at once, in two threads, or nested.
+Compiled once, run many times: a :class:`Machine` is immutable once built. Its constructor
+checks the table, builds the ``transitions`` graph of it (one trigger per outcome of every
+transition, no model), and compiles from that graph a map from each state to its outgoing
+steps, each with its guard, effect and the target states the graph gives it, the callables
+already resolved from the bindings. A run keeps its state in its own locals and walks that map:
+no lock, no ``transitions`` model, no name lookup per transition (the library's trigger path
+cost 3-4x the rest of a transition). Two runs of one machine can therefore be in flight at
+once, in two threads, or nested, sharing nothing but the immutable map.
 
 Who runs an effect: ``run(..., call=...)`` hands every effect call to an
 :data:`EffectCall`; the default calls it here. Under ``torch.distributed`` the facade passes
@@ -25,7 +25,6 @@ here and through the :class:`~statecraft.engine.crash.IoGate` the stores share.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,7 +32,7 @@ from pathlib import Path
 import attrs
 from transitions import Machine as _TransitionsMachine
 
-from statecraft.engine.bindings import Bindings, Effect
+from statecraft.engine.bindings import Bindings, Effect, Guard
 from statecraft.engine.checks import check_table
 from statecraft.engine.crash import CrashPlan, IoGate, SimulatedCrash
 from statecraft.engine.loader import load_table
@@ -89,16 +88,22 @@ class RunResult:
         return self
 
 
-class _Run:
-    """The ``transitions`` model one run holds exclusively while it is in flight; its
-    ``state`` is that run's current state."""
+@attrs.frozen
+class _Step:
+    """One compiled transition: its spec, its guard and effect resolved to callables, and the
+    states the ``transitions`` graph moves a run to on each outcome."""
 
-    state: str
+    spec: TransitionSpec
+    guard: Guard | None
+    negated: bool
+    effect: Effect
+    target: str
+    on_error: str | None
 
 
 class Machine:
-    """A table bound to its effects, checked once at construction; immutable afterwards, so
-    runs of one machine may overlap (each keeps its own state).
+    """A table bound to its effects, checked and compiled once at construction; immutable
+    afterwards, so runs of one machine may overlap (each keeps its own state).
 
     Args:
         table: the loaded table.
@@ -112,10 +117,9 @@ class Machine:
         check_table(table, bindings)
         self.table = table
         self.bindings = bindings
-        self._terminal = set(table.terminal_names)
-        self._failure = {s.name for s in table.states if s.failure}
-        self._idle: list[_Run] = []  # registered bookkeeping models no run holds
-        self._idle_lock = threading.Lock()
+        self._terminal = frozenset(table.terminal_names)
+        self._failure = frozenset(s.name for s in table.states if s.failure)
+        self._state_names = frozenset(table.state_names)
         specs = []
         for t in table.transitions:
             specs.append({"trigger": f"_ok{t.index}", "source": t.source, "dest": t.target})
@@ -128,6 +132,29 @@ class Machine:
             initial=table.initial,
             auto_transitions=False,
         )
+        self._steps = self._compile()
+
+    def _compile(self) -> dict[str, tuple[_Step, ...]]:
+        """State -> its outgoing steps in table order; targets read from the graph."""
+        steps: dict[str, list[_Step]] = {s.name: [] for s in self.table.states}
+        for t in self.table.transitions:
+            guard = self.bindings.guards[t.guard.name] if t.guard is not None else None
+            steps[t.source].append(
+                _Step(
+                    spec=t,
+                    guard=guard,
+                    negated=t.guard.negated if t.guard is not None else False,
+                    effect=self.bindings.effects[t.effect],
+                    target=self._dest(f"_ok{t.index}", t.source),
+                    on_error=self._dest(f"_err{t.index}", t.source) if t.on_error else None,
+                )
+            )
+        return {state: tuple(out) for state, out in steps.items()}
+
+    def _dest(self, trigger: str, source: str) -> str:
+        """Where the graph's ``trigger`` leads from ``source``."""
+        (transition,) = self._bookkeeping.events[trigger].transitions[source]
+        return str(transition.dest)
 
     @classmethod
     def from_file(cls, path: str | Path, bindings: Bindings) -> Machine:
@@ -148,16 +175,17 @@ class Machine:
         Raises:
             MachineRuntimeError: none or several are enabled (guards overlap or leave a gap).
         """
-        candidates = []
-        for t in self.table.outgoing(state):
-            if t.guard is None:
-                candidates.append(t)
-                continue
-            value = bool(self.bindings.guards[t.guard.name](ctx))
-            if value != t.guard.negated:
-                candidates.append(t)
+        return self._enabled(state, ctx).spec
+
+    def _enabled(self, state: str, ctx: object) -> _Step:
+        outgoing = self._steps[state]
+        if len(outgoing) == 1 and outgoing[0].guard is None:
+            return outgoing[0]
+        candidates = [
+            step for step in outgoing if step.guard is None or bool(step.guard(ctx)) != step.negated
+        ]
         if len(candidates) != 1:
-            labels = ", ".join(t.label() for t in candidates) or "none"
+            labels = ", ".join(step.spec.label() for step in candidates) or "none"
             raise MachineRuntimeError(
                 self.table.name,
                 state,
@@ -195,74 +223,59 @@ class Machine:
                 attached as a note and as ``.trace``.
         """
         state = start or self.table.initial
-        if state not in self.table.state_names:
+        if state not in self._state_names:
             raise MachineRuntimeError(self.table.name, state, "start state is not declared")
         if crash is not None and crash.at_io is not None:
             if gate is None:
                 raise ValueError("CrashPlan.at_io needs the IoGate the stores share; pass gate=")
             gate.crash_at = crash.at_io
-        run = self._checkout(state)
-        try:
-            return self._run(run, ctx, state, start, crash, gate, observed, call)
-        finally:
-            with self._idle_lock:
-                self._idle.append(run)
-
-    def _checkout(self, state: str) -> _Run:
-        """A bookkeeping model for one run, in ``state``, held by that run alone."""
-        with self._idle_lock:
-            run = self._idle.pop() if self._idle else None
-        if run is None:
-            run = _Run()
-            self._bookkeeping.add_model(run, initial=state)
-        else:
-            self._bookkeeping.set_state(state, model=run)
-        return run
-
-    def _run(
-        self,
-        run: _Run,
-        ctx: object,
-        state: str,
-        start: str | None,
-        crash: CrashPlan | None,
-        gate: IoGate | None,
-        observed: str | None,
-        call: EffectCall,
-    ) -> RunResult:
         trace: list[TraceEvent] = []
         error: BaseException | None = None
         effect_index = 0
-        while state not in self._terminal:
-            transition = self.enabled(state, ctx)
+        terminal, clock, here = self._terminal, time.perf_counter, call is call_here
+        while state not in terminal:
+            step = self._enabled(state, ctx)
             if crash is not None and crash.before_effect == effect_index:
                 raise self._crashed(SimulatedCrash(crash.describe()), trace)
             io_first = gate.count if gate is not None else None
-            started = time.perf_counter()
+            started = clock()
             try:
-                call(transition.effect, self.bindings.effects[transition.effect], ctx)
+                if here:
+                    step.effect(ctx)
+                else:
+                    call(step.spec.effect, step.effect, ctx)
             except SimulatedCrash as exc:
-                trace.append(self._event(transition, state, "crash", started, gate, io_first, exc))
+                trace.append(_event(step.spec, state, "crash", started, gate, io_first, exc))
                 raise self._crashed(exc, trace) from None
             except Exception as exc:
-                event = self._event(transition, state, "error", started, gate, io_first, exc)
-                if transition.on_error is None:
-                    trace.append(event)
+                if step.on_error is None:
+                    trace.append(_event(step.spec, state, "error", started, gate, io_first, exc))
                     exc.add_note(f"{self.table.name} trace:\n{format_trace(trace)}")
                     try:
                         exc.trace = tuple(trace)  # type: ignore[attr-defined]
                     except AttributeError:  # an exception type without a __dict__
                         pass
                     raise
-                trace.append(attrs.evolve(event, target=transition.on_error))
-                getattr(run, f"_err{transition.index}")()
-                state = transition.on_error
+                state = step.on_error
+                trace.append(_event(step.spec, state, "error", started, gate, io_first, exc))
                 error = exc
                 effect_index += 1
                 continue
-            trace.append(self._event(transition, transition.target, "ok", started, gate, io_first))
-            getattr(run, f"_ok{transition.index}")()
-            state = run.state
+            duration = clock() - started
+            state = step.target
+            trace.append(
+                TraceEvent(
+                    state=step.spec.source,
+                    effect=step.spec.effect,
+                    target=state,
+                    outcome="ok",
+                    duration_s=duration,
+                    io_first=io_first,
+                    io_count=gate.count - io_first
+                    if gate is not None and io_first is not None
+                    else 0,
+                )
+            )
             if crash is not None and crash.after_effect == effect_index:
                 raise self._crashed(SimulatedCrash(crash.describe()), trace)
             effect_index += 1
@@ -308,29 +321,30 @@ class Machine:
             ctx, start=self.table.recover[label], crash=crash, gate=gate, observed=label, call=call
         )
 
-    def _event(
-        self,
-        transition: TransitionSpec,
-        target: str,
-        outcome: str,
-        started: float,
-        gate: IoGate | None,
-        io_first: int | None,
-        exc: BaseException | None = None,
-    ) -> TraceEvent:
-        io_count = gate.count - io_first if gate is not None and io_first is not None else 0
-        return TraceEvent(
-            state=transition.source,
-            effect=transition.effect,
-            target=target if outcome != "crash" else transition.source,
-            outcome=outcome,
-            duration_s=time.perf_counter() - started,
-            io_first=io_first,
-            io_count=io_count,
-            error=repr(exc) if exc is not None else None,
-        )
-
     @staticmethod
     def _crashed(exc: SimulatedCrash, trace: list[TraceEvent]) -> SimulatedCrash:
         exc.trace = tuple(trace)  # type: ignore[attr-defined]
         return exc
+
+
+def _event(
+    transition: TransitionSpec,
+    target: str,
+    outcome: str,
+    started: float,
+    gate: IoGate | None,
+    io_first: int | None,
+    exc: BaseException,
+) -> TraceEvent:
+    """The trace record of an effect that raised (``"error"``) or crashed (``"crash"``)."""
+    io_count = gate.count - io_first if gate is not None and io_first is not None else 0
+    return TraceEvent(
+        state=transition.source,
+        effect=transition.effect,
+        target=target if outcome != "crash" else transition.source,
+        outcome=outcome,
+        duration_s=time.perf_counter() - started,
+        io_first=io_first,
+        io_count=io_count,
+        error=repr(exc),
+    )

@@ -118,11 +118,28 @@ class ConsolidatedWriter(Writer):
             if local is not None:
                 return torch.load(local, weights_only=True, mmap=True, map_location="cpu")
             with store.open_read(path) as handle:
-                archive = handle.read()
-            return torch.load(io.BytesIO(archive), weights_only=True, map_location="cpu")
+                archive = data = handle.read()
         except Exception as exc:  # torch.load raises many types on bad bytes
             raise CheckpointCorruptError(
                 f"{store.describe()}/{path}",
                 explain_load_failure(exc, archive),
+                "Resume from another checkpoint or move this one aside.",
+            ) from None
+        return self.load_bytes(data, where=f"{store.describe()}/{path}")
+
+    def load_bytes(self, data: bytes, *, where: str) -> Any:
+        """Load a payload from the bytes of its file, already read (and, by a verifier,
+        hashed: the bytes checked are the bytes loaded), with ``weights_only=True``.
+
+        Raises:
+            CheckpointCorruptError: ``data`` is not a loadable ``torch.save`` archive, or holds
+                a value the weights-only unpickler refuses (``where`` names the file).
+        """
+        try:
+            return torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
+        except Exception as exc:  # torch.load raises many types on bad bytes
+            raise CheckpointCorruptError(
+                where,
+                explain_load_failure(exc, data),
                 "Resume from another checkpoint or move this one aside.",
             ) from None

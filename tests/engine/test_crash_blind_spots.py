@@ -158,6 +158,7 @@ def test_loading_with_weights_only_false_violates_no_code(monkeypatch: pytest.Mo
     scenario = _shipped("dangling-latest-hostile-pickle")
     assert "RESUME-NO-CODE" not in _violated(scenario, KILL_ONLY)
     monkeypatch.setattr(ConsolidatedWriter, "read", UnsafeWriter.read)
+    monkeypatch.setattr(ConsolidatedWriter, "load_bytes", UnsafeWriter.load_bytes)
     _caught(scenario, "RESUME-NO-CODE", "executed pickle payloads ['iter_000000004/trainer.pt']")
 
 
@@ -197,6 +198,7 @@ def test_hostile_model_payload_runs_with_weights_only_false(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(ConsolidatedWriter, "read", UnsafeWriter.read)
+    monkeypatch.setattr(ConsolidatedWriter, "load_bytes", UnsafeWriter.load_bytes)
     _resume_once(_world_with_hostile_model())
     ran = list(damage.PAYLOAD_RAN)
     assert ran == [f"{iter_dirname(4)}/model.pt"]

@@ -651,15 +651,29 @@ class TestPerRunState:
         assert ctx.calls == ["a", "a", "b", "b"]
         assert [e.effect for e in outer.trace] == ["a", "b"]
 
-    def test_idle_bookkeeping_models_are_reused_and_reset(self) -> None:
-        """Sequential runs reuse one idle bookkeeping model, each starting from its own start
-        state (nothing of the previous run carries over)."""
+    def test_sequential_runs_share_no_state(self) -> None:
+        """A run keeps its state in its own locals: the Machine's ``transitions`` graph holds
+        no model, and a run after a crashed one starts from its own start state."""
         machine = bind(chain("a", "b"))
+        with pytest.raises(SimulatedCrash):
+            machine.run(Ctx(), crash=CrashPlan(after_effect=0))
         first = machine.run(Ctx())
         second = machine.run(Ctx(), start="s1")
-        assert len(machine._bookkeeping.models) == 1
+        assert machine._bookkeeping.models == []
         assert [e.effect for e in first.trace] == ["a", "b"]
+        assert (first.started_from, second.started_from) == ("s0", "s1")
         assert [e.effect for e in second.trace] == ["b"]
+
+    def test_compiled_steps_follow_the_transitions_graph(self) -> None:
+        """Each compiled step moves to the target and ``on_error`` state that both the table
+        and the ``transitions`` graph give its transition."""
+        machine = bind(chain("a", "b", on_error={"b": "failed"}))
+        for t in machine.table.transitions:
+            (step,) = machine._steps[t.source]
+            assert (step.target, step.on_error) == (t.target, t.on_error)
+            graph = machine._bookkeeping.events[f"_ok{t.index}"].transitions[t.source]
+            assert [g.dest for g in graph] == [t.target]
+        assert machine._steps["done"] == machine._steps["failed"] == ()
 
     def test_a_custom_effect_call_is_used_for_every_effect(self) -> None:
         """``call=`` receives each effect's name, function and context."""

@@ -22,6 +22,7 @@ import torch
 import xxhash
 from checkpoint_runs import RUN, committed_run, open_checkpointer
 
+from statecraft.checkpoint.kernel import listed_files
 from statecraft.checkpoint.kernel.layout import MANIFEST_NAME, iter_dirname
 from statecraft.checkpoint.kernel.verify import verify_checkpoint
 from statecraft.cli.inspect import inspect_path
@@ -114,20 +115,55 @@ class TestResumeAuto:
         assert tree_bytes(out) == before
 
     def test_reads_each_component_once(self, out: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-        """Resume loads the payloads verification parsed: every file is deserialized once."""
+        """Resume loads the payloads verification parsed: every file is deserialized once,
+        through ``read`` (``model.pt``, memory-mapped) or from the bytes verification hashed
+        (``load_bytes``: the rest)."""
         reads: list[str] = []
-        original = ConsolidatedWriter.read
+        original_read, original_load = ConsolidatedWriter.read, ConsolidatedWriter.load_bytes
 
         def counting(self: ConsolidatedWriter, store: Any, path: str, *, mmap: bool = True) -> Any:
             reads.append(path)
-            return original(self, store, path, mmap=mmap)
+            return original_read(self, store, path, mmap=mmap)
+
+        def counting_bytes(self: ConsolidatedWriter, data: bytes, *, where: str) -> Any:
+            reads.append(where.rsplit("/", 2)[-2] + "/" + where.rsplit("/", 1)[-1])
+            return original_load(self, data, where=where)
 
         monkeypatch.setattr(ConsolidatedWriter, "read", counting)
+        monkeypatch.setattr(ConsolidatedWriter, "load_bytes", counting_bytes)
         ckpt, _ = open_checkpointer(out)
         assert ckpt.resume().step == 8
         name = iter_dirname(8)
         expected = [f"{name}/{f}" for f in ("data.pt", "model.pt", "optim.pt", "trainer.pt")]
         assert sorted(reads) == expected
+
+    def test_hashes_and_loads_the_same_bytes(
+        self, out: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """At level digest every file but the memory-mapped model.pt is opened once through
+        the store and hashed from the bytes that are then deserialized: no separate hashing
+        pass reads it again."""
+        opened: list[str] = []
+        hashed: list[str] = []
+        original_open, original_digest = LocalStore.open_read, listed_files.file_digest
+
+        def counting_open(self: LocalStore, path: str) -> Any:
+            opened.append(path)
+            return original_open(self, path)
+
+        def counting_digest(store: Any, path: str, algorithm: str) -> Any:
+            hashed.append(path)
+            return original_digest(store, path, algorithm)
+
+        monkeypatch.setattr(LocalStore, "open_read", counting_open)
+        monkeypatch.setattr(listed_files, "file_digest", counting_digest)
+        ckpt, _ = open_checkpointer(out)
+        assert ckpt.resume().step == 8
+        name = iter_dirname(8)
+        assert sorted(p for p in opened if p.startswith(name) and p.endswith(".pt")) == [
+            f"{name}/{f}" for f in ("data.pt", "optim.pt", "trainer.pt")
+        ]
+        assert sorted(p for p in hashed if p.startswith(name)) == [f"{name}/model.pt"]
 
 
 class TestExplicitResume:

@@ -18,7 +18,7 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, MutableMapping
 from typing import Literal
 
 import attrs
@@ -28,7 +28,13 @@ from statecraft.errors import CheckpointCorruptError
 from statecraft.storage.base import Store
 from statecraft.storage.digest import Digest, file_digest
 
-__all__ = ["FileMismatch", "MismatchKind", "first_listed_mismatch", "listed_file_mismatch"]
+__all__ = [
+    "FileMismatch",
+    "MismatchKind",
+    "first_listed_mismatch",
+    "listed_file_mismatch",
+    "read_listed_file",
+]
 
 MismatchKind = Literal["missing", "special", "size", "digest"]
 
@@ -109,23 +115,63 @@ def listed_file_mismatch(
     return None
 
 
+def read_listed_file(
+    store: Store, path: str, entry: FileEntry, *, name: str | None = None
+) -> FileMismatch | bytes:
+    """The bytes of the file at ``path`` read once, when they are what ``entry`` records
+    (present, regular, its size, its digest computed over exactly these bytes); otherwise how
+    the file differs. A verifier that then deserializes the returned bytes loads the bytes it
+    checked, from one read of the file.
+
+    Raises:
+        OSError / StatecraftError: the file could not be read.
+    """
+    found = listed_file_mismatch(store, path, entry, digest=False, name=name)
+    if found is not None:
+        return found
+    listed = (name or path, f"{store.describe()}/{path}")
+    with store.open_read(path) as handle:  # refuses a file that became special meanwhile
+        data = handle.read()
+    if len(data) != entry.size:  # changed between the stat and the read
+        return FileMismatch(*listed, "size", entry, found_size=len(data))
+    digest = Digest.of(data, entry.digest.algorithm)
+    if digest != entry.digest:
+        return FileMismatch(*listed, "digest", entry, found_digest=digest)
+    return data
+
+
 def first_listed_mismatch(
     store: Store,
     directory: str,
     files: Mapping[str, FileEntry],
     *,
     hashed: Callable[[str], bool] = lambda name: False,
+    keep: Collection[str] = (),
+    kept: MutableMapping[str, bytes] | None = None,
 ) -> FileMismatch | None:
     """The first (by name) of ``files`` under ``directory`` that differs from its entry, the
     names for which ``hashed`` is true checked by digest too; ``None`` when all match.
+
+    Args:
+        keep: names of hashed files whose bytes the caller deserializes next: each is read
+            once with :func:`read_listed_file` and its verified bytes stored in ``kept``
+            under its name (hashed and loaded from the same bytes, one read per file).
+        kept: where the bytes of ``keep`` go (required with ``keep``).
 
     Raises:
         OSError / StatecraftError: a file could not be read while hashing it.
     """
     for name, entry in sorted(files.items()):
-        found = listed_file_mismatch(
-            store, f"{directory}/{name}", entry, digest=hashed(name), name=name
-        )
+        path = f"{directory}/{name}"
+        if name in keep and hashed(name):
+            if kept is None:
+                raise TypeError("first_listed_mismatch(keep=...) needs kept=, a mapping")
+            read = read_listed_file(store, path, entry, name=name)
+            if isinstance(read, FileMismatch):
+                return read
+            kept[name] = read
+            continue
+        found = listed_file_mismatch(store, path, entry, digest=hashed(name), name=name)
         if found is not None:
             return found
     return None

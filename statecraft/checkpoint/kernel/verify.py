@@ -43,7 +43,7 @@ one already gone verify alike. Such a checkpoint loads for evaluation, never for
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, MutableMapping
 
 # Any: the payloads verification deserializes are torch objects of no static type.
 from typing import Any
@@ -61,6 +61,7 @@ from statecraft.checkpoint.kernel.plan import (
     entry_of,
     plan_for,
 )
+from statecraft.checkpoint.kernel.read_once import load_bytes, read_once
 from statecraft.checkpoint.kernel.required_files import omitted_problem
 from statecraft.checkpoint.state import TrainerState
 from statecraft.errors import CheckpointCorruptError, CheckpointError
@@ -161,10 +162,16 @@ def check_level(level: str) -> None:
 
 
 def read_trainer(
-    store: Store, writer: Writer, iteration: int, *, where: str, fix: str
+    store: Store,
+    writer: Writer,
+    iteration: int,
+    *,
+    where: str,
+    fix: str,
+    data: bytes | None = None,
 ) -> TrainerState:
-    """``trainer.pt`` of ``iteration`` (at ``where``), parsed; its clock must be the
-    iteration's.
+    """``trainer.pt`` of ``iteration`` (at ``where``), parsed (from ``data``, its bytes
+    already read and verified, when given); its clock must be the iteration's.
 
     Raises:
         TrainerStateError: it is malformed.
@@ -172,7 +179,12 @@ def read_trainer(
             do).
     """
     name = iter_dirname(iteration)
-    payload = writer.read(store, f"{name}/{TRAINER_ENTRY}", mmap=False)
+    path = f"{name}/{TRAINER_ENTRY}"
+    payload = (
+        writer.read(store, path, mmap=False)
+        if data is None
+        else load_bytes(writer, data, f"{store.describe()}/{path}")
+    )
     trainer = TrainerState.from_payload(payload, source=f"{where}/{TRAINER_ENTRY}")
     if trainer.optimizer_step != iteration:
         raise CheckpointCorruptError(
@@ -192,10 +204,11 @@ def parse_entries(
     table: CheckpointPlan,
     *,
     keep_payloads: bool,
+    kept: MutableMapping[str, bytes] | None = None,
 ) -> ParsedPayloads:
     """Deserialize each of ``entries`` of ``iteration`` through ``writer`` (memory-mapped
-    where its plan entry allows, or where the payload is not kept), keeping the payloads only
-    with ``keep_payloads``.
+    where its plan entry allows, or where the payload is not kept; from its verified bytes
+    when ``kept`` holds them), keeping the payloads only with ``keep_payloads``.
 
     Raises:
         CheckpointCorruptError: an entry does not deserialize (the writer names it).
@@ -204,8 +217,13 @@ def parse_entries(
     payloads = ParsedPayloads()
     for file_name in entries:
         # a DCP directory parses as its .metadata (its items are checked by digest on load)
-        mmap = table.entry(file_name).mmap or not keep_payloads
-        parsed = writer.read(store, f"{name}/{file_name}", mmap=mmap)
+        path = f"{name}/{file_name}"
+        data = kept.pop(file_name, None) if kept is not None else None  # freed once parsed
+        if data is not None:
+            parsed = load_bytes(writer, data, f"{store.describe()}/{path}")
+        else:
+            mmap = table.entry(file_name).mmap or not keep_payloads
+            parsed = writer.read(store, path, mmap=mmap)
         if keep_payloads:
             payloads[file_name] = parsed
     return payloads
@@ -325,6 +343,8 @@ def verify_checkpoint(
             "intact",
         )
     skipped = frozenset(OPTIMIZER_ENTRIES if weights_only else ())
+    table = plan_for(manifest.format)
+    kept: dict[str, bytes] = {}
     mismatch = first_listed_mismatch(
         store,
         name,
@@ -332,18 +352,23 @@ def verify_checkpoint(
         hashed=lambda n: (
             level == "digest" and (only is None or entry_of(n) in only or n == TRAINER_ENTRY)
         ),
+        keep=read_once(store, name, manifest, writer, table) if keep_payloads else (),
+        kept=kept,
     )
     if mismatch is not None:
         raise mismatch.error("the manifest", fixes=_CHECKPOINT_FIXES)
     fix = "Resume from another checkpoint."
-    trainer = read_trainer(store, writer, iteration, where=where, fix=fix)
+    trainer = read_trainer(
+        store, writer, iteration, where=where, fix=fix, data=kept.pop(TRAINER_ENTRY, None)
+    )
     wanted = [
         n
         for n in sorted({entry_of(n) for n in manifest.files})
         if n != TRAINER_ENTRY and n not in skipped and (only is None or n in only)
     ]
-    table = plan_for(manifest.format)
-    payloads = parse_entries(store, writer, iteration, wanted, table, keep_payloads=keep_payloads)
+    payloads = parse_entries(
+        store, writer, iteration, wanted, table, keep_payloads=keep_payloads, kept=kept
+    )
     return VerifiedCheckpoint(
         store, iteration, where, trainer, manifest, payloads=payloads, weights_only=weights_only
     )

@@ -15,6 +15,9 @@ meaningful on a noisy machine even when the absolute throughputs are not. One mo
 - :mod:`~statecraft.cli.bench.sweep`: ``bench save --sizes`` (a model + AdamW state per size
   against the fair baseline: the same files with ``torch.save`` + fsync + rename, one
   directory fsync; medians, ratios, the fixed per-save cost);
+- :mod:`~statecraft.cli.bench.resume`: ``bench save --resume-sizes`` (a verified resume of a
+  model + AdamW state per size against ``torch.load`` of the same files, warm and cold,
+  interleaved pairs, medians and ranges);
 - :mod:`~statecraft.cli.bench.validation`: ``bench validation`` (a durable validation and a
   model-only artifact at one step boundary, against a full save of the same step);
 - :mod:`~statecraft.cli.bench.dcp`: ``bench dcp`` (statecraft DCP save / load vs plain

@@ -17,7 +17,11 @@ from typing import Any
 
 from statecraft.cli.bench.common import check_positive
 
-__all__ = ["measure_engine", "run_bench_engine"]
+__all__ = ["ENGINE_TRANSITION_TARGET_US", "measure_engine", "run_bench_engine"]
+
+#: engine overhead per no-op transition, microseconds (issue 34: it was 10.6-18 before a
+#: per-run ``transitions`` model was added, 49-76 with it)
+ENGINE_TRANSITION_TARGET_US = 20.0
 
 _CHAIN_LENGTHS = (4, 16, 64)  # engine chains: states per run
 
@@ -132,6 +136,7 @@ def measure_engine(*, transitions: int = 20000, sim_runs: int | None = None) -> 
         )
     return {
         "transitions": transitions,
+        "target_us_per_transition": ENGINE_TRANSITION_TARGET_US,
         "bare_call_us": bare_us,
         "chains": chains,
         "sim_save": _sim_save_runs(sim_runs),

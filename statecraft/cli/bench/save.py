@@ -230,10 +230,15 @@ def measure_save(*, size_mib: int = 1024, directory: str | None = None, repeat: 
 
 def run_bench_save(args: argparse.Namespace) -> int:
     """``statecraft bench save``: print :func:`measure_save` as a table or the JSON envelope;
-    with ``--sizes``, the sweep of :mod:`~statecraft.cli.bench.sweep` instead."""
+    with ``--sizes``, the sweep of :mod:`~statecraft.cli.bench.sweep` instead; with
+    ``--resume-sizes``, the resume figure of :mod:`~statecraft.cli.bench.resume`."""
     from statecraft.cli.bench.report import format_save
     from statecraft.cli.envelope import emit
 
+    if getattr(args, "resume_sizes", None):
+        from statecraft.cli.bench.resume import run_bench_resume_sizes
+
+        return run_bench_resume_sizes(args)
     if getattr(args, "sizes", None):
         from statecraft.cli.bench.sweep import run_bench_save_sizes
 

@@ -114,6 +114,10 @@ class UnsafeWriter(ConsolidatedWriter):
         with store.open_read(path) as handle:
             return torch.load(io.BytesIO(handle.read()), weights_only=False)
 
+    def load_bytes(self, data: bytes, *, where: str) -> Any:
+        """Broken: the bytes verification hashed, loaded with weights_only=False."""
+        return torch.load(io.BytesIO(data), weights_only=False)
+
 
 def _listing_with_unsafe_writer(ctx: Any) -> None:
     ctx.writer = UnsafeWriter()
