@@ -34,10 +34,11 @@ from collections.abc import Callable
 from typing import Any
 
 from statecraft.cli.bench.common import MIB, bench_root, check_positive, evict
+from statecraft.cli.bench.figures import Figure, FigureRun, FigureUnavailable, Measured, size_text
 from statecraft.cli.bench.targets import RESUME_LOAD_TARGET
 from statecraft.errors import StatecraftError
 
-__all__ = ["format_resume_sizes", "measure_resume_sizes", "run_bench_resume_sizes"]
+__all__ = ["FIGURES", "format_resume_sizes", "measure_resume_sizes", "run_bench_resume_sizes"]
 
 _CONFIG = {"resume": "auto", "save_every": 0, "save_async": False, "keep_optim_last": 0}
 
@@ -130,7 +131,12 @@ def _measure_size(root: str, size_mib: int, repeat: int) -> dict[str, Any]:
             **{name: _summary([r["seconds"] for r in rs]) for name, rs in runs.items()},
             "construct": _summary([r["construct_s"] for r in runs["statecraft"]]),
             "close": _summary([r["close_s"] for r in runs["statecraft"]]),
-            "ratio": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)},
+            "ratio": {
+                "median": statistics.median(ratios),
+                "min": min(ratios),
+                "max": max(ratios),
+                "samples": ratios,
+            },
         }
     return {
         "size_mib": size_mib,
@@ -205,3 +211,31 @@ def run_bench_resume_sizes(args: argparse.Namespace) -> int:
     repeat = args.repeat if args.repeat is not None else 5
     data = measure_resume_sizes(sizes, repeat=repeat, directory=args.dir)
     return emit("bench save", as_json=args.json, data=data, text=format_resume_sizes(data))
+
+
+def _resume_figure(cache: str, quick_mib: int, full_mib: int) -> Callable[[FigureRun], Measured]:
+    """Per interleaved pair: ``torch.load`` seconds / ``resume()`` seconds of the same files
+    (``cache``: ``warm`` or ``cold``); one measurement per size serves both rows."""
+
+    def run(ctx: FigureRun) -> Measured:
+        mib = ctx.size_mib(quick_mib, full_mib)
+        data = ctx.once(
+            f"resume:{mib}",
+            lambda: measure_resume_sizes([mib], repeat=ctx.repeat, directory=ctx.root),
+        )
+        row = data["sizes"][0][cache]
+        if row is None:
+            raise FigureUnavailable("the page cache cannot be dropped here (posix_fadvise)")
+        return Measured(tuple(row["ratio"]["samples"]), size_text(mib))
+
+    return run
+
+
+FIGURES = [
+    Figure("resume, warm", "torch.load of the same files", RESUME_LOAD_TARGET, "higher",
+           _resume_figure("warm", 1, 1)),
+    Figure("resume, cold", "torch.load of the same files", RESUME_LOAD_TARGET, "higher",
+           _resume_figure("cold", 1, 1)),
+    Figure("resume, warm", "torch.load of the same files", RESUME_LOAD_TARGET, "higher",
+           _resume_figure("warm", 128, 128), full_only=True, stated_at="128 MiB"),
+]  # fmt: skip

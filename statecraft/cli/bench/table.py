@@ -32,6 +32,7 @@ __all__ = ["FIGURE_MODULES", "MIN_REPEAT", "all_figures", "format_table", "measu
 FIGURE_MODULES = (
     "statecraft.cli.bench.save",
     "statecraft.cli.bench.sweep",
+    "statecraft.cli.bench.resume",
     "statecraft.cli.bench.async_save",
     "statecraft.cli.bench.emergency",
     "statecraft.cli.bench.validation",
