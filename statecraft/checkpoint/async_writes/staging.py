@@ -65,7 +65,11 @@ class StagingBuffers:
 
     One buffer per live storage, keyed by (file name, key path of the first tensor that
     reached it), kept across calls and re-allocated only when its size changes (a new shape,
-    dtype or layout); buffers no longer reached are released. Buffers for GPU tensors are
+    dtype or layout); buffers no longer reached are released. The staged tensors (typed views
+    of the buffers) are kept too, per key path, and rebuilt when the live tensor's type,
+    dtype, offset, shape, strides or ``requires_grad`` changed or its buffer was replaced;
+    the bytes are copied from the live tensors on every call (a tensor covering its storage
+    with one typed ``copy_``, any other storage as raw bytes). Buffers for GPU tensors are
     pinned (the device-to-host copies are issued non-blocking and synchronized once).
 
     Not thread-safe, and the previous snapshot's tensors are overwritten by the next call:
@@ -80,8 +84,13 @@ class StagingBuffers:
 
     def __init__(self) -> None:
         self._buffers: dict[tuple[str, KeyPath], torch.Tensor] = {}
+        # key path -> (layout of the live tensor, the buffer viewed, the staged tensor)
+        self._views: dict[tuple[str, KeyPath], tuple[tuple[Any, ...], torch.Tensor, Any]] = {}
+        self._run_viewed: set[tuple[str, KeyPath]] = set()
         self.reused = 0
         """Buffers reused instead of allocated, over every snapshot."""
+        self.views_reused = 0
+        """Staged tensors (views of the buffers) reused instead of rebuilt."""
 
     def __repr__(self) -> str:
         return (
@@ -113,11 +122,15 @@ class StagingBuffers:
         """
         started = time.perf_counter()
         run = _Run(self)
-        out = {name: run.copy(obj, name, ()) for name, obj in payloads.items()}
+        self._run_viewed = set()
+        with torch.no_grad():  # copy_ from a parameter must not record autograd history
+            out = {name: run.copy(obj, name, ()) for name, obj in payloads.items()}
         for device in run.devices:
             torch.cuda.synchronize(device)
         for key in set(self._buffers) - run.used:
             del self._buffers[key]
+        for path_key in set(self._views) - self._run_viewed:
+            del self._views[path_key]
         return Snapshot(
             payloads=out,
             tensor_bytes=run.tensor_bytes,
@@ -135,6 +148,30 @@ class StagingBuffers:
         self._buffers[key] = fresh
         return fresh
 
+    def _staged_view(self, key: tuple[str, KeyPath], t: torch.Tensor, buf: torch.Tensor) -> Any:
+        """The staged tensor of the live ``t`` at ``key``: a view of ``buf`` with ``t``'s
+        dtype, offset, shape, strides, type and ``requires_grad``. Kept across snapshots and
+        rebuilt when any of these changed or ``buf`` is not the buffer it views (a resized or
+        re-tied storage); the bytes are always copied from the live tensor of this call, so
+        a replaced parameter (a new object, or ``param.data = new``) is staged with its new
+        bytes."""
+        self._run_viewed.add(key)
+        layout = (type(t), t.dtype, t.storage_offset(), t.size(), t.stride(), t.requires_grad)
+        held = self._views.get(key)
+        if held is not None and held[0] == layout and held[1] is buf:
+            self.views_reused += 1
+            return held[2]
+        view = torch.empty(0, dtype=t.dtype).set_(
+            buf.untyped_storage(), t.storage_offset(), t.size(), t.stride()
+        )
+        staged: torch.Tensor
+        if type(t) is torch.nn.Parameter:  # isinstance goes through a slow metaclass hook
+            staged = torch.nn.Parameter(view, requires_grad=t.requires_grad)
+        else:
+            staged = view.requires_grad_(True) if t.requires_grad else view
+        self._views[key] = (layout, buf, staged)
+        return staged
+
 
 _IMMUTABLE = frozenset(
     {str, bytes, int, float, complex, bool, type(None), torch.dtype, torch.device, torch.Size}
@@ -147,7 +184,7 @@ class _Run:
     def __init__(self, owner: StagingBuffers) -> None:
         self.owner = owner
         self.used: set[tuple[str, KeyPath]] = set()
-        self.memo: dict[tuple[str, str, int], torch.Tensor] = {}  # (file, device, ptr) -> buf
+        self.memo: dict[tuple[str, torch.device, int], torch.Tensor] = {}  # (file, device, ptr)
         self.devices: set[torch.device] = set()
         self.tensor_bytes = 0
         self.allocated = 0
@@ -186,29 +223,28 @@ class _Run:
         if problem is not None:
             raise SnapshotUnsupported(f"{format_path(name, path)} {problem}")
         storage = t.untyped_storage()
-        memo_key = (name, str(t.device), storage.data_ptr())
+        device = t.device
+        memo_key = (name, device, storage.data_ptr())
         buf = self.memo.get(memo_key)
         if buf is None:
             key = (name, path)
             self.used.add(key)
             nbytes = storage.nbytes()
-            on_gpu = t.device.type != "cpu"
+            on_cuda = device.type == "cuda"
             before = self.owner.reused
-            buf = self.owner._buffer(key, nbytes, pinned=on_gpu and t.device.type == "cuda")
+            buf = self.owner._buffer(key, nbytes, pinned=on_cuda)
             if self.owner.reused == before:
                 self.allocated += nbytes
-            source = torch.empty(0, dtype=torch.uint8, device=t.device).set_(storage)
-            with torch.no_grad():
-                buf.copy_(source, non_blocking=on_gpu)
-            if on_gpu and t.device.type == "cuda":
-                self.devices.add(t.device)
+            staged = self.owner._staged_view(key, t, buf)
+            if t.storage_offset() == 0 and t.is_contiguous() and t.nbytes == nbytes:
+                # the tensor covers its storage: a typed copy_, the floor's own call
+                staged.copy_(t, non_blocking=on_cuda)
+            else:  # a view of a larger storage (or gaps): copy the whole storage as bytes
+                source = torch.empty(0, dtype=torch.uint8, device=device).set_(storage)
+                buf.copy_(source, non_blocking=on_cuda)
+            if on_cuda:
+                self.devices.add(device)
             self.memo[memo_key] = buf
             self.tensor_bytes += nbytes
-        view = torch.empty(0, dtype=t.dtype).set_(
-            buf.untyped_storage(), t.storage_offset(), t.size(), t.stride()
-        )
-        if type(t) is torch.nn.Parameter:  # isinstance goes through a slow metaclass hook
-            return torch.nn.Parameter(view, requires_grad=t.requires_grad)
-        if t.requires_grad:
-            view.requires_grad_(True)
-        return view
+            return staged
+        return self.owner._staged_view((name, path), t, buf)

@@ -44,6 +44,7 @@ from statecraft.checkpoint.async_writes.staging import (
     isolation_problem,
 )
 from statecraft.checkpoint.async_writes.write_slot import PendingSave, WriteSlot
+from statecraft.errors import CheckpointError
 
 __all__ = ["AsyncRefused", "live_state", "stage_async"]
 
@@ -127,8 +128,15 @@ def stage_async(
     Raises:
         UnsafeStateError: a produced value would not load back with ``weights_only=True``
             (nothing written).
-        CheckpointError: the slot still holds a write in flight (the caller must join first).
+        CheckpointError: the slot still holds a write (in flight, or finished and not
+            joined): raised before anything is produced or copied, since that write may
+            still read the staging buffers.
     """
+    if slot.in_flight is not None:  # the buffers are about to be overwritten: refuse first
+        raise CheckpointError(
+            f"cannot stage iter_{step}: the write of {slot.in_flight.describe()} still holds "
+            f"the staging buffers of role {slot.role!r}; join the slot first (WriteSlot.join())"
+        )
     produced = {name: produce() for name, produce in producers.items()}
     try:
         snapshot = staging.snapshot(produced)
