@@ -23,6 +23,9 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
+from rank_reports import assert_equal as _assert_equal
+from rank_reports import checkpoints_dir as _checkpoints
+from rank_reports import rank_report as _report
 
 import statecraft as sc
 
@@ -134,33 +137,6 @@ def _spawn(tmp: Path, out: Path, phase: str, broken: str = "", save_async: bool 
     torch.multiprocessing.spawn(
         _worker, args=(str(tmp), str(out), phase, broken, save_async), nprocs=WORLD, join=True
     )
-
-
-def _report(tmp: Path, phase: str, rank: int) -> dict[str, Any]:
-    loaded: dict[str, Any] = torch.load(tmp / f"{phase}-rank{rank}.pt", weights_only=True)
-    return loaded
-
-
-def _checkpoints(out: Path) -> Path:
-    [found] = out.glob("**/checkpoints")
-    return found
-
-
-def _assert_equal(a: Any, b: Any, where: str = "") -> None:
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor), where
-        assert torch.equal(a, b), where
-    elif isinstance(a, dict):
-        assert isinstance(b, dict), where
-        assert sorted(a, key=str) == sorted(b, key=str), where
-        for key in a:
-            _assert_equal(a[key], b[key], f"{where}/{key}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _assert_equal(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, where
 
 
 @pytest.fixture(scope="module")
