@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from checkpoint_runs import private_copy
+from s3_proxy import FaultProxy
 from s3_server import S3Server
 from secret_guard import RecordCollector, files_with_secret, leaks
 
@@ -84,6 +85,25 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def proxy(s3_server: S3Server) -> Iterator[FaultProxy]:
+    """A fault-injecting proxy in front of the session's S3 server, one per module, closed at
+    the module's end."""
+    proxy = FaultProxy(s3_server.s3_port)
+    try:
+        yield proxy
+    finally:
+        proxy.close()
+
+
+@pytest.fixture
+def clean_proxy(proxy: FaultProxy) -> Iterator[FaultProxy]:
+    """The module's proxy with no fault injected and no request recorded, before and after."""
+    proxy.clear()
+    yield proxy
+    proxy.clear()
 
 
 #: the loggers the secret guard raises to DEBUG while an S3 test runs (the rest: INFO)

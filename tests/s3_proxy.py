@@ -21,6 +21,7 @@ import socket
 import socketserver
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 
@@ -86,6 +87,18 @@ class FaultProxy:
         with self._lock:
             self.rules.append(rule)
         return rule
+
+    def overwrite_on_get(
+        self, client: Any, bucket: str, key: str, body: bytes = b"v2" * 1000
+    ) -> Rule:
+        """At the next GET of ``key``, before it is forwarded, ``client`` overwrites the object
+        with ``body`` (an object replaced mid-download)."""
+        return self.inject(
+            Fault.HOOK,
+            method="GET",
+            path_contains=key,
+            hook=lambda: client.put_object(Bucket=bucket, Key=key, Body=body),
+        )
 
     def clear(self) -> None:
         with self._lock:

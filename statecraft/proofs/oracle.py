@@ -65,6 +65,17 @@ def iteration_name(iteration: int) -> str:
     return f"iter_{iteration:09d}"
 
 
+def json_or_none(data: bytes | None) -> Any:
+    """The JSON document in ``data``; ``None`` when it is absent or not JSON (a torn or
+    missing record, which the caller judges)."""
+    if data is None:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return None
+
+
 def load_payload(data: bytes) -> tuple[bool, Any]:
     """``(True, payload)`` when ``data`` loads with ``weights_only=True``, else ``(False,
     error)``. Memoized by digest: the same bytes are judged thousands of times."""

@@ -58,15 +58,6 @@ def bucket(s3_server: S3Server) -> S3Bucket:
 
 
 @pytest.fixture(scope="module")
-def proxy(s3_server: S3Server) -> Iterator[FaultProxy]:
-    proxy = FaultProxy(s3_server.s3_port)
-    try:
-        yield proxy
-    finally:
-        proxy.close()
-
-
-@pytest.fixture(scope="module")
 def proxied_bucket(
     proxy: FaultProxy, s3_server: S3Server, tmp_path_factory: pytest.TempPathFactory
 ) -> S3Bucket:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import shutil
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,22 +29,6 @@ FAST_RETRY = RetryPolicy(attempts=3, base_delay_s=0.01, max_delay_s=0.05)
 #: a run that meets the proxy's outage: each failing request gives up after 2 s (the default
 #: upload.retry_wait_s, 90 s, would ride the outage out for minutes)
 OUTAGE = "upload.retry_wait_s=2"
-
-
-@pytest.fixture(scope="module")
-def proxy(s3_server: S3Server) -> Iterator[FaultProxy]:
-    proxy = FaultProxy(s3_server.s3_port)
-    try:
-        yield proxy
-    finally:
-        proxy.close()
-
-
-@pytest.fixture
-def clean_proxy(proxy: FaultProxy) -> Iterator[FaultProxy]:
-    proxy.clear()
-    yield proxy
-    proxy.clear()
 
 
 @pytest.fixture(scope="module")

@@ -13,16 +13,18 @@ The children report by files (a gloo process may abort at exit), judged here.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
-import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
+from dcp_ranks import assert_equal as _assert_equal
+from dcp_ranks import break_shard_write, full_state
+from dcp_ranks import checkpoints_dir as _checkpoints
+from dcp_ranks import rank_report as _report
 
 import statecraft as sc
 
@@ -44,44 +46,6 @@ def _config(save_async: bool) -> list[str]:
     ]
 
 
-def _break_shard_write(how: str) -> None:
-    """In this child only: this rank's shard write of iteration 4 (on the background thread)
-    SIGKILLs the process after its first bytes (``kill``) or fails with ENOSPC (``fail``)."""
-    from statecraft.writers import dcp_store_writer
-
-    original_file = dcp_store_writer.StoreStorageWriter._write_file
-    original_write = dcp_store_writer._ItemStream.write
-
-    def write_file(self: Any, name: str, items: Any, planner: Any) -> Any:
-        if BROKEN in self.path:
-            if how == "fail":
-                raise OSError(errno.ENOSPC, "No space left on device (injected)")
-
-            def dying(stream: Any, data: Any) -> int:
-                original_write(stream, data)
-                os.kill(os.getpid(), signal.SIGKILL)
-                return 0  # pragma: no cover
-
-            dcp_store_writer._ItemStream.write = dying  # type: ignore[method-assign]
-        return original_file(self, name, items, planner)
-
-    dcp_store_writer.StoreStorageWriter._write_file = write_file  # type: ignore[method-assign]
-
-
-def _full_state(model: Any, optimizer: Any) -> dict[str, Any]:
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        get_model_state_dict,
-        get_optimizer_state_dict,
-    )
-
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    return {
-        "model": get_model_state_dict(model, options=options),
-        "optim": get_optimizer_state_dict(model, optimizer, options=options),
-    }
-
-
 def _worker(rank: int, tmp: str, out: str, phase: str, broken: str, save_async: bool) -> None:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -92,7 +56,7 @@ def _worker(rank: int, tmp: str, out: str, phase: str, broken: str, save_async: 
         "gloo", init_method=f"file://{tmp}/store-{phase}", rank=rank, world_size=WORLD
     )
     if rank == 1 and broken:
-        _break_shard_write(broken)
+        break_shard_write(BROKEN, broken)
     try:
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
@@ -115,7 +79,7 @@ def _worker(rank: int, tmp: str, out: str, phase: str, broken: str, save_async: 
                 kinds.append(type(end.saved).__name__)
         report: dict[str, Any] = {"start": start.step, "rng": start.rng, "kinds": kinds}
         report["next_draw"] = torch.rand(3)
-        full = _full_state(model, optimizer)
+        full = full_state(model, optimizer)
         try:
             ckpt.finalize()
         except Exception as exc:  # judged by the test
@@ -134,33 +98,6 @@ def _spawn(tmp: Path, out: Path, phase: str, broken: str = "", save_async: bool 
     torch.multiprocessing.spawn(
         _worker, args=(str(tmp), str(out), phase, broken, save_async), nprocs=WORLD, join=True
     )
-
-
-def _report(tmp: Path, phase: str, rank: int) -> dict[str, Any]:
-    loaded: dict[str, Any] = torch.load(tmp / f"{phase}-rank{rank}.pt", weights_only=True)
-    return loaded
-
-
-def _checkpoints(out: Path) -> Path:
-    [found] = out.glob("**/checkpoints")
-    return found
-
-
-def _assert_equal(a: Any, b: Any, where: str = "") -> None:
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor), where
-        assert torch.equal(a, b), where
-    elif isinstance(a, dict):
-        assert isinstance(b, dict), where
-        assert sorted(a, key=str) == sorted(b, key=str), where
-        for key in a:
-            _assert_equal(a[key], b[key], f"{where}/{key}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _assert_equal(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, where
 
 
 @pytest.fixture(scope="module")

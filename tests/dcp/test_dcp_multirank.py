@@ -16,13 +16,15 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
+from dcp_ranks import assert_equal as _assert_equal
+from dcp_ranks import break_shard_write, full_state
+from dcp_ranks import checkpoints_dir as _checkpoints
+from dcp_ranks import rank_report as _report
 
 import statecraft as sc
 
@@ -39,43 +41,6 @@ STEPS = 4
 KILLED = "iter_000000004"
 
 
-def _die_inside_shard_write() -> None:
-    """In this child only: the first bytes of this rank's shard of iteration 4 reach the
-    temporary file, then the process SIGKILLs itself (a node lost mid-save)."""
-    from statecraft.writers import dcp_store_writer
-
-    original_file = dcp_store_writer.StoreStorageWriter._write_file
-    original_write = dcp_store_writer._ItemStream.write
-
-    def write_file(self: Any, name: str, items: Any, planner: Any) -> Any:
-        if KILLED in self.path:
-
-            def dying(stream: Any, data: Any) -> int:
-                original_write(stream, data)
-                os.kill(os.getpid(), signal.SIGKILL)
-                return 0  # pragma: no cover
-
-            dcp_store_writer._ItemStream.write = dying  # type: ignore[method-assign]
-        return original_file(self, name, items, planner)
-
-    dcp_store_writer.StoreStorageWriter._write_file = write_file  # type: ignore[method-assign]
-
-
-def _full_state(model: Any, optimizer: Any) -> dict[str, Any]:
-    """The gathered full state dicts (collective; complete on rank 0)."""
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        get_model_state_dict,
-        get_optimizer_state_dict,
-    )
-
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    return {
-        "model": get_model_state_dict(model, options=options),
-        "optim": get_optimizer_state_dict(model, optimizer, options=options),
-    }
-
-
 def _worker(rank: int, world_size: int, tmp: str, out: str, phase: str, kill_rank: int) -> None:
     """One rank: build the FSDP2 model, resume, train to STEPS (or not, for a reshard
     phase), write what it saw to ``<tmp>/<phase>-rank<rank>.pt``."""
@@ -88,7 +53,7 @@ def _worker(rank: int, world_size: int, tmp: str, out: str, phase: str, kill_ran
         "gloo", init_method=f"file://{tmp}/store-{phase}", rank=rank, world_size=world_size
     )
     if rank == kill_rank:
-        _die_inside_shard_write()
+        break_shard_write(KILLED)
     try:
         torch.manual_seed(0)
         model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
@@ -106,7 +71,7 @@ def _worker(rank: int, world_size: int, tmp: str, out: str, phase: str, kill_ran
             optimizer.zero_grad()
             ckpt.record(sc.Outcome.APPLIED)
             ckpt.step_end()
-        full = _full_state(model, optimizer)
+        full = full_state(model, optimizer)
         report = {
             "start": start.step,
             "rng": start.rng,
@@ -129,33 +94,6 @@ def _spawn(tmp: Path, out: Path, phase: str, world_size: int, kill_rank: int = -
         nprocs=world_size,
         join=True,
     )
-
-
-def _report(tmp: Path, phase: str, rank: int) -> dict[str, Any]:
-    loaded: dict[str, Any] = torch.load(tmp / f"{phase}-rank{rank}.pt", weights_only=True)
-    return loaded
-
-
-def _checkpoints(out: Path) -> Path:
-    [found] = out.glob("**/checkpoints")
-    return found
-
-
-def _assert_equal(a: Any, b: Any, where: str = "") -> None:
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor), where
-        assert torch.equal(a, b), where
-    elif isinstance(a, dict):
-        assert isinstance(b, dict), where
-        assert sorted(a, key=str) == sorted(b, key=str), where
-        for key in a:
-            _assert_equal(a[key], b[key], f"{where}/{key}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _assert_equal(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, where
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from s3_server import BUCKET, S3Server
@@ -42,6 +43,18 @@ def _iterations(root: DirectRoot) -> dict[int, bool]:
     return found
 
 
+def _three_saves(server: S3Server, tmp_path: Path, *, leased: bool) -> tuple[DirectRoot, Any]:
+    """A root with keep_last=0 holding iterations 1, 2 and 3, saved under a writer lease when
+    ``leased`` (the lease is returned, else ``None``)."""
+    keep_all = _root(server, tmp_path, keep_last=0)
+    lease = _lease(keep_all) if leased else None
+    tracked = make_tracked()
+    for _ in range(3):
+        train(tracked, 1)
+        save(tracked, keep_all, lease=lease)
+    return keep_all, lease
+
+
 def test_each_save_keeps_the_newest_two(s3_server: S3Server, tmp_path: Path) -> None:
     """Four saves with keep_last=2 leave iterations 3 and 4 committed and nothing of 1 and 2;
     latest names 4 and the run resumes from it bit-exact."""
@@ -61,11 +74,7 @@ def test_each_save_keeps_the_newest_two(s3_server: S3Server, tmp_path: Path) -> 
 def test_latest_is_never_removed(s3_server: S3Server, tmp_path: Path) -> None:
     """With latest pointed back at iteration 1, keep_last=1 keeps 3 (the newest) and 1 (named
     by latest) and removes only 2."""
-    keep_all = _root(s3_server, tmp_path, keep_last=0)
-    tracked = make_tracked()
-    for _ in range(3):
-        train(tracked, 1)
-        save(tracked, keep_all)
+    keep_all, _ = _three_saves(s3_server, tmp_path, leased=False)
     keep_all.store.write_atomic(LATEST_POINTER, b"iter_000000001\n")
     root = _root(s3_server, tmp_path, keep_last=1, prefix=keep_all.prefix)
     report = retain_direct(root, lease=None)
@@ -83,12 +92,7 @@ def test_a_writer_whose_lease_was_taken_over_deletes_nothing(
 ) -> None:
     """The lease is checked before each commit record is deleted: a stale writer's retention
     raises WriterLeaseError and every iteration stays committed."""
-    keep_all = _root(s3_server, tmp_path, keep_last=0)
-    stale = _lease(keep_all)
-    tracked = make_tracked()
-    for _ in range(3):
-        train(tracked, 1)
-        save(tracked, keep_all, lease=stale)
+    keep_all, stale = _three_saves(s3_server, tmp_path, leased=True)
     _lease(keep_all, takeover=True)  # a second launch took the root over
     root = _root(s3_server, tmp_path, keep_last=1, prefix=keep_all.prefix)
     with pytest.raises(WriterLeaseError):

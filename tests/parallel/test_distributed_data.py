@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from data_sources import plain_cursor_source
 
 import statecraft as sc
 from statecraft.errors import ResumeError, UnsafeStateError, WorldSizeChangedError
@@ -157,18 +158,7 @@ class TestPerRankDataState:
             "schema": "statecraft.data-state.v2",
             "world_size": 2,
             "ranks": [{"rank": 0, "position": 40}, {"rank": 1, "position": 80}],
-            "source": {  # rank 0's source identity, stored with the cursor
-                "version": 1,
-                "kind": "state_dict",
-                "exact": True,
-                "mode": "auto",
-                "fingerprint": None,
-                "seed": None,
-                "sharding": None,
-                "world_size": 2,
-                "batch_size": None,
-                "grad_accum": None,
-            },
+            "source": plain_cursor_source(2),  # rank 0's source identity, stored with the cursor
         }
 
     def test_each_rank_restores_its_own_cursor(self, two_rank_run: Path, tmp_path: Path) -> None:

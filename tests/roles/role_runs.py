@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from checkpoint_runs import Cursor
 
 import statecraft as sc
 from statecraft.engine.crash import Fault, FaultKind, IoGate
@@ -14,19 +15,6 @@ from statecraft.storage.filesystem import OsFilesystem
 
 RUN = sc.RunIdentity("proj", "group", "ppo")
 SYNC = ("save_async=false",)
-
-
-class Cursor:
-    """A data source with a cursor."""
-
-    def __init__(self) -> None:
-        self.position = 0
-
-    def state_dict(self) -> dict[str, int]:
-        return {"position": self.position}
-
-    def load_state_dict(self, state: dict[str, int]) -> None:
-        self.position = int(state["position"])
 
 
 class Pair:

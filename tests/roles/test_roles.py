@@ -32,6 +32,15 @@ def committed(out: Path, iterations: int, *overrides: str, warmup: int = 2) -> P
     return pair
 
 
+def in_background_failing(out: Path, needle: str, iterations: int) -> sc.Checkpointer:
+    """A save_async run of ``iterations`` boundaries whose role writes under ``needle`` fail;
+    the failure is not joined yet."""
+    ckpt, pair, policy, critic = open_roles(out, filesystem=failing_filesystem(needle))
+    ckpt.resume()
+    run_loop(ckpt, pair, policy, critic, 0, iterations)
+    return ckpt
+
+
 def marker(out: Path, iteration: int) -> Path:
     return roles_dir(out) / f"iter_{iteration:09d}" / "_SUCCESS"
 
@@ -205,11 +214,7 @@ class TestBoundaries:
 
     def test_wait_joins_the_boundary_in_flight(self, tmp_path: Path) -> None:
         """wait() joins the background boundary: its role's failure is raised there, once."""
-        ckpt, pair, policy, critic = open_roles(
-            tmp_path, filesystem=failing_filesystem("iter_000000001/critic/")
-        )
-        ckpt.resume()
-        run_loop(ckpt, pair, policy, critic, 0, 1)
+        ckpt = in_background_failing(tmp_path, "iter_000000001/critic/", 1)
         with pytest.raises(RoleWriteError, match="role 'critic'"):
             ckpt.wait()
         assert ckpt.wait() == []
@@ -370,11 +375,7 @@ class TestRoleWriters:
 
     def test_an_async_role_failure_is_raised_at_finalize(self, tmp_path: Path) -> None:
         """In the background: the failure of one role's writer is raised once at the join."""
-        ckpt, pair, policy, critic = open_roles(
-            tmp_path, filesystem=failing_filesystem("iter_000000002/policy/")
-        )
-        ckpt.resume()
-        run_loop(ckpt, pair, policy, critic, 0, 2)
+        ckpt = in_background_failing(tmp_path, "iter_000000002/policy/", 2)
         with pytest.raises(RoleWriteError) as info:
             ckpt.finalize()
         assert info.value.fields["role"] == "policy"

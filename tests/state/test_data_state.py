@@ -13,6 +13,7 @@ import pytest
 import torch
 import xxhash
 from checkpoint_runs import Cursor
+from data_sources import plain_cursor_source
 
 import statecraft as sc
 from statecraft.checkpoint.state import (
@@ -180,18 +181,7 @@ class TestSingleProcess:
             "schema": DATA_STATE_SCHEMA,
             "world_size": 1,
             "ranks": [{"position": 6}],
-            "source": {
-                "version": 1,
-                "kind": "state_dict",
-                "exact": True,
-                "mode": "auto",
-                "fingerprint": None,
-                "seed": None,
-                "sharding": None,
-                "world_size": 1,
-                "batch_size": None,
-                "grad_accum": None,
-            },
+            "source": plain_cursor_source(1),
         }
         again, _, fresh = _open(tmp_path)
         result = again.resume()

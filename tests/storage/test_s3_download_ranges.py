@@ -23,15 +23,6 @@ from statecraft.storage.s3_credentials import load_credentials
 MIB = 1 << 20
 
 
-@pytest.fixture(scope="module")
-def proxy(s3_server: S3Server) -> Iterator[FaultProxy]:
-    proxy = FaultProxy(s3_server.s3_port)
-    try:
-        yield proxy
-    finally:
-        proxy.close()
-
-
 @pytest.fixture
 def faulty(proxy: FaultProxy, s3_server: S3Server, tmp_path: Path) -> Iterator[S3Bucket]:
     """Three ranges of 5 MiB, two in flight, every request through the proxy."""
@@ -80,13 +71,7 @@ def test_object_replaced_midway_places_nothing(
     """The object is overwritten after the HEAD: the If-Match GETs are refused, the error says
     the object changed, and nothing (no temporary either) is placed."""
     _place(s3_server, key, os.urandom(13 * MIB))
-    other = s3_server.client()
-    proxy.inject(
-        Fault.HOOK,
-        method="GET",
-        path_contains=key,
-        hook=lambda: other.put_object(Bucket=BUCKET, Key=key, Body=b"v2" * 1000),
-    )
+    proxy.overwrite_on_get(s3_server.client(), BUCKET, key)
     with pytest.raises(ObjectRequestError) as info:
         faulty.download(key, tmp_path / "out")
     assert f"{key!r} changed during the download" in str(info.value)

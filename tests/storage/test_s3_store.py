@@ -56,15 +56,6 @@ def credentials(s3_server: S3Server) -> S3Credentials:
 
 
 @pytest.fixture(scope="module")
-def proxy(s3_server: S3Server) -> Iterator[FaultProxy]:
-    proxy = FaultProxy(s3_server.s3_port)
-    try:
-        yield proxy
-    finally:
-        proxy.close()
-
-
-@pytest.fixture(scope="module")
 def bucket(credentials: S3Credentials) -> S3Bucket:
     """An S3Bucket talking straight to the server (one client for the module: building a
     boto3 client costs a few hundred milliseconds)."""
@@ -291,12 +282,7 @@ class TestFaults:
         key = f"{prefix}/k"
         other = s3_server.client()
         other.put_object(Bucket=BUCKET, Key=key, Body=b"v1" * 1000)
-        proxy.inject(
-            Fault.HOOK,
-            method="GET",
-            path_contains=prefix,
-            hook=lambda: other.put_object(Bucket=BUCKET, Key=key, Body=b"v2" * 1000),
-        )
+        proxy.overwrite_on_get(other, BUCKET, key)
         with pytest.raises(ObjectRequestError) as info:
             faulty.download(key, tmp_path / "out")
         assert f"{key!r} changed during the download" in str(info.value)

@@ -9,7 +9,6 @@ judge; the bucket is read through the :class:`~statecraft.storage.objects.SimBuc
 from __future__ import annotations
 
 import hashlib
-import json
 import posixpath
 from collections.abc import Iterable
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 from statecraft.engine.crash import IoRecord
 from statecraft.proofs.archive.publish_scenarios import PublishRecovery, remote_prefix
 from statecraft.proofs.artifacts.oracle import ARTIFACT_MANIFEST, ARTIFACTS_ROOT, tree_of
-from statecraft.proofs.oracle import iteration_name, touched_paths
+from statecraft.proofs.oracle import iteration_name, json_or_none, touched_paths
 from statecraft.proofs.scenario import CheckContext, GuaranteeViolation
 from statecraft.storage.sim import SimWorld
 
@@ -43,15 +42,6 @@ def _remote(world: SimWorld, iteration: int, name: str) -> bytes | None:
     return None if found is None else found[0]
 
 
-def _parse(data: bytes | None) -> Any:
-    if data is None:
-        return None
-    try:
-        return json.loads(data)
-    except ValueError:
-        return None
-
-
 def _inventory(document: Any) -> dict[str, tuple[int, str]] | None:
     """``path -> (size, sha256)`` of a declaration or receipt document (``None``: malformed)."""
     if not isinstance(document, dict) or not isinstance(document.get("files"), list):
@@ -65,7 +55,7 @@ def _inventory(document: Any) -> dict[str, tuple[int, str]] | None:
 
 
 def _declared(world: SimWorld, iteration: int) -> dict[str, tuple[int, str]] | None:
-    document = _parse(_remote(world, iteration, _DECLARATION))
+    document = json_or_none(_remote(world, iteration, _DECLARATION))
     if (
         not isinstance(document, dict)
         or document.get("schema") != "statecraft.archive-declaration.v1"
@@ -124,7 +114,7 @@ def receipt_only_after_verified_archive(ctx: CheckContext) -> None:
     if data is None:
         return
     ctx.exercised()
-    receipt = _parse(data)
+    receipt = json_or_none(data)
     inventory = _inventory(receipt)
     if (
         inventory is None
@@ -182,10 +172,10 @@ def declaration_never_replaced(ctx: CheckContext) -> None:
         raise GuaranteeViolation(
             f"the remote declaration changed ({ctx.phase}): {found[:60]!r} -> {(now or b'')[:60]!r}"
         )
-    declared = _inventory(_parse(found))
+    declared = _inventory(json_or_none(found))
     if declared == local or not local:
         if ctx.phase == "recovered" and not ctx.recovery.retry.failed:
-            receipt = _parse(
+            receipt = json_or_none(
                 tree_of(ctx.world, ARTIFACTS_ROOT).get(f"{iteration_name(iteration)}/{_RECEIPT}")
             )
             if _inventory(receipt) != declared:
@@ -237,7 +227,7 @@ def retry_finishes_or_refuses(ctx: CheckContext) -> None:
     iteration = _iteration(ctx)
     ctx.exercised()
     local = _local_inventory(recovery.local, iteration)
-    declared = _inventory(_parse(recovery.declaration))
+    declared = _inventory(json_or_none(recovery.declaration))
     result = recovery.retry
     if ARTIFACT_MANIFEST not in local:
         expected: str | None = "ArchiveError"
@@ -256,7 +246,9 @@ def retry_finishes_or_refuses(ctx: CheckContext) -> None:
     if result.failed or result.final_state != "published":
         raise GuaranteeViolation(f"the retry ended {result.final_state}: {result.error!r}")
     receipt = _inventory(
-        _parse(tree_of(ctx.world, ARTIFACTS_ROOT).get(f"{iteration_name(iteration)}/{_RECEIPT}"))
+        json_or_none(
+            tree_of(ctx.world, ARTIFACTS_ROOT).get(f"{iteration_name(iteration)}/{_RECEIPT}")
+        )
     )
     if receipt != local:
         raise GuaranteeViolation(f"the retry's receipt lists {receipt}, the local artifact {local}")

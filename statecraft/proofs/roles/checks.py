@@ -9,11 +9,8 @@ raises :class:`~statecraft.proofs.GuaranteeViolation` with what it found, and ca
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from statecraft.checkpoint.roles.layout import MARKER_NAME, ROLE_MANIFEST_NAME
-from statecraft.proofs.oracle import digest_of, recorded_digest
+from statecraft.proofs.oracle import digest_of, json_or_none, recorded_digest
 from statecraft.proofs.roles.scenarios import (
     ROLES,
     ROLES_ROOT,
@@ -46,18 +43,9 @@ def _recovery(ctx: CheckContext) -> RolesRecovery:
     return ctx.recovery
 
 
-def _json(data: bytes | None) -> Any:
-    if data is None:
-        return None
-    try:
-        return json.loads(data)
-    except ValueError:
-        return None
-
-
 def role_unit_problem(tree: dict[str, bytes], unit: str) -> tuple[int | None, str | None]:
     """``(counter, None)`` for a committed, intact role unit, else ``(None, why)``."""
-    raw = _json(tree.get(f"{unit}/{ROLE_MANIFEST_NAME}"))
+    raw = json_or_none(tree.get(f"{unit}/{ROLE_MANIFEST_NAME}"))
     if not isinstance(raw, dict):
         return None, f"{unit} has no readable role manifest"
     try:
@@ -84,7 +72,7 @@ def boundary_problem(tree: dict[str, bytes], iteration: int) -> str | None:
     """Why boundary ``iteration`` is not complete: its marker, every role it names committed
     and intact, each counter the marker records equal to the role's (``None``: complete)."""
     here = f"iter_{iteration:09d}"
-    marker = _json(tree.get(f"{here}/{MARKER_NAME}"))
+    marker = json_or_none(tree.get(f"{here}/{MARKER_NAME}"))
     if not isinstance(marker, dict) or not isinstance(marker.get("roles"), list):
         return f"{here} has no readable {MARKER_NAME}"
     counters = marker.get("counters")
