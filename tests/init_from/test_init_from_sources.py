@@ -23,6 +23,12 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def _attempt(job: Path) -> Path:
+    """The job's one attempt directory (``<RUN_TS>``; the job also holds the launch lock)."""
+    (attempt,) = (p for p in job.iterdir() if p.is_dir() and p.name.isdigit())
+    return attempt
+
+
 def _base_model(base: Path) -> torch.nn.Module:
     model = gpt2(99)
     model.load_state_dict(torch.load(base / "final.pt", weights_only=True))
@@ -41,7 +47,7 @@ def test_a_statecraft_run_initializes_the_weights_and_nothing_else(base: Path) -
 
 
 def test_an_iteration_a_torch_file_and_an_output_root(base: Path) -> None:
-    attempt = next((base / "proj" / "base" / "pretrain").iterdir())
+    attempt = _attempt(base / "proj" / "base" / "pretrain")
     iter1 = attempt / "checkpoints" / "iter_000000001"
     model = gpt2(1)
     assert sc.init_from(model, iter1).iteration == 1
@@ -59,7 +65,7 @@ def test_a_damaged_checkpoint_is_refused_before_any_tensor_changes(
 
     copy = tmp_path / "copy"
     shutil.copytree(base / "proj", copy / "proj")
-    attempt = next((copy / "proj" / "base" / "pretrain").iterdir())
+    attempt = _attempt(copy / "proj" / "base" / "pretrain")
     model_pt = attempt / "checkpoints" / "iter_000000002" / "model.pt"
     data = bytearray(model_pt.read_bytes())
     data[len(data) // 2] ^= 0x01  # same size, other bytes: only the digest sees it
