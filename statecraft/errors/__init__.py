@@ -30,7 +30,7 @@ from statecraft.errors._checkpoint import (
     TrainerStateError,
     UnsafeStateError,
 )
-from statecraft.errors._commands import DemoError, InspectError
+from statecraft.errors._commands import DemoError, FigureUnavailable, InspectError
 from statecraft.errors._config import ConfigError, ConfigIssue, NotSupportedYetError
 from statecraft.errors._machines import (
     GuaranteeViolation,
@@ -89,6 +89,7 @@ __all__ = [
     "DirectSaveError",
     "DiskFullError",
     "FetchDestinationExistsError",
+    "FigureUnavailable",
     "GuaranteeViolation",
     "InitFromError",
     "InspectError",

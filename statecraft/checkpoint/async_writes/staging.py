@@ -121,7 +121,7 @@ class StagingBuffers:
                 The buffers already filled stay allocated; the live objects are untouched.
         """
         started = time.perf_counter()
-        run = _Run(self)
+        run = _Run(self, grad_enabled=torch.is_grad_enabled())
         self._run_viewed = set()
         with torch.no_grad():  # copy_ from a parameter must not record autograd history
             out = {name: run.copy(obj, name, ()) for name, obj in payloads.items()}
@@ -181,8 +181,9 @@ _IMMUTABLE = frozenset(
 class _Run:
     """One :meth:`StagingBuffers.snapshot` call: the storage memo of each file, counters."""
 
-    def __init__(self, owner: StagingBuffers) -> None:
+    def __init__(self, owner: StagingBuffers, *, grad_enabled: bool) -> None:
         self.owner = owner
+        self.grad_enabled = grad_enabled  # the caller's grad mode (the copy runs in no_grad)
         self.used: set[tuple[str, KeyPath]] = set()
         self.memo: dict[tuple[str, torch.device, int], torch.Tensor] = {}  # (file, device, ptr)
         self.devices: set[torch.device] = set()
@@ -210,8 +211,9 @@ class _Run:
         return self.leaf(obj, name, path)
 
     def leaf(self, obj: Any, name: str, path: KeyPath) -> Any:
-        try:
-            return copy.deepcopy(obj)
+        try:  # a leaf's own __deepcopy__ runs in the caller's grad mode, not the copy's
+            with torch.set_grad_enabled(self.grad_enabled):
+                return copy.deepcopy(obj)
         except Exception as exc:
             raise SnapshotUnsupported(
                 f"{format_path(name, path)} ({type(obj).__qualname__}) cannot be deep-copied: "

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import attrs
 
-from statecraft.errors import StatecraftError
+from statecraft.errors import FigureUnavailable, StatecraftError
 
 __all__ = [
     "Figure",
@@ -32,12 +32,6 @@ __all__ = [
 ]
 
 Better = Literal["lower", "higher"]
-
-
-class FigureUnavailable(StatecraftError):
-    """A figure cannot run here (an extra or a binary is missing); the message names it."""
-
-    code = "bench_figure_unavailable"
 
 
 @attrs.frozen
