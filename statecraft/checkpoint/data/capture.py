@@ -7,7 +7,6 @@ Who calls it: the facade's step capture, on every rank, at every save (in place 
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from statecraft.checkpoint.data.identity import (
@@ -17,7 +16,7 @@ from statecraft.checkpoint.data.identity import (
     has_cursor,
 )
 from statecraft.checkpoint.state import DataState
-from statecraft.checkpoint.state.safe_values import unsafe_paths
+from statecraft.checkpoint.state.data_state import capture_cursor
 from statecraft.errors import CheckpointError
 from statecraft.parallel.collectives import Collective
 
@@ -41,19 +40,15 @@ def capture_data(
     identity: Any = None
     try:  # a failure on one rank must still reach the collective, or the others would hang
         identity = describe_source(source, declared=declared, world_size=world_size, mode=mode)
-        if has_cursor(source):
-            state = copy.deepcopy(source.state_dict())
-            problems = unsafe_paths(state, root)
     except Exception as exc:
-        state, problems = (
-            None,
-            [
-                f"{root}: {type(source).__name__} could not be captured "
-                f"({type(exc).__name__}: {exc}) -- return plain values (numbers, strings, lists, "
-                "dicts, tensors) from state_dict(), and a Fingerprint or str from fingerprint()"
-            ],
-        )
-    mine = (None if problems else state, problems, identity)
+        problems = [
+            f"{root}: the identity of {type(source).__name__} could not be taken "
+            f"({type(exc).__name__}: {exc}) -- return a Fingerprint or str from fingerprint()"
+        ]
+    else:
+        if has_cursor(source):
+            state, problems = capture_cursor(source, root)
+    mine = (state, problems, identity)
     gathered = [mine] if world_size == 1 else collective.all_gather(mine)
     identities = [i for _, _, i in gathered]
     lines = [line for _, bad, _ in gathered for line in bad]

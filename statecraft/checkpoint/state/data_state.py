@@ -41,7 +41,7 @@ from statecraft.checkpoint.state.safe_values import unsafe_paths
 from statecraft.parallel.collectives import Collective
 
 __all__ = ["DATA_CORRUPT_FIX", "DATA_STATE_SCHEMA", "DATA_STATE_V1", "DataState",
-           "gather_data_state"]  # fmt: skip
+           "capture_cursor", "gather_data_state"]  # fmt: skip
 
 DATA_STATE_SCHEMA = "statecraft.data-state.v2"
 DATA_STATE_V1 = "statecraft.data-state.v1"
@@ -150,6 +150,23 @@ class DataState:
         return cls(world_size=int(world_size), ranks=tuple(ranks), source=identity)
 
 
+def capture_cursor(data: Any, root: str) -> tuple[Any, list[str]]:
+    """This rank's ``data.state_dict()`` as a deep copy, and the lines naming what in it is
+    unsafe to save (``root`` prefixes each path); the state is ``None`` when there is any.
+    Never raises: a ``state_dict()`` that fails becomes one line, so that every rank still
+    reaches the collective that follows (or the others would hang)."""
+    try:
+        state = copy.deepcopy(data.state_dict())
+        problems = unsafe_paths(state, root)
+    except Exception as exc:
+        return None, [
+            f"{root}: {type(data).__name__}.state_dict() could not be captured "
+            f"({type(exc).__name__}: {exc}) -- return plain values (numbers, strings, lists, "
+            "dicts, tensors) from state_dict()"
+        ]
+    return (None if problems else state), problems
+
+
 def gather_data_state(data: Any, *, collective: Collective) -> DataState:
     """Every rank's ``data.state_dict()`` (a deep copy), gathered to every rank.
 
@@ -162,20 +179,8 @@ def gather_data_state(data: Any, *, collective: Collective) -> DataState:
         collective: the ranks taking part.
     """
     rank, world_size = collective.rank, collective.world_size
-    root = "data" if world_size == 1 else f"data[rank {rank}]"
-    try:  # a failure on one rank must still reach the collective, or the others would hang
-        state = copy.deepcopy(data.state_dict())
-        problems = unsafe_paths(state, root)
-    except Exception as exc:
-        state, problems = (
-            None,
-            [
-                f"{root}: {type(data).__name__}.state_dict() could not be captured "
-                f"({type(exc).__name__}: {exc}) -- return plain values (numbers, strings, lists, "
-                "dicts, tensors) from state_dict()"
-            ],
-        )
-    mine = (None if problems else state, problems)
+    state, problems = capture_cursor(data, "data" if world_size == 1 else f"data[rank {rank}]")
+    mine = (state, problems)
     gathered = [mine] if world_size == 1 else collective.all_gather(mine)
     return DataState(
         world_size=world_size,
