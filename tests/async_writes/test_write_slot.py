@@ -84,7 +84,7 @@ class TestPendingSave:
         assert p.report is True
 
     def test_thread_named_after_role_and_not_daemon(self) -> None:
-        """The job runs on a fresh non-daemon thread named statecraft-write-<role>."""
+        """The job runs on a non-daemon thread named statecraft-write-<role>, not the caller's."""
         seen: list[threading.Thread] = []
         slot = WriteSlot("critic")
         slot.submit(pending(role="critic"), lambda: seen.append(threading.current_thread()))

@@ -7,10 +7,16 @@ Call order (the training thread; the facade drives it):
 2. snapshot the payloads (:mod:`statecraft.checkpoint.async_writes.staging`) and build a
    :class:`PendingSave`;
 3. :meth:`WriteSlot.submit` the write job: ``staged`` is set (the live state may change) and
-   the job runs on a fresh non-daemon thread ``statecraft-write-<role>``; the job sets
-   ``durable`` itself (the write job's ``on_durable`` hook) when its save committed;
+   the job is handed to the slot's writer thread ``statecraft-write-<role>`` (non-daemon,
+   started at the first submit and kept between saves, so a save pays a queue put, not a
+   thread start); the job sets ``durable`` itself (the write job's ``on_durable`` hook) when
+   its save committed;
 4. at the next save, at ``finalize()`` and at ``close()``: join again
    (:meth:`WriteSlots.join_all` for every role).
+
+The writer thread ends when the slot is closed or garbage collected, and, at interpreter
+exit, once the main thread has ended and no job is queued: a write in flight at exit is
+finished first, as with a thread per write.
 
 An exception raised by a job never vanishes: it is raised by the next :meth:`WriteSlot.join`
 (or :meth:`PendingSave.wait`), with a note naming the write; one never collected is logged
@@ -20,6 +26,7 @@ at ERROR when the slot is closed or garbage collected.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +40,32 @@ from statecraft.errors import CheckpointError
 __all__ = ["PendingSave", "WriteSlot", "WriteSlots"]
 
 log = logging.getLogger("statecraft")
+
+#: How often an idle writer thread looks whether the main thread has ended (interpreter
+#: exit); a submitted job wakes it at once.
+_IDLE_POLL_S = 0.2
+
+#: One job for a writer thread: the pending save and its body; ``None`` ends the thread.
+_Job = tuple["PendingSave", Callable[[], Any]] | None
+
+
+def _serve(jobs: queue.SimpleQueue[_Job]) -> None:
+    """A writer thread's body: run the queued jobs in order until ``None`` is queued, or the
+    main thread has ended and nothing is queued (interpreter exit). It holds only the queue,
+    never the slot, so a dropped slot is collected and ends it."""
+    main = threading.main_thread()
+    while True:
+        try:
+            job = jobs.get(timeout=_IDLE_POLL_S)
+        except queue.Empty:
+            if not main.is_alive():
+                return
+            continue
+        if job is None:
+            return
+        pending, body = job
+        pending._run(body)
+        del job, pending, body  # hold nothing of a finished write while idle
 
 
 @attrs.define(eq=False)
@@ -134,6 +167,7 @@ class WriteSlot:
     def __init__(self, role: str = "trainer") -> None:
         self.role = role
         self._pending: PendingSave | None = None
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._closed = False
 
@@ -147,7 +181,8 @@ class WriteSlot:
         return self._pending
 
     def submit(self, pending: PendingSave, job: Callable[[], Any]) -> PendingSave:
-        """Set ``pending.staged`` and run ``job`` on a fresh thread; return ``pending``.
+        """Set ``pending.staged`` and queue ``job`` on the slot's writer thread (started here
+        the first time, or again if it ended); return ``pending``.
 
         ``job`` takes no argument; it runs the write (save machine, then retention), calls
         ``pending.durable.set`` through the write job's ``on_durable`` hook when the save
@@ -175,12 +210,23 @@ class WriteSlot:
                 f"submit it to the slot of role {pending.role!r}"
             )
         pending.staged.set()
-        thread = threading.Thread(
-            target=pending._run, args=(job,), name=f"statecraft-write-{self.role}", daemon=False
-        )
-        self._pending, self._thread = pending, thread
-        thread.start()
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(
+                target=_serve, args=(self._jobs,), name=f"statecraft-write-{self.role}",
+                daemon=False,
+            )  # fmt: skip
+            self._thread.start()
+        self._pending = pending
+        self._jobs.put((pending, job))
         return pending
+
+    def _stop_thread(self) -> None:
+        """End the writer thread after the queued jobs (returns once it has ended)."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._jobs.put(None)
+            if thread is not threading.current_thread():
+                thread.join()
 
     def join(self) -> PendingSave | None:
         """Wait for the write in flight and return it (``None`` when there is none).
@@ -191,12 +237,11 @@ class WriteSlot:
                 ``None``. An error already raised to the caller by ``pending.wait()`` is not
                 raised again.
         """
-        pending, thread = self._pending, self._thread
+        pending = self._pending
         if pending is None:
             return None
-        if thread is not None:
-            thread.join()
-        self._pending, self._thread = None, None
+        pending._finished.wait()
+        self._pending = None
         error = pending._undelivered()
         if error is not None:
             pending._delivered = True
@@ -207,14 +252,16 @@ class WriteSlot:
         """Wait for the write in flight and close the slot; an error nobody collected is
         logged at ERROR (never raised here: :meth:`join` first to get it). Idempotent."""
         self._closed = True
-        pending, thread = self._pending, self._thread
-        if thread is not None:
-            thread.join()
-        self._pending, self._thread = None, None
+        pending = self._pending
+        self._stop_thread()  # after the write in flight, which it runs first
+        self._pending = None
         if pending is not None:
             _log_uncollected(pending, "closed")
 
     def __del__(self) -> None:
+        jobs = getattr(self, "_jobs", None)
+        if jobs is not None and getattr(self, "_thread", None) is not None:
+            jobs.put(None)  # the writer thread ends after what is queued
         pending = getattr(self, "_pending", None)
         if pending is not None:
             if not pending.done:
