@@ -54,7 +54,8 @@ class TestWriterThread:
         assert len(_writer_threads("closing")) == 1
         threading.Timer(0.05, gate.set).start()
         slot.close()
-        assert p.done and p.report == "written"
+        assert p.done
+        assert p.report == "written"
         assert _gone("closing")
 
     def test_collected_slot_ends_its_thread(self) -> None:
@@ -76,7 +77,8 @@ class TestWriterThread:
         slot._stop_thread()  # what an ended thread looks like to the slot
         assert _gone("restart")
         p = slot.submit(pending(8, "restart"), lambda: 8)
-        assert slot.join() is p and p.report == 8
+        assert slot.join() is p
+        assert p.report == 8
         slot.close()
 
 
