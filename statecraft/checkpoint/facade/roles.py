@@ -26,8 +26,11 @@ from statecraft.checkpoint.facade.run_context import RunContext
 from statecraft.checkpoint.facade.run_state import RunState
 from statecraft.checkpoint.fencing.fenced_store import FencedStore
 from statecraft.checkpoint.resume.records import ResumeResult
+from statecraft.checkpoint.retention.policies import RetentionCandidate
+from statecraft.checkpoint.retention.rules import RetentionPlan
 from statecraft.checkpoint.roles import (
     ROLES_DIR,
+    KeepBoundaries,
     RoleRun,
     RolesResume,
     TrackedRole,
@@ -39,6 +42,7 @@ from statecraft.storage.local import LocalStore
 __all__ = [
     "RoleMethods",
     "RolesResumeResult",
+    "boundary_policy",
     "close_roles",
     "join_roles",
     "refuse_mixed",
@@ -153,6 +157,7 @@ def resume_roles(context: RunContext, state: RunState) -> RolesResumeResult:
     store = LocalStore(str(opened.attempt.run_dir / ROLES_DIR), fs=context.filesystem)
     lease = opened.lease
     fenced = FencedStore(store, lambda _path: lease.check() if lease is not None else None)
+    roles.keep = boundary_policy(context.retention)
     done = roles.resume(fenced, mode=mode)
     state.lifecycle.resumed = True
     return RolesResumeResult(
@@ -162,6 +167,18 @@ def resume_roles(context: RunContext, state: RunState) -> RolesResumeResult:
         rng="fresh" if done.source is None else "restored", data=_data_outcome(roles, done),
         roles=done.counters,
     )  # fmt: skip
+
+
+def boundary_policy(plan: RetentionPlan) -> KeepBoundaries | None:
+    """The run's retention over multi-role boundaries: its model policy (``keep_model_last=N``
+    keeps the newest N boundaries; a ``RetentionPlan``'s model policy), ``None`` (keep every
+    boundary) without one, or with ``require_uploaded`` (boundaries are not archived, so none
+    is ever uploaded). The optimizer policy does not apply: a boundary is kept whole or
+    deleted whole."""
+    policy = plan.model
+    if policy is None or plan.require_uploaded:
+        return None
+    return lambda iterations: policy.keep([RetentionCandidate(i) for i in iterations])
 
 
 def _data_outcome(roles: RoleRun, done: RolesResume) -> str:
