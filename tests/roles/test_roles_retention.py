@@ -92,9 +92,7 @@ class TestKeepModelLast:
 
 
 class TestLeftovers:
-    def test_a_crashed_saves_partial_is_swept_and_a_damaged_one_kept(
-        self, tmp_path: Path
-    ) -> None:
+    def test_a_crashed_saves_partial_is_swept_and_a_damaged_one_kept(self, tmp_path: Path) -> None:
         """A partial boundary older than the saved one (a copy without _SUCCESS) is removed
         by the next pass; a boundary whose _SUCCESS does not decode is never touched; a
         partial newer than the saved one is left to its own save."""
