@@ -22,8 +22,10 @@ from typing import Any
 import attrs
 
 from statecraft.checkpoint.facade.attempt_open import ensure_attempt
+from statecraft.checkpoint.facade.roles_stop import finalize_roles, step_end_roles
 from statecraft.checkpoint.facade.run_context import RunContext
 from statecraft.checkpoint.facade.run_state import RunState
+from statecraft.checkpoint.facade.stopping import previous_window, refuse_after_stop
 from statecraft.checkpoint.fencing.fenced_store import FencedStore
 from statecraft.checkpoint.resume.records import ResumeResult
 from statecraft.checkpoint.retention.policies import RetentionCandidate
@@ -44,11 +46,13 @@ __all__ = [
     "RolesResumeResult",
     "boundary_policy",
     "close_roles",
+    "finalize_roles",
     "join_roles",
     "refuse_mixed",
     "refuse_single_model_call",
     "resume_roles",
     "save_roles",
+    "step_end_roles",
 ]
 
 
@@ -123,7 +127,7 @@ def refuse_mixed(state: RunState) -> None:
 
 
 def refuse_single_model_call(state: RunState, call: str) -> None:
-    """``record()`` / ``step_end()`` of a loop that tracks roles.
+    """``record()`` of a loop that tracks roles.
 
     Raises:
         TrackingError: naming the call and what a multi-role loop calls instead.
@@ -132,7 +136,8 @@ def refuse_single_model_call(state: RunState, call: str) -> None:
         raise TrackingError(
             f"{call} is the call of a loop that tracks one model; a multi-role loop records on "
             "each role's handle (critic.record(sc.Outcome.APPLIED)) and saves its boundaries "
-            "with ckpt.save(iteration=..., loop_state=...)"
+            "with ckpt.save(iteration=..., loop_state=...) and polls the stop with "
+            "ckpt.step_end(iteration=..., loop_state=...)"
         )
 
 
@@ -160,6 +165,9 @@ def resume_roles(context: RunContext, state: RunState) -> RolesResumeResult:
     roles.keep = boundary_policy(context.retention)
     done = roles.resume(fenced, mode=mode)
     state.lifecycle.resumed = True
+    previous_window(context, opened)
+    if context.config.termination.enabled:  # once the resume succeeded (main thread only)
+        context.termination.install()
     return RolesResumeResult(
         step=done.iteration, source=done.source, reason=done.reason,
         passed_over=done.passed_over,
@@ -201,6 +209,7 @@ def save_roles(
         TrackingError: no roles tracked (``iteration`` / ``loop_state`` are for roles).
         what :meth:`statecraft.checkpoint.roles.RoleRun.save` raises.
     """
+    refuse_after_stop(state, "save()")
     if state.roles is None:
         raise TrackingError(
             "save(iteration=..., loop_state=...) is the save of a multi-role loop; track roles "

@@ -18,16 +18,22 @@ import attrs
 from statecraft.checkpoint.kernel.catalog_entries import PassedOver
 from statecraft.checkpoint.kernel.machines import shipped_machine
 from statecraft.checkpoint.roles.bindings import BoundaryContext
-from statecraft.checkpoint.roles.layout import boundary_dir
+from statecraft.checkpoint.roles.layout import MARKER_NAME, boundary_dir
 from statecraft.checkpoint.roles.loop_state import check_loop_state
 from statecraft.checkpoint.roles.prune_bindings import KeepBoundaries, RolesPruneContext
 from statecraft.checkpoint.roles.reading import BoundaryVerdict, pick_boundary, settle_boundary
-from statecraft.checkpoint.roles.records import BoundaryMarker
+from statecraft.checkpoint.roles.records import BoundaryMarker, decode_marker
 from statecraft.checkpoint.roles.staging import apply_roles, load_roles, stage_roles
 from statecraft.checkpoint.roles.tracking import RoleSet
 from statecraft.checkpoint.roles.writers import RoleWriters
 from statecraft.engine import Machine
-from statecraft.errors import ResumeError, RetentionError, TrackingError, WriterLeaseError
+from statecraft.errors import (
+    CheckpointCorruptError,
+    ResumeError,
+    RetentionError,
+    TrackingError,
+    WriterLeaseError,
+)
 from statecraft.storage.base import Store
 
 __all__ = ["RoleRun", "RolesResume"]
@@ -183,6 +189,20 @@ class RoleRun:
             return ctx
 
         return self.writers.start(commit) if background else commit()
+
+    def committed(self, iteration: int) -> bool:
+        """Boundary ``iteration`` holds a ``_SUCCESS`` that decodes and names it: what covers
+        a stop's emergency save (a marker exists only once every role is committed; the
+        reader verifies every file before adopting). Reads only."""
+        if self.store is None:
+            return False
+        here = boundary_dir(iteration)
+        try:
+            data = self.store.read_bytes(f"{here}/{MARKER_NAME}")
+            marker = decode_marker(data, source=f"{self.store.describe()}/{here}/{MARKER_NAME}")
+        except (FileNotFoundError, NotADirectoryError, CheckpointCorruptError):
+            return False
+        return marker.iteration == iteration
 
     # --------------------------------------------------------------- retention
     def prune(self, saved: int) -> RolesPruneContext:
