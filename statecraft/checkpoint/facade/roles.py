@@ -38,7 +38,9 @@ from statecraft.checkpoint.roles import (
     TrackedRole,
     refuse_config,
 )
-from statecraft.errors import NotSupportedYetError, TrackingError
+from statecraft.checkpoint.roles.explicit import verify_explicit_boundary
+from statecraft.errors import TrackingError
+from statecraft.storage.filesystem import OsFilesystem
 from statecraft.storage.local import LocalStore
 
 __all__ = [
@@ -143,27 +145,30 @@ def refuse_single_model_call(state: RunState, call: str) -> None:
 
 def resume_roles(context: RunContext, state: RunState) -> RolesResumeResult:
     """``resume()`` of a multi-role loop: open the attempt, adopt the newest committed
-    boundary of its ``role_checkpoints/`` (``resume=auto``) or start fresh (``off``).
+    boundary of its ``role_checkpoints/`` (``resume=auto``), the committed boundary an
+    explicit ``resume=<.../role_checkpoints/iter_N>`` names (verified like auto's, before the
+    attempt is opened), or start fresh (``off``).
 
     Raises:
-        NotSupportedYetError: an explicit resume path.
+        ResumeError / CheckpointCorruptError: the explicit path is not a committed boundary
+            (:func:`~statecraft.checkpoint.roles.explicit.verify_explicit_boundary`).
         what :meth:`statecraft.checkpoint.roles.RoleRun.resume` raises.
     """
     roles = state.roles
     if roles is None:  # pragma: no cover - the facade calls this with roles only
         raise TrackingError("no roles tracked")
     mode = context.config.resume
-    if mode not in ("auto", "off"):
-        raise NotSupportedYetError(
-            "resume", mode, "a multi-role run resumes with resume=auto (or starts with off)"
-        )
+    explicit = None
+    if mode not in ("auto", "off"):  # proven before an attempt is opened: a bad path mints none
+        fs = context.filesystem or OsFilesystem()
+        explicit = (mode, *verify_explicit_boundary(mode, fs))
     opened = ensure_attempt(context, state)
     LocalStore(str(opened.attempt.run_dir), fs=context.filesystem).make_dirs(ROLES_DIR)
     store = LocalStore(str(opened.attempt.run_dir / ROLES_DIR), fs=context.filesystem)
     lease = opened.lease
     fenced = FencedStore(store, lambda _path: lease.check() if lease is not None else None)
     roles.keep = boundary_policy(context.retention)
-    done = roles.resume(fenced, mode=mode)
+    done = roles.resume(fenced, mode=mode, explicit=explicit)
     state.lifecycle.resumed = True
     previous_window(context, opened)
     if context.config.termination.enabled:  # once the resume succeeded (main thread only)

@@ -89,9 +89,17 @@ class RoleRun:
     pruned: list[int] = attrs.field(factory=list)
 
     # ------------------------------------------------------------------ resume
-    def resume(self, store: Store, *, mode: str) -> RolesResume:
-        """Adopt the newest committed boundary (``mode="auto"``) or start fresh (``"off"``)
-        and load every role; nothing is applied unless every role loads.
+    def resume(
+        self,
+        store: Store,
+        *,
+        mode: str,
+        explicit: tuple[str, Store, BoundaryVerdict] | None = None,
+    ) -> RolesResume:
+        """Adopt the newest committed boundary (``mode="auto"``), the verified ``explicit``
+        one (``resume=<path>``: the text, its roles store and its committed verdict, from
+        :func:`~statecraft.checkpoint.roles.explicit.verify_explicit_boundary`), or start
+        fresh (``"off"``), and load every role; nothing is applied unless every role loads.
 
         Raises:
             ResumeError: a second resume; the boundary holds other roles than the tracked
@@ -103,6 +111,9 @@ class RoleRun:
         self.roles.require_several("resume")
         self.store, self.resumed = store, True
         names = self.roles.names
+        if explicit is not None:
+            text, source, verdict = explicit
+            return self._adopt(source, verdict, (), f"resume={text}: the boundary it names")
         if mode == "off":
             return RolesResume(0, dict.fromkeys(names, 0), None, "resume=off: a fresh start")
         chosen, passed = pick_boundary(store)
@@ -114,7 +125,11 @@ class RoleRun:
         return self._adopt(store, chosen, passed)
 
     def _adopt(
-        self, store: Store, chosen: BoundaryVerdict, passed: tuple[PassedOver, ...]
+        self,
+        store: Store,
+        chosen: BoundaryVerdict,
+        passed: tuple[PassedOver, ...],
+        why: str = "adopted the newest committed boundary",
     ) -> RolesResume:
         marker = chosen.marker
         if marker is None:  # pragma: no cover - a committed verdict has one
@@ -139,8 +154,7 @@ class RoleRun:
         source = f"{store.describe()}/{chosen.name}"
         log.info("resumed from %s (counters %s)", source, counters)
         return RolesResume(
-            chosen.iteration, counters, source, f"adopted the newest committed boundary "
-            f"{chosen.name}", passed, marker,
+            chosen.iteration, counters, source, f"{why} {chosen.name}", passed, marker,
         )  # fmt: skip
 
     # -------------------------------------------------------------------- save
