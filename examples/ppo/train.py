@@ -4,11 +4,14 @@ its own optimizer and counter, and ``loop_state`` recording the configured criti
 
 Kill it at any moment (SIGKILL included) and run the same command again: it resumes from the
 newest complete boundary and ends bit for bit where an uninterrupted run ends (its last line,
-``final <sha256>``, fingerprints every weight and optimizer moment).
+``final <sha256>``, fingerprints every weight and optimizer moment). A SIGTERM (or SIGUSR1, the
+sentinel file, the deadline) stops it at the next iteration's ``step_end``: the emergency save
+writes that iteration's full boundary, the process exits 0 (``stopped at iteration N``), and
+the requeued command continues from it.
 
 ::
 
-    python examples/ppo/train.py --out /tmp/ppo --iterations 20 --warmup 4
+    python examples/ppo/train.py --out /tmp/ppo --iterations 20 --warmup 4 --save-every 5
 """
 
 from __future__ import annotations
@@ -102,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=32)
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--save-every", type=int, default=1, help="boundaries every N iterations")
     p.add_argument("--sleep", type=float, default=0.0, help="seconds per iteration (tests)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -146,13 +150,20 @@ def main(argv: list[str] | None = None) -> int:
                 actor_loss.backward()
                 actor_opt.step()
                 policy.record(sc.Outcome.APPLIED)
-        ckpt.save(iteration=it + 1, loop_state={"critic_warmup_iterations": args.warmup})
+        loop_state = {"critic_warmup_iterations": args.warmup}
+        if (it + 1) % args.save_every == 0:
+            ckpt.save(iteration=it + 1, loop_state=loop_state)
         mean_return = float(batch["returns"].mean())
         print(f"iter {it + 1}: policy {policy.optimizer_step} critic {value.optimizer_step} "
               f"return {mean_return:.3f}", flush=True)  # fmt: skip
         if math.isnan(mean_return):  # pragma: no cover - a toy that diverged
             return 1
         time.sleep(args.sleep)
+        if ckpt.step_end(iteration=it + 1, loop_state=loop_state):  # a stop: boundary durable
+            ckpt.finalize()
+            ckpt.close()
+            print(f"stopped at iteration {it + 1}", flush=True)
+            return 0
     ckpt.finalize()
     ckpt.close()
     print(f"final {fingerprint(actor, critic, actor_opt, critic_opt)}", flush=True)

@@ -7,6 +7,7 @@ Every process writes only under ``tmp_path``.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -78,4 +79,47 @@ def test_sigkilled_runs_end_bit_for_bit_like_an_uninterrupted_one(tmp_path: Path
     (found,) = FINAL.findall(last.stdout)
     assert kills >= 1
     assert any(s > 0 for s in starts), starts
+    assert found == expected
+
+
+@pytest.mark.slow
+def test_sigterm_saves_the_full_boundary_exits_zero_and_requeues_bit_exact(
+    tmp_path: Path,
+) -> None:
+    """A real multi-role process (boundaries every 4 iterations) gets SIGTERM after iteration
+    5: its step_end writes the emergency boundary iter 5 (both roles and _SUCCESS), DONE.json
+    records the signal, it exits 0, and the requeued command resumes from iteration 5 and ends
+    bit for bit where an uninterrupted run ends."""
+    every = ("--save-every", "4")
+    clean = finish(tmp_path / "clean", tmp_path, *every)
+    assert clean.returncode == 0, clean.stderr
+    (expected,) = FINAL.findall(clean.stdout)
+
+    out = tmp_path / "stopped"
+    proc = subprocess.Popen(
+        command(out, *every, "--sleep", "0.5"), env=env(tmp_path), text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if (m := ITER.match(line)) and int(m.group(1)) == 5:
+            os.kill(proc.pid, signal.SIGTERM)
+            break
+    rest, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "stopped at iteration 5" in rest, "".join(lines) + rest
+    (boundary,) = out.glob("**/role_checkpoints/iter_000000005")
+    assert (boundary / "_SUCCESS").is_file()
+    assert {p.name for p in boundary.iterdir()} == {"_SUCCESS", "policy", "critic"}
+    (done,) = out.glob("**/DONE.json")
+    record = json.loads(done.read_text())
+    assert record["step"] == 5
+    assert record["preempted"] == "signal SIGTERM"
+
+    requeued = finish(out, tmp_path, *every)
+    assert requeued.returncode == 0, requeued.stderr
+    assert START.findall(requeued.stdout) == ["5"]
+    (found,) = FINAL.findall(requeued.stdout)
     assert found == expected

@@ -105,9 +105,8 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
     ``Checkpointer``: ``run_context`` (frozen: the knobs, identity, ranks, retention plan,
     termination watch and tables; :mod:`~statecraft.checkpoint.facade.run_context`) and
     ``run_state`` (what changes: tracked objects, background writes, the open attempt, the
-    resume status, the reports; :mod:`~statecraft.checkpoint.facade.run_state`). The
-    attributes it has always exposed (``config``, ``attempt``, ``saves``, ``final``, ...) read
-    them (:mod:`~statecraft.checkpoint.facade.checkpointer_views`).
+    resume status, the reports; :mod:`~statecraft.checkpoint.facade.run_state`). Its
+    attributes (``config``, ``saves``, ...) read them (``facade/checkpointer_views.py``).
     """
 
     def __init__(
@@ -295,7 +294,8 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
         several.refuse_single_model_call(self.run_state, "record()")
         self.run_state.tracked.clocks.record(outcome)
 
-    def step_end(self, *, epoch: int | None = None) -> StepEnd:
+    def step_end(self, *, epoch: int | None = None, iteration: int | None = None,
+                 loop_state: Mapping[str, Any] | None = None) -> StepEnd:  # fmt: skip
         """Call at every step boundary: runs what is due at a quiescent boundary (a
         ``save_every`` save, a ``validation.every`` validation, or their union as one save;
         :func:`~statecraft.checkpoint.facade.boundary.decide_boundary`). First it asks the
@@ -306,9 +306,9 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
         broadcast) at a boundary that could save and ``save_every`` does not already save.
 
         Args:
-            epoch: at the step that completes an epoch, the epochs completed so far (``1``
-                after the first; every rank passes the same): what :class:`EveryNEpochs`
-                counts. ``None`` (the default) at every other step.
+            epoch: at an epoch's last step, the epochs completed so far (``1`` after the
+                first; the same on every rank; :class:`EveryNEpochs`), else ``None``.
+            iteration / loop_state: a multi-role loop's (it polls the stop: roles_stop.py).
 
         Returns:
             a :class:`StepEnd` (``saved`` / ``artifact`` reports on rank 0, ``metrics``,
@@ -316,16 +316,16 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
             emergency save did): break out of the loop and call ``finalize()``.
 
         Raises:
-            RunStoppedError: the run was stopped at an earlier ``step_end()`` (nothing
-                written).
+            RunStoppedError: the run was stopped at an earlier ``step_end()`` (no write).
             TrackingError: ``epoch`` is not ``None`` or an int >= 1.
             ResumeRequiredError: a save was due in an attempt holding commits and this process
                 did not call ``resume()``; nothing was written.
-            ValidationFailedError: the evaluation failed (every rank); a checkpoint or
-                artifact committed before it stays committed.
+            ValidationFailedError: the evaluation failed (every rank); what was committed
+                before it stays committed.
         """
         context, state = self.run_context, self.run_state
-        several.refuse_single_model_call(state, "step_end()")
+        if state.roles is not None or iteration is not None or loop_state is not None:
+            return several.step_end_roles(context, state, iteration, loop_state)
         refuse_after_stop(state, "step_end()")
         check_epoch(epoch)
         stopped = poll_stop(context, state, self._runner)
@@ -361,7 +361,7 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
             Exception: a background write's error (raised here at the latest).
         """
         if self.run_state.roles is not None:
-            return several.close_roles(self.run_state)  # type: ignore[func-returns-value]
+            return several.finalize_roles(self.run_context, self.run_state)
         return finalize_run(self.run_context, self.run_state, self._runner)
 
     # ------------------------------------------------------------------- save

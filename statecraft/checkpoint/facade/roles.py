@@ -22,29 +22,39 @@ from typing import Any
 import attrs
 
 from statecraft.checkpoint.facade.attempt_open import ensure_attempt
+from statecraft.checkpoint.facade.roles_stop import finalize_roles, step_end_roles
 from statecraft.checkpoint.facade.run_context import RunContext
 from statecraft.checkpoint.facade.run_state import RunState
+from statecraft.checkpoint.facade.stopping import previous_window, refuse_after_stop
 from statecraft.checkpoint.fencing.fenced_store import FencedStore
 from statecraft.checkpoint.resume.records import ResumeResult
+from statecraft.checkpoint.retention.policies import RetentionCandidate
+from statecraft.checkpoint.retention.rules import RetentionPlan
 from statecraft.checkpoint.roles import (
     ROLES_DIR,
+    KeepBoundaries,
     RoleRun,
     RolesResume,
     TrackedRole,
     refuse_config,
 )
-from statecraft.errors import NotSupportedYetError, TrackingError
+from statecraft.checkpoint.roles.explicit import verify_explicit_boundary
+from statecraft.errors import TrackingError
+from statecraft.storage.filesystem import OsFilesystem
 from statecraft.storage.local import LocalStore
 
 __all__ = [
     "RoleMethods",
     "RolesResumeResult",
+    "boundary_policy",
     "close_roles",
+    "finalize_roles",
     "join_roles",
     "refuse_mixed",
     "refuse_single_model_call",
     "resume_roles",
     "save_roles",
+    "step_end_roles",
 ]
 
 
@@ -119,7 +129,7 @@ def refuse_mixed(state: RunState) -> None:
 
 
 def refuse_single_model_call(state: RunState, call: str) -> None:
-    """``record()`` / ``step_end()`` of a loop that tracks roles.
+    """``record()`` of a loop that tracks roles.
 
     Raises:
         TrackingError: naming the call and what a multi-role loop calls instead.
@@ -128,33 +138,41 @@ def refuse_single_model_call(state: RunState, call: str) -> None:
         raise TrackingError(
             f"{call} is the call of a loop that tracks one model; a multi-role loop records on "
             "each role's handle (critic.record(sc.Outcome.APPLIED)) and saves its boundaries "
-            "with ckpt.save(iteration=..., loop_state=...)"
+            "with ckpt.save(iteration=..., loop_state=...) and polls the stop with "
+            "ckpt.step_end(iteration=..., loop_state=...)"
         )
 
 
 def resume_roles(context: RunContext, state: RunState) -> RolesResumeResult:
     """``resume()`` of a multi-role loop: open the attempt, adopt the newest committed
-    boundary of its ``role_checkpoints/`` (``resume=auto``) or start fresh (``off``).
+    boundary of its ``role_checkpoints/`` (``resume=auto``), the committed boundary an
+    explicit ``resume=<.../role_checkpoints/iter_N>`` names (verified like auto's, before the
+    attempt is opened), or start fresh (``off``).
 
     Raises:
-        NotSupportedYetError: an explicit resume path.
+        ResumeError / CheckpointCorruptError: the explicit path is not a committed boundary
+            (:func:`~statecraft.checkpoint.roles.explicit.verify_explicit_boundary`).
         what :meth:`statecraft.checkpoint.roles.RoleRun.resume` raises.
     """
     roles = state.roles
     if roles is None:  # pragma: no cover - the facade calls this with roles only
         raise TrackingError("no roles tracked")
     mode = context.config.resume
-    if mode not in ("auto", "off"):
-        raise NotSupportedYetError(
-            "resume", mode, "a multi-role run resumes with resume=auto (or starts with off)"
-        )
+    explicit = None
+    if mode not in ("auto", "off"):  # proven before an attempt is opened: a bad path mints none
+        fs = context.filesystem or OsFilesystem()
+        explicit = (mode, *verify_explicit_boundary(mode, fs))
     opened = ensure_attempt(context, state)
     LocalStore(str(opened.attempt.run_dir), fs=context.filesystem).make_dirs(ROLES_DIR)
     store = LocalStore(str(opened.attempt.run_dir / ROLES_DIR), fs=context.filesystem)
     lease = opened.lease
     fenced = FencedStore(store, lambda _path: lease.check() if lease is not None else None)
-    done = roles.resume(fenced, mode=mode)
+    roles.keep = boundary_policy(context.retention)
+    done = roles.resume(fenced, mode=mode, explicit=explicit)
     state.lifecycle.resumed = True
+    previous_window(context, opened)
+    if context.config.termination.enabled:  # once the resume succeeded (main thread only)
+        context.termination.install()
     return RolesResumeResult(
         step=done.iteration, source=done.source, reason=done.reason,
         passed_over=done.passed_over,
@@ -162,6 +180,18 @@ def resume_roles(context: RunContext, state: RunState) -> RolesResumeResult:
         rng="fresh" if done.source is None else "restored", data=_data_outcome(roles, done),
         roles=done.counters,
     )  # fmt: skip
+
+
+def boundary_policy(plan: RetentionPlan) -> KeepBoundaries | None:
+    """The run's retention over multi-role boundaries: its model policy (``keep_model_last=N``
+    keeps the newest N boundaries; a ``RetentionPlan``'s model policy), ``None`` (keep every
+    boundary) without one, or with ``require_uploaded`` (boundaries are not archived, so none
+    is ever uploaded). The optimizer policy does not apply: a boundary is kept whole or
+    deleted whole."""
+    policy = plan.model
+    if policy is None or plan.require_uploaded:
+        return None
+    return lambda iterations: policy.keep([RetentionCandidate(i) for i in iterations])
 
 
 def _data_outcome(roles: RoleRun, done: RolesResume) -> str:
@@ -184,6 +214,7 @@ def save_roles(
         TrackingError: no roles tracked (``iteration`` / ``loop_state`` are for roles).
         what :meth:`statecraft.checkpoint.roles.RoleRun.save` raises.
     """
+    refuse_after_stop(state, "save()")
     if state.roles is None:
         raise TrackingError(
             "save(iteration=..., loop_state=...) is the save of a multi-role loop; track roles "

@@ -166,6 +166,9 @@ class EmergencyContext:
         lease: this process's writer lease, checked before ``DONE.json`` is written
             (``None``: the harness's single writer).
         clock: ``time.time`` (the scenarios' clock in the proofs).
+        read_coverage: what the step holds on disk and the run-dir relative directory that
+            covers it, for a run that saves elsewhere than ``checkpoints/`` (a multi-role
+            loop's ``role_checkpoints/``); ``None``: :func:`read_step_coverage`.
         coverage: what the step held on disk (set by ``decide``).
         boundary: the decision (set by ``decide``).
         path: the committed (or covering) directory, run-dir relative.
@@ -191,6 +194,7 @@ class EmergencyContext:
     write: Callable[[EmergencyBoundary], str]
     lease: WriterLease | None = None
     clock: Callable[[], float] = time.time
+    read_coverage: Callable[[int], tuple[StepCoverage, str]] | None = None
     coverage: StepCoverage | None = None
     boundary: EmergencyBoundary | None = None
     path: str | None = None
@@ -211,6 +215,13 @@ class EmergencyContext:
     @property
     def where(self) -> str:
         return str(self.attempt.run_dir)
+
+    def step_coverage(self) -> tuple[StepCoverage, str]:
+        """What the step holds on disk, and the directory that covers it (reads only)."""
+        if self.read_coverage is not None:
+            return self.read_coverage(self.step)
+        coverage = read_step_coverage(self.attempt, self.filesystem, self.step)
+        return coverage, covering_path(coverage, self.step)
 
 
 def run_emergency(
@@ -270,7 +281,7 @@ def observe_emergency(ctx: EmergencyContext) -> str:
         record = None
     if record is not None and record.step == ctx.step and record.preempted is not None:
         return "done"
-    coverage = read_step_coverage(ctx.attempt, ctx.filesystem, ctx.step)
+    coverage, _ = ctx.step_coverage()
     if coverage.checkpoint or coverage.artifact is not None:
         return "durable"
     return "nothing"
@@ -288,7 +299,7 @@ def covered(ctx: EmergencyContext) -> bool:
 def decide(ctx: EmergencyContext) -> None:
     """Read the step's coverage from disk and decide what the save writes (rank 0; the
     decision is broadcast)."""
-    ctx.coverage = read_step_coverage(ctx.attempt, ctx.filesystem, ctx.step)
+    ctx.coverage, _ = ctx.step_coverage()
     boundary = decide_emergency(
         ctx.config, validation_due=ctx.validation_due, coverage=ctx.coverage
     )
@@ -313,7 +324,10 @@ def skip_save(ctx: EmergencyContext) -> None:
     """The step is covered: nothing is written; the covering directory is recorded."""
     if ctx.coverage is None:  # pragma: no cover - decide always runs first
         raise CheckpointError(f"{ctx.where}: skip_save ran before decide")
-    ctx.path = covering_path(ctx.coverage, ctx.step)
+    if ctx.read_coverage is None:
+        ctx.path = covering_path(ctx.coverage, ctx.step)
+    else:
+        _, ctx.path = ctx.read_coverage(ctx.step)
     ctx.seconds_to_durable = max(0.0, ctx.clock() - ctx.decision.decided_at)
 
 
