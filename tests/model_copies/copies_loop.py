@@ -58,6 +58,7 @@ def build(
     old: bool = True,
     ref_every: int = REF_EVERY,
     old_every: int = OLD_EVERY,
+    old_refresh: Any = None,
 ) -> tuple[nn.Module, nn.Module, nn.Module, Any, sc.Checkpointer]:
     """What a (re)launched process builds: policy, old and reference copies of its raw init,
     optimizer, and a Checkpointer tracking them."""
@@ -72,7 +73,11 @@ def build(
         optimizer=optimizer,
         reference=ref,
         reference_update_every=ref_every,
-        **({"old": old_policy, "old_update_every": old_every} if old else {}),
+        **(
+            {"old": old_policy, "old_update_every": old_every, "old_refresh": old_refresh}
+            if old
+            else {}
+        ),
     )
     return model, old_policy, ref, optimizer, ckpt
 
