@@ -46,6 +46,8 @@ def check_copies(tracked: Any, trainer: Any, parts: Any, *, location: str) -> No
         file = CHECKPOINT_PLAN.for_tracked(name).name
         if payload is not None and module is None:
             problems.append(f"{file} is saved but this run tracks no such moving copy")
+        elif payload is None and module is not None and tracked.copies is None:
+            problems.append(f"the checkpoint holds no {file} for the tracked moving copy")
         elif payload is not None:
             problems += [f"{file}: {p}" for p in model_state_problems(module, payload)]
     if problems:
