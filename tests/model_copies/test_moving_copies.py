@@ -208,3 +208,16 @@ def test_a_user_refresh_function_rebuilds_the_derived_old_policy(tmp_path: Path)
     assert step == OLD_EVERY
     assert calls == [1]
     assert all(torch.equal(got["old"][k], got["model"][k] / 2) for k in got["old"])
+
+
+def test_the_identity_record_reads_version_1_and_refuses_a_malformed_refresh_step() -> None:
+    from statecraft.checkpoint.init_from import ModelCopies
+
+    frozen = ModelCopies.of(policy(1), 0).identity()
+    frozen.load_state_dict({"version": 1, "reference": "frozen", "reference_update_every": 0})
+    moving = ModelCopies.of(policy(1), 2, old=policy(2), old_update_every=3).identity()
+    saved = moving.state_dict()
+    with pytest.raises(TrainerStateError, match=r"old: saved 'none', this run 'moving'"):
+        moving.load_state_dict({"version": 1, "reference": "moving", "reference_update_every": 2})
+    with pytest.raises(TrainerStateError, match=r"old_refreshed_at: saved 'x', not a step"):
+        moving.load_state_dict({**saved, "old_refreshed_at": "x"})

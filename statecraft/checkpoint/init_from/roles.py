@@ -239,6 +239,11 @@ class RolesIdentity:
             for key, v1 in _COMPARED.items()
             if saved.get(key, v1) != mine[key]
         ]
+        problems += [
+            f"{key}: saved {saved[key]!r}, not a step (an int >= 0) or None"
+            for key in ("reference_refreshed_at", "old_refreshed_at")
+            if saved.get(key) is not None and (type(saved[key]) is not int or saved[key] < 0)
+        ]
         if problems:
             raise TrainerStateError(
                 f"trainer.pt: the model's copies are kept differently than when the "

@@ -11,10 +11,10 @@ it: the save effects (by phase), the facade's payload capture, resume's loading,
     component        entry        phase    required  captures / loads into   load
     model            model.pt     bulk     yes       tracked.model           mmap
     optimizer        optim.pt     bulk     yes       tracked.optimizer       memory
-    training_state   trainer.pt   control  yes       TrainerState (clocks)   memory
-    training_state   data.pt      control  no        tracked.data (per rank) memory
     training_state   old.pt       bulk     no        tracked.old             mmap
     training_state   ref.pt       bulk     no        tracked.ref             mmap
+    training_state   trainer.pt   control  yes       TrainerState (clocks)   memory
+    training_state   data.pt      control  no        tracked.data (per rank) memory
 
 ``old.pt`` / ``ref.pt`` hold a moving old policy / moving reference
 (:mod:`statecraft.checkpoint.init_from.moving`); which of them a save writes is

@@ -23,8 +23,8 @@ from typing import Any
 import attrs
 
 from statecraft.checkpoint.kernel.machines import shipped_machine
-from statecraft.checkpoint.resume.bindings import ResumeContext, ResumeResult, Tracked
 from statecraft.checkpoint.kernel.plan import CHECKPOINT_PLAN
+from statecraft.checkpoint.resume.bindings import ResumeContext, ResumeResult, Tracked
 from statecraft.checkpoint.save.bindings import SaveContext
 from statecraft.engine import CrashPlan, Machine, RunResult
 from statecraft.engine.crash import IoGate, IoRecord
