@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 import xxhash
-from copies_loop import OLD_EVERY, REF_EVERY, build, policy, same, states, window
+from copies_loop import OLD_EVERY, REF_EVERY, build, policy, rl_loss, same, states, window
 
 import statecraft as sc
 from statecraft.errors import TrackingError, TrainerStateError
@@ -221,3 +221,34 @@ def test_the_identity_record_reads_version_1_and_refuses_a_malformed_refresh_ste
         moving.load_state_dict({"version": 1, "reference": "moving", "reference_update_every": 2})
     with pytest.raises(TrainerStateError, match=r"old_refreshed_at: saved 'x', not a step"):
         moving.load_state_dict({**saved, "old_refreshed_at": "x"})
+
+
+def test_an_emergency_save_at_an_aligned_step_stores_old_whole_and_resumes_exactly(
+    whole: tuple[list[float], dict[str, Any]], tmp_path: Path
+) -> None:
+    sentinels = tmp_path / "sentinels"
+    sentinels.mkdir()
+    knobs = ["save_every=100", "save_async=false", f"termination.sentinel_dir={sentinels}"]
+    model, old, ref, optimizer, ckpt = build(tmp_path / "run", knobs)
+    ckpt.resume()
+    losses = []
+    for step in range(STEPS):
+        loss = rl_loss(model, old, ref, step)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        ckpt.record(sc.Outcome.APPLIED)
+        losses.append(loss.item())
+        if step + 1 == OLD_EVERY:  # the stop arrives during the aligned step
+            (sentinels / "SIGUSR1_RECEIVED").touch()
+        if ckpt.step_end():
+            break
+    ckpt.finalize()
+    ckpt.close()
+    saved = iter_dir(tmp_path / "run", OLD_EVERY)
+    assert (saved / "old.pt").exists()  # an emergency checkpoint stores old whole
+    roles = torch.load(saved / "trainer.pt", weights_only=True)["stateful"]["model_roles"]
+    assert roles["old_storage"]["mode"] == "full"
+    rest, modules, _ = window(tmp_path / "run", STEPS, knobs)
+    assert losses + rest == whole[0]
+    assert same(states(modules), whole[1])
