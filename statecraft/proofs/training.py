@@ -104,10 +104,21 @@ def _rng_inventory(iteration: int) -> RngInventory:
 
 
 def expected_payloads(
-    iteration: int, *, with_data: bool, salt: int = SALT_SETUP
+    iteration: int, *, with_data: bool, salt: int = SALT_SETUP, copies: bool = False
 ) -> dict[str, Callable[[], Any]]:
-    """The payloads a training run saves at ``iteration`` (see the module doc)."""
-    return dict(_payloads(iteration, with_data, salt))
+    """The payloads a training run saves at ``iteration`` (see the module doc); ``copies``:
+    with a moving old policy and a moving reference (``old.pt``, ``ref.pt``)."""
+    return dict(_payloads(iteration, with_data, salt, copies))
+
+
+def _copy_at(iteration: int, offset: float) -> torch.nn.Linear:
+    """A moving copy of the model at ``iteration`` (old: ``+0.5``, reference: ``+0.75``)."""
+    with preserved_rng():
+        copy = _model()
+    with torch.no_grad():
+        for p in copy.parameters():
+            p.fill_(iteration + offset)
+    return copy
 
 
 def _objects_at(iteration: int) -> tuple[Any, Any, Any, UpdateClocks]:
@@ -134,7 +145,9 @@ def _objects_at(iteration: int) -> tuple[Any, Any, Any, UpdateClocks]:
 
 
 @functools.lru_cache(maxsize=64)
-def _payloads(iteration: int, with_data: bool, salt: int) -> dict[str, Callable[[], Any]]:
+def _payloads(
+    iteration: int, with_data: bool, salt: int, copies: bool = False
+) -> dict[str, Callable[[], Any]]:
     """Built once per (iteration, data, salt): serializing never changes the objects."""
     model, optimizer, scheduler, clocks = _objects_at(iteration)
     trainer = TrainerState.capture(
@@ -151,6 +164,9 @@ def _payloads(iteration: int, with_data: bool, salt: int) -> dict[str, Callable[
     }
     if with_data:
         payloads["data.pt"] = Cursor(iteration, salt).state_dict
+    if copies:
+        payloads["old.pt"] = _copy_at(iteration, 0.5).state_dict
+        payloads["ref.pt"] = _copy_at(iteration, 0.75).state_dict
     return payloads
 
 
@@ -162,14 +178,19 @@ class FreshObjects:
     optimizer: torch.optim.AdamW
     scheduler: torch.optim.lr_scheduler.StepLR
     data: Cursor | None
+    old: torch.nn.Linear | None = None
+    ref: torch.nn.Linear | None = None
 
 
-def fresh_objects(*, with_data: bool) -> FreshObjects:
-    """A restarted process's freshly built model, optimizer, scheduler and data source."""
+def fresh_objects(*, with_data: bool, copies: bool = False) -> FreshObjects:
+    """A restarted process's freshly built model, optimizer, scheduler and data source (and
+    with ``copies``, its moving old policy and reference)."""
     with preserved_rng():
         model = _model()
+        old, ref = (_model(), _model()) if copies else (None, None)
     optimizer = _optimizer(model)
-    return FreshObjects(model, optimizer, _scheduler(optimizer), Cursor() if with_data else None)
+    data = Cursor() if with_data else None
+    return FreshObjects(model, optimizer, _scheduler(optimizer), data, old, ref)
 
 
 def _copied(value: Any) -> Any:
@@ -195,6 +216,7 @@ class LoadedState:
     data: dict[str, Any] | None
     rng: dict[str, Any]
     clocks: dict[str, int]
+    copies: dict[str, Any] = attrs.field(factory=dict)  # "old.pt" / "ref.pt" -> state
 
     @classmethod
     def of(cls, objects: FreshObjects, clocks: UpdateClocks) -> LoadedState:
@@ -210,6 +232,11 @@ class LoadedState:
                 "attempt_id": clocks.attempt_id,
                 "skips_total": clocks.skips_total,
                 "skips_consecutive": clocks.skips_consecutive,
+            },
+            copies={
+                f"{name}.pt": _copied(module.state_dict())
+                for name, module in (("old", objects.old), ("ref", objects.ref))
+                if module is not None
             },
         )
 

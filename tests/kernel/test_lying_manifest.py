@@ -100,7 +100,8 @@ LIES = [
     pytest.param(_format_dcp, "the manifest does not describe a full exact-resume checkpoint",
                  id="format-dcp"),
     pytest.param(_extra_file, "it records ['extra.pt'], which is not an entry of the checkpoint "
-                 "plan ['model.pt', 'optim.pt', 'trainer.pt', 'data.pt']", id="extra-file"),
+                 "plan ['model.pt', 'optim.pt', 'old.pt', 'ref.pt', 'trainer.pt', 'data.pt']",
+                 id="extra-file"),
     # data.pt on disk, its entry dropped: the manifest omits a file its plan requires
     pytest.param(_drop("data.pt"), "it omits ['data.pt'], which is on disk", id="no-data-entry"),
 ]  # fmt: skip
@@ -202,7 +203,7 @@ class TestPlanProblems:
             "['model', 'optimizer', 'training_state']",
             "it lacks ['optim.pt'], required by the checkpoint plan",
             "it records ['extra.pt'], which is not an entry of the checkpoint plan "
-            "['model.pt', 'optim.pt', 'trainer.pt', 'data.pt']",
+            "['model.pt', 'optim.pt', 'old.pt', 'ref.pt', 'trainer.pt', 'data.pt']",
         ]
         assert plan_problems(manifest, ConsolidatedWriter()) == []
 

@@ -27,14 +27,27 @@ from statecraft.writers import ConsolidatedWriter, Writer
 
 class TestPlan:
     def test_entries_phases_and_loading(self) -> None:
-        """Bulk entries come first; only the model is mapped; only data.pt is optional."""
-        assert CHECKPOINT_PLAN.names == ("model.pt", "optim.pt", "trainer.pt", "data.pt")
-        assert [e.name for e in CHECKPOINT_PLAN.in_phase(Phase.BULK)] == ["model.pt", "optim.pt"]
+        """Bulk entries come first; only the model and its moving copies are mapped; data.pt
+        and the copies (old.pt, ref.pt) are optional."""
+        assert CHECKPOINT_PLAN.names == (
+            "model.pt",
+            "optim.pt",
+            "old.pt",
+            "ref.pt",
+            "trainer.pt",
+            "data.pt",
+        )
+        assert [e.name for e in CHECKPOINT_PLAN.in_phase(Phase.BULK)] == [
+            "model.pt",
+            "optim.pt",
+            "old.pt",
+            "ref.pt",
+        ]
         assert [e.name for e in CHECKPOINT_PLAN.in_phase(Phase.CONTROL)] == [
             "trainer.pt",
             "data.pt",
         ]
-        assert [e.name for e in CHECKPOINT_PLAN if e.mmap] == ["model.pt"]
+        assert [e.name for e in CHECKPOINT_PLAN if e.mmap] == ["model.pt", "old.pt", "ref.pt"]
         assert CHECKPOINT_PLAN.required_names == ("model.pt", "optim.pt", "trainer.pt")
         assert CHECKPOINT_PLAN.for_tracked("optimizer").name == "optim.pt"
         assert {e.component for e in CHECKPOINT_PLAN} == set(FULL_COMPONENTS)
@@ -49,6 +62,8 @@ class TestPlan:
         )
         assert plan.files == ("data.pt", "model.pt", "optim.pt", "trainer.pt")
         assert full_save_plan(7, with_data=False).files == ("model.pt", "optim.pt", "trainer.pt")
+        copies = CHECKPOINT_PLAN.save_plan(7, with_data=False, copies=("ref",))
+        assert copies.files == ("model.pt", "optim.pt", "ref.pt", "trainer.pt")
 
     def test_payload_producers_come_from_the_tracked_objects(self) -> None:
         """Each entry's producer is its tracked object's state_dict (trainer.pt: the trainer
@@ -89,8 +104,8 @@ class TestPlan:
 
     def test_unknown_entry_name(self) -> None:
         """Asking for an entry the plan lacks lists the entries."""
-        with pytest.raises(CheckpointError, match=r"no entry 'ref\.pt'; entries:"):
-            CHECKPOINT_PLAN.entry("ref.pt")
+        with pytest.raises(CheckpointError, match=r"no entry 'extra\.pt'; entries:"):
+            CHECKPOINT_PLAN.entry("extra.pt")
 
 
 class _Recording(Writer):

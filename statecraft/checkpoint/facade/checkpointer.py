@@ -50,7 +50,7 @@ from statecraft.checkpoint.facade.resume_run import run_resume
 from statecraft.checkpoint.facade.step import StepEnd
 from statecraft.checkpoint.facade.step_saver import StepSaver
 from statecraft.checkpoint.facade.stopping import finalize_run, poll_stop, refuse_after_stop
-from statecraft.checkpoint.facade.tracking import register, register_copies
+from statecraft.checkpoint.facade.tracking import refresh_copies, register, register_copies
 from statecraft.checkpoint.facade.validation_resume import register_evaluation
 from statecraft.checkpoint.kernel.evaluation import Evaluator
 from statecraft.checkpoint.kernel.layout import RunIdentity
@@ -59,7 +59,6 @@ from statecraft.checkpoint.retention.run import RetentionPlan
 from statecraft.checkpoint.save.saving import SaveReport
 from statecraft.checkpoint.state import Outcome, SchedulerIdentity
 from statecraft.checkpoint.triggers import SaveTrigger
-from statecraft.errors import TrackingError
 from statecraft.parallel.collectives import Collective
 from statecraft.storage.filesystem import Filesystem
 
@@ -152,6 +151,10 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
         reference: Any = None,
         reference_update_every: int = 0,
         data_identity: Any = None,
+        reference_refresh: Any = None,
+        old: Any = None,
+        old_update_every: int = 0,
+        old_refresh: Any = None,
     ) -> None:
         """Register the objects whose state makes an exact-resume checkpoint.
 
@@ -168,9 +171,13 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
                 ``state_dict`` / ``load_state_dict``; rank 0's state is saved in ``trainer.pt``
                 and restored with the rest, all or nothing. A resume refuses a checkpoint that
                 saved another set of names.
-            reference, reference_update_every: a frozen reference model (``0``; never saved:
-                build it before ``resume()``, which loads ``init_from`` into it on every start;
-                docs/checkpointing.md, "Reference and EMA copies").
+            reference, reference_update_every, reference_refresh: a frozen reference (``0``;
+                never saved: build it before ``resume()``, which loads ``init_from`` into it on
+                every start) or a moving one (``N > 0``: ``ref.pt``, refreshed with
+                ``reference_refresh(model, reference)`` after every N-th applied update).
+            old, old_update_every, old_refresh: a moving old policy (``old.pt``, or derived
+                from the policy at a refresh-aligned checkpoint; docs/checkpointing.md, "Old
+                policy" and "Reference policy").
 
         Raises:
             TrackingError: an object lacks ``state_dict`` / ``load_state_dict``, or a
@@ -188,7 +195,14 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
             data_identity=data_identity,
         )
         register_copies(
-            self.run_state, reference=reference, reference_update_every=reference_update_every
+            self.run_state,
+            config=self.config,
+            reference=reference,
+            reference_update_every=reference_update_every,
+            reference_refresh=reference_refresh,
+            old=old,
+            old_update_every=old_update_every,
+            old_refresh=old_refresh,
         )
 
     def validate_with(self, evaluate: Evaluator, *, source: str | None = None) -> None:
@@ -203,27 +217,6 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
                 ``evaluate`` is not callable, or ``source`` is not a non-empty str.
         """
         register_evaluation(self.config, self.run_state, evaluate, source=source)
-
-    @property
-    def loop_state(self) -> dict[str, Any]:
-        """The loop's own values, saved with every checkpoint and restored by ``resume()``.
-
-        A plain dict the loop reads and writes (``ckpt.loop_state["best_val_loss"] = loss``):
-        str keys, values that ``torch.load(weights_only=True)`` reads back (numbers, strings,
-        lists, dicts, tensors such as a prefetched batch; a save refuses anything else, naming
-        its key path). Saved from rank 0 (deep-copied at the save) in ``trainer.pt``;
-        ``resume()`` replaces its contents with the saved ones in place.
-        """
-        return self.run_state.tracked.loop_state
-
-    @loop_state.setter
-    def loop_state(self, value: dict[str, Any]) -> None:
-        if type(value) is not dict:
-            raise TrackingError(
-                f"Checkpointer.loop_state must be a dict; got {type(value).__name__}; assign a "
-                "plain dict, or set keys on the existing one"
-            )
-        self.run_state.tracked.loop_state = value
 
     def wait(self) -> list[SaveReport]:
         """Join every role's background write (every rank calls it): the checkpoints saved
@@ -328,6 +321,7 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
             return several.step_end_roles(context, state, iteration, loop_state)
         refuse_after_stop(state, "step_end()")
         check_epoch(epoch)
+        refresh_copies(state)  # the moving copies due after this applied update, first
         stopped = poll_stop(context, state, self._runner)
         if stopped is not None:
             return stopped
@@ -362,6 +356,7 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
         """
         if self.run_state.roles is not None:
             return several.finalize_roles(self.run_context, self.run_state)
+        refresh_copies(self.run_state)
         return finalize_run(self.run_context, self.run_state, self._runner)
 
     # ------------------------------------------------------------------- save
@@ -395,6 +390,7 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
         if state.roles is not None or iteration is not None or loop_state is not None:
             return several.save_roles(context, state, iteration, loop_state)
         refuse_after_stop(state, "save()")
+        refresh_copies(state)
         boundary = decide_boundary(context.config, regular_due=True, validation_due=False)
         end = execute(context, state, self._runner, boundary, state.step)
         return end.saved or end.artifact

@@ -89,7 +89,7 @@ def stop_boundary(
     def write(boundary: EmergencyBoundary) -> str:
         # Every rank: the same checks and collectives as a cadence save, then rank 0 writes.
         before_writing(context, state, opened, "save the emergency checkpoint")
-        capture = gather_capture(context, state, step)
+        capture = gather_capture(context, state, step, emergency=True)
         kind = boundary.kind
         stage = (
             ValidationStage.EVALUATION_PENDING

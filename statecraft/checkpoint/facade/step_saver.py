@@ -58,9 +58,13 @@ class StepCapture:
     data: Any
 
 
-def gather_capture(context: RunContext, state: RunState, step: int) -> StepCapture:
+def gather_capture(
+    context: RunContext, state: RunState, step: int, *, emergency: bool = False
+) -> StepCapture:
     """Every rank's RNG streams and data state for a save of ``step`` (a collective: every
-    rank calls it)."""
+    rank calls it); how the save stores the model's moving copies is decided here
+    (``ModelCopies.prepare_save``: an ``emergency`` save stores old whole)."""
+    state.copies.prepare_save(step, emergency=emergency)
     collective = context.collective
     rng = gather_rng_inventory(
         rank=collective.rank,

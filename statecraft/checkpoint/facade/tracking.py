@@ -14,6 +14,7 @@ from statecraft.errors import TrackingError
 __all__ = [
     "BUILT_IN_NAMES",
     "init_on_start",
+    "refresh_copies",
     "register",
     "register_copies",
     "require_stateful",
@@ -112,20 +113,44 @@ def register(
     tracked.stateful = named
 
 
-def register_copies(state: Any, *, reference: Any, reference_update_every: Any) -> None:
-    """Check and set the model's copies (``track(reference=...)``) on ``state`` (a
-    ``RunState``; after :func:`register`): a tracked reference adds its identity record as the
-    reserved stateful object ``model_roles`` (saved in ``trainer.pt``, compared on resume).
+def register_copies(state: Any, *, config: Any = None, **copies: Any) -> None:
+    """Check and set the model's copies (``track(reference=..., old=...)``; ``copies``: the
+    keywords of ``ModelCopies.of``) on ``state`` (a ``RunState``; after :func:`register`): a
+    tracked copy adds its identity record as the reserved stateful object ``model_roles``
+    (saved in ``trainer.pt``, compared on resume); a moving one is what ``old.pt`` /
+    ``ref.pt`` hold.
 
     Raises:
-        TrackingError / NotSupportedYetError: as ``ModelCopies.of``.
+        TrackingError: as ``ModelCopies.of``.
+        NotSupportedYetError: a moving copy under ``checkpoint_format=dcp`` (or the direct
+            object-store backend): its ``old/`` / ``ref/`` directories are not built yet.
     """
     from statecraft.checkpoint.init_from import IDENTITY_NAME, ModelCopies
+    from statecraft.errors import NotSupportedYetError
 
-    copies = ModelCopies.of(reference, reference_update_every)
-    state.copies = copies
-    if copies.reference is not None:
-        state.tracked.stateful[IDENTITY_NAME] = copies.identity()
+    reference = copies.pop("reference", None)
+    made = ModelCopies.of(reference, copies.pop("reference_update_every", 0), **copies)
+    if made.moving() and config is not None and config.checkpoint_format == "dcp":
+        raise NotSupportedYetError(
+            "checkpoint_format",
+            config.checkpoint_format,
+            "a moving old policy or moving reference is saved to old.pt / ref.pt; DCP old/ and "
+            "ref/ directories are not built yet: use checkpoint_format=consolidated",
+        )
+    tracked = state.tracked
+    state.copies = made
+    tracked.copies = made if made.tracked else None
+    tracked.old = None if made.old is None else made.old.module
+    tracked.ref = None if made.moving_reference is None else made.moving_reference.module
+    if made.tracked:
+        tracked.stateful[IDENTITY_NAME] = made.identity()
+
+
+def refresh_copies(state: Any) -> None:
+    """At a boundary: refresh the moving copies due after the last applied update
+    (``ModelCopies.refresh_due``)."""
+    if state.tracked.model is not None:
+        state.copies.refresh_due(state.tracked.model, state.step)
 
 
 def init_on_start(context: Any, state: Any, result: Any) -> None:
@@ -134,6 +159,7 @@ def init_on_start(context: Any, state: Any, result: Any) -> None:
     frozen reference, a resumed one's frozen reference only)."""
     from statecraft.checkpoint.init_from import apply_on_start
 
+    state.copies.seen_step = state.step  # a resumed step's refreshes were done before its save
     state.init_report = apply_on_start(
         context.config,
         state.tracked.model,

@@ -1,5 +1,5 @@
-"""``init_from``: a model (and its frozen reference) initialized from a source's weights only, and
-the model's copies a run keeps beside it.
+"""``init_from``: a model (and its copies) initialized from a source's weights only, and the
+model's copies a run keeps beside it (a frozen or moving reference, a moving old policy).
 
 - :mod:`.sources`: what a source is (statecraft checkpoint or run, torch state dict file, DCP
   directory, safetensors / Hugging Face directory) and reading its entries lazily;
@@ -7,9 +7,10 @@ the model's copies a run keeps beside it.
 - :mod:`.keys`: the key and shape rule (every key, same shape, or one error listing every
   difference before a tensor changes) and its two opt-ins (wrapper prefixes, target-only LoRA).
 - :mod:`.apply`: :func:`init_from`, the public function, and the all-targets-checked-first load.
-- :mod:`.roles`: the tracked copies (a frozen reference) and their versioned identity, saved as
-  the reserved stateful object ``model_roles``.
-- :mod:`.start`: what a start initializes (a fresh start: model and frozen reference; a resumed
+- :mod:`.roles`: the tracked copies and their versioned identity, saved as the reserved
+  stateful object ``model_roles``; :mod:`.moving`: the moving copies (``old.pt``, ``ref.pt``),
+  their refresh after applied updates and the versioned ``derived_from_policy`` marker.
+- :mod:`.start`: what a start initializes (a fresh start: model and every copy; a resumed
   one: the frozen reference only), called by ``Checkpointer.resume()``.
 
 Never read: a source's optimizer, clocks, RNG, data cursor or validation state.

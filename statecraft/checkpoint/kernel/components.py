@@ -9,10 +9,11 @@ model's entries (:data:`~statecraft.checkpoint.kernel.plan.CHECKPOINT_PLAN`) of 
     logical          physical families         entries written by this release
     model            model                     model.pt
     optimizer        optim                     optim.pt
-    training_state   trainer, data, old, ref   trainer.pt, data.pt (with a data source)
+    training_state   trainer, data, old, ref   trainer.pt, data.pt (with a data source),
+                                               old.pt / ref.pt (a moving old policy /
+                                               reference; full checkpoints only)
 
-``old`` and ``ref`` (a moving old policy / reference) are part of the contract's expansion;
-no tracked object produces them yet, so no save writes them.
+A partial artifact does not write ``old.pt`` / ``ref.pt`` (:meth:`ComponentPlan.files`).
 
 The full plan ``[model, optimizer, training_state]`` is the only exact-resume plan: it is
 written as a checkpoint under ``checkpoints/iter_*``. Any proper subset is a non-resumable

@@ -47,7 +47,8 @@ from statecraft.checkpoint.kernel.compatibility import (
     model_state_problems,
     optimizer_state_problems,
 )
-from statecraft.checkpoint.kernel.plan import CHECKPOINT_PLAN, DCP_PLAN, PlanEntry
+from statecraft.checkpoint.kernel.copy_loading import check_copies, copy_steps
+from statecraft.checkpoint.kernel.plan import CHECKPOINT_PLAN, COPY_ENTRIES, DCP_PLAN, PlanEntry
 from statecraft.checkpoint.state import (
     DataState,
     TrainerState,
@@ -91,6 +92,7 @@ class Components:
     optimizer: Any
     data: DataState | None
     dcp: bool = False  # loaded from DCP directories into scratch targets (applied by dcp_state)
+    copies: dict[str, Any] = attrs.field(factory=dict)  # "old" / "ref" -> old.pt / ref.pt
 
 
 def _read(chosen: Any, writer: Writer, entry: PlanEntry) -> Any:
@@ -115,12 +117,14 @@ def read_components(chosen: Any, writer: Writer, *, read_data: bool) -> Componen
     """
     data_entry = CHECKPOINT_PLAN.for_tracked("data")
     raw_data = _read(chosen, writer, data_entry) if read_data else None
+    copies = {n: _read(chosen, writer, CHECKPOINT_PLAN.for_tracked(n)) for n in COPY_ENTRIES}
     return Components(
         _read(chosen, writer, CHECKPOINT_PLAN.for_tracked("model")),
         _read(chosen, writer, CHECKPOINT_PLAN.for_tracked("optimizer")),
         None
         if raw_data is None
         else DataState.from_payload(raw_data, source=f"{chosen.location}/{data_entry.name}"),
+        copies={n: p for n, p in copies.items() if p is not None},
     )
 
 
@@ -294,6 +298,7 @@ def load_all_or_nothing(
         check_world_size(trainer, parts, world_size=world_size, location=location)
         check_fit(tracked, trainer, parts, location=location)
     _check_stateful(tracked, trainer, location)
+    check_copies(tracked, trainer, parts, location=location)  # old.pt / ref.pt, the marker
     undo: list[Callable[[], None]] = []
     steps: list[tuple[str, Callable[[], Any]]] = []
     own = None if parts.data is None else parts.data.state_for(rank, world_size)
@@ -347,12 +352,15 @@ def load_all_or_nothing(
         )
     )
     undo.append(lambda: restore_rng_state(before_rng))
+    copies_before, copies_after = copy_steps(tracked, parts)
+    steps += copies_before
     if tracked.model is not None and parts.dcp:
         from statecraft.checkpoint.state import dcp_state
 
         steps.append(("model", lambda: dcp_state.apply_model_state(tracked.model, parts.model)))
     elif tracked.model is not None:
         steps.append(("model", lambda: tracked.model.load_state_dict(parts.model)))
+    steps += copies_after  # a copy derived from the policy: rebuilt from the loaded model
     for done, (what, apply) in enumerate(steps):
         try:
             apply()

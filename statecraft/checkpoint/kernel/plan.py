@@ -11,8 +11,15 @@ it: the save effects (by phase), the facade's payload capture, resume's loading,
     component        entry        phase    required  captures / loads into   load
     model            model.pt     bulk     yes       tracked.model           mmap
     optimizer        optim.pt     bulk     yes       tracked.optimizer       memory
+    training_state   old.pt       bulk     no        tracked.old             mmap
+    training_state   ref.pt       bulk     no        tracked.ref             mmap
     training_state   trainer.pt   control  yes       TrainerState (clocks)   memory
     training_state   data.pt      control  no        tracked.data (per rank) memory
+
+``old.pt`` / ``ref.pt`` hold a moving old policy / moving reference
+(:mod:`statecraft.checkpoint.init_from.moving`); which of them a save writes is
+``tracked.copies.saved_entries()`` (:func:`saved_copies`: ``old.pt`` is omitted at a
+refresh-aligned checkpoint).
 
 The DCP format (``checkpoint_format=dcp``, :data:`DCP_PLAN`) stores the bulk components as
 directories of per-rank shards plus ``.metadata``, written by every rank::
@@ -25,8 +32,8 @@ directories of per-rank shards plus ``.metadata``, written by every rank::
 
 A manifest records every file under ``iter_N/`` (``model/__0_0.distcp``, ``model/.metadata``);
 :func:`entry_of` maps such a path to its entry (``model``). :func:`plan_for` gives the table of
-a manifest's ``format``. Later entries (``old`` / ``ref``) extend the tables, not the code that
-iterates them.
+a manifest's ``format``. The DCP table has no ``old`` / ``ref`` directories yet (the facade
+refuses moving copies under ``checkpoint_format=dcp``).
 
 Why only the model is mapped: its state is *copied* into live tensors by ``load_state_dict``;
 an optimizer keeps the loaded tensors as its state, and a mapping would pin the checkpoint file
@@ -50,6 +57,7 @@ from statecraft.errors import CheckpointError
 
 __all__ = [
     "CHECKPOINT_PLAN",
+    "COPY_ENTRIES",
     "DCP_PLAN",
     "FULL_COMPONENTS",
     "PLANS",
@@ -60,6 +68,7 @@ __all__ = [
     "entry_of",
     "full_save_plan",
     "plan_for",
+    "saved_copies",
 ]
 
 FULL_COMPONENTS: tuple[str, ...] = ("model", "optimizer", "training_state")
@@ -163,11 +172,19 @@ class CheckpointPlan:
         return tuple(e for e in self.entries if e.required or present(e))
 
     def save_plan(
-        self, iteration: int, *, with_data: bool, format_name: str | None = None
+        self,
+        iteration: int,
+        *,
+        with_data: bool,
+        format_name: str | None = None,
+        copies: tuple[str, ...] = (),
     ) -> SavePlan:
         """The :class:`SavePlan` of one full save (what the manifest records; ``files`` are
-        the entry names, a directory entry standing for every file under it)."""
-        chosen = self.selected(present=lambda e: with_data and e.tracked == "data")
+        the entry names, a directory entry standing for every file under it; ``copies``: the
+        copy entries written, ``("old", "ref")``, :func:`saved_copies`)."""
+        chosen = self.selected(
+            present=lambda e: (with_data and e.tracked == "data") or e.tracked in copies
+        )
         return SavePlan(
             iteration,
             format_name or self.format_name,
@@ -242,6 +259,24 @@ CHECKPOINT_PLAN = CheckpointPlan(
         ),
         PlanEntry("optim.pt", "optimizer", Phase.BULK, True, "optimizer", doc="optimizer state"),
         PlanEntry(
+            "old.pt",
+            "training_state",
+            Phase.BULK,
+            False,
+            "old",
+            mmap=True,
+            doc="moving old policy state_dict",
+        ),
+        PlanEntry(
+            "ref.pt",
+            "training_state",
+            Phase.BULK,
+            False,
+            "ref",
+            mmap=True,
+            doc="moving reference state_dict",
+        ),
+        PlanEntry(
             TRAINER_ENTRY,
             "training_state",
             Phase.CONTROL,
@@ -254,6 +289,16 @@ CHECKPOINT_PLAN = CheckpointPlan(
         ),
     )
 )
+
+#: the plan entries' tracked attributes that hold the model's moving copies
+COPY_ENTRIES = ("old", "ref")
+
+
+def saved_copies(tracked: Any) -> tuple[str, ...]:
+    """The copy entries (:data:`COPY_ENTRIES`) a save of ``tracked`` writes: what its
+    ``copies`` (``ModelCopies``, set when a copy is tracked) decided for this save."""
+    copies = getattr(tracked, "copies", None)
+    return () if copies is None else tuple(copies.saved_entries())
 
 
 _TRAINER = PlanEntry(

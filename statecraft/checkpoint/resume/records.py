@@ -80,6 +80,11 @@ class Tracked:
     clocks: UpdateClocks = attrs.field(factory=UpdateClocks)
     stateful: dict[str, Any] = attrs.field(factory=dict)  # name -> object with state_dict
     loop_state: dict[str, Any] = attrs.field(factory=dict)  # Checkpointer.loop_state
+    # the model's moving copies (init_from.roles.ModelCopies; None: no copy tracked) and the
+    # modules old.pt / ref.pt hold (a moving old policy, a moving reference)
+    copies: Any = None
+    old: Any = None
+    ref: Any = None
 
 
 @attrs.define

@@ -29,7 +29,7 @@ from statecraft.checkpoint.fencing.lease import WriterLease
 from statecraft.checkpoint.kernel.layout import iter_dirname
 from statecraft.checkpoint.kernel.machines import shipped_machine
 from statecraft.checkpoint.kernel.manifest import SavePlan
-from statecraft.checkpoint.kernel.plan import CHECKPOINT_PLAN
+from statecraft.checkpoint.kernel.plan import CHECKPOINT_PLAN, saved_copies
 from statecraft.checkpoint.kernel.validation_records import ValidationState
 from statecraft.checkpoint.retention.run import RetentionPlan, RetentionReport
 from statecraft.checkpoint.save.async_saving import stage_async
@@ -216,7 +216,9 @@ def save_checkpoint(
     """
     started = time.perf_counter()
     trainer = capture_trainer(tracked, rng=rng, data=data, validation=validation)
-    plan = CHECKPOINT_PLAN.save_plan(step, with_data=tracked.data is not None)
+    plan = CHECKPOINT_PLAN.save_plan(
+        step, with_data=tracked.data is not None, copies=saved_copies(tracked)
+    )
     producers = CHECKPOINT_PLAN.payloads(tracked, trainer, data=data)
     producers = {name: producers[name] for name in plan.files}
     where = f"{target.location}/{iter_dirname(plan.iteration)}"

@@ -126,6 +126,7 @@ def resumed_state_is_exact(ctx: CheckContext) -> None:
         ]
         if with_data:
             expected.append(("data source", loaded.data, seen.payload(step, "data.pt")))
+        expected += [(f"{f} copy", got, seen.payload(step, f)) for f, got in loaded.copies.items()]
         for what, got, want in expected:
             difference = first_difference(got, want)
             if difference is not None:

@@ -23,8 +23,9 @@ from typing import Any
 import attrs
 
 from statecraft.checkpoint.kernel.machines import shipped_machine
+from statecraft.checkpoint.kernel.plan import CHECKPOINT_PLAN
 from statecraft.checkpoint.resume.bindings import ResumeContext, ResumeResult, Tracked
-from statecraft.checkpoint.save.bindings import SaveContext, full_save_plan
+from statecraft.checkpoint.save.bindings import SaveContext
 from statecraft.engine import CrashPlan, Machine, RunResult
 from statecraft.engine.crash import IoGate, IoRecord
 from statecraft.proofs import damaged_trees as damage
@@ -54,12 +55,17 @@ __all__ = [
 ]
 
 
-def save_context(store: Store, iteration: int, *, with_data: bool, salt: int) -> SaveContext:
-    """The one place the harness builds a save transaction's context."""
+def save_context(
+    store: Store, iteration: int, *, with_data: bool, salt: int, copies: bool = False
+) -> SaveContext:
+    """The one place the harness builds a save transaction's context (``copies``: with a
+    moving old policy and reference, ``old.pt`` and ``ref.pt``)."""
     return SaveContext(
         store=store,
-        plan=full_save_plan(iteration, with_data=with_data),
-        payloads=expected_payloads(iteration, with_data=with_data, salt=salt),
+        plan=CHECKPOINT_PLAN.save_plan(
+            iteration, with_data=with_data, copies=("old", "ref") if copies else ()
+        ),
+        payloads=expected_payloads(iteration, with_data=with_data, salt=salt, copies=copies),
     )
 
 
@@ -70,6 +76,8 @@ def resume_context(store: Store, objects: FreshObjects) -> ResumeContext:
         optimizer=objects.optimizer,
         scheduler=objects.scheduler,
         data=objects.data,
+        old=objects.old,
+        ref=objects.ref,
     )
     return ResumeContext(mode="auto", tracked=tracked, store=store)
 
@@ -147,11 +155,13 @@ class SaveScenario:
     )
     machine: str = "save"
     recovery_may_fail: bool = False
+    copies: bool = False  # with a moving old policy and reference: old.pt, ref.pt
 
     @property
     def plan_files(self) -> tuple[str, ...]:
         """The files of the full plan this scenario saves (the oracle requires all of them)."""
-        return ("model.pt", "optim.pt", "trainer.pt") + (("data.pt",) if self.with_data else ())
+        files = ("model.pt", "optim.pt", "trainer.pt") + (("data.pt",) if self.with_data else ())
+        return files + (("old.pt", "ref.pt") if self.copies else ())
 
     def _save(
         self,
@@ -163,14 +173,20 @@ class SaveScenario:
         gate: Any = None,
     ) -> RunResult:
         ctx = save_context(
-            self.store_factory(world), iteration, with_data=self.with_data, salt=salt
+            self.store_factory(world),
+            iteration,
+            with_data=self.with_data,
+            salt=salt,
+            copies=self.copies,
         )
         return self.machine_factory().recover(ctx, crash=crash, gate=gate)
 
     def setup(self, world: SimWorld) -> None:
         for iteration in self.previous:
             store = world.local_store(CHECKPOINTS_ROOT)
-            ctx = save_context(store, iteration, with_data=self.with_data, salt=SALT_SETUP)
+            ctx = save_context(
+                store, iteration, with_data=self.with_data, salt=SALT_SETUP, copies=self.copies
+            )
             shipped_machine("save").recover(ctx).raise_for_failure()
         world.local_store(CHECKPOINTS_ROOT)
         if self.setup_extra is not None:
@@ -184,7 +200,7 @@ class SaveScenario:
         seen = DiskView.of(world)
         gate = _record(world)
         damage.PAYLOAD_RAN.clear()
-        objects = fresh_objects(with_data=self.with_data)
+        objects = fresh_objects(with_data=self.with_data, copies=self.copies)
         ctx = resume_context(store, objects)
         self.resume_factory().run(ctx).raise_for_failure()
         if ctx.result is None:
@@ -229,6 +245,10 @@ def save_scenarios() -> list[SaveScenario]:
     return [
         SaveScenario("first-save", target=2, with_data=False),
         SaveScenario("next-save", target=4, previous=(2,)),
+        # A moving old policy and reference (old.pt, ref.pt, written in the bulk phase): a torn
+        # or missing copy file is never adopted (RESUME-VERIFIED requires both) and the adopted
+        # copies are exactly the files' (RESUME-EXACT).
+        SaveScenario("save-with-copies", target=4, previous=(2,), with_data=False, copies=True),
         SaveScenario(
             "retry-commits-pointer-only",
             target=4,
