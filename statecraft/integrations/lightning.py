@@ -9,7 +9,9 @@ fsynced), then makes the path itself a link to that committed file
 of that slot. So ``last.ckpt``, rewritten at every save, always names a committed generation,
 and ``torch.load(path)`` / ``load_from_checkpoint(path)`` open it as Lightning users expect. A load
 takes the newest generation that verifies (deep: every digest), logging each newer one it
-passed over; a remove invalidates before it deletes.
+passed over; a remove invalidates before it deletes. The ``ModelCheckpoint`` monitor's score
+of a top-k checkpoint is recorded in its commit manifest, so
+``statecraft.checkpoints(dirpath).best(monitor, mode).path`` is ``best_model_path``.
 
 Call order (Lightning's strategy drives it, rank 0 only):
 
@@ -40,6 +42,7 @@ either ``Trainer`` accepts it. Requires ``pip install 'statecraft[lightning]'``.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -53,6 +56,7 @@ from statecraft.checkpoint.async_writes.staging import (
     isolation_problem,
 )
 from statecraft.checkpoint.async_writes.write_slot import PendingSave, WriteSlot
+from statecraft.checkpoint.catalog_api.unit_layouts import MONITOR_META, MONITOR_SCORE_META
 from statecraft.checkpoint.units import UnitReport
 from statecraft.errors import UnitError, UnitNotCommittedError
 from statecraft.integrations.lightning_bases import CheckpointIO, register_everywhere
@@ -94,6 +98,30 @@ def _torch_payload(obj: Any) -> Callable[[BinaryIO], None]:
     return write
 
 
+def _monitor_score(checkpoint: dict[str, Any], address: SlotAddress) -> tuple[str, float] | None:
+    """The ``ModelCheckpoint`` monitor and score of the checkpoint being saved at
+    ``address``: the callback state (``checkpoint["callbacks"]``) whose ``best_k_models``
+    holds this path (Lightning records the score there before it saves the top-k checkpoint;
+    a ``last.ckpt`` is in none). ``None`` without one, or for a non-finite score."""
+    callbacks = checkpoint.get("callbacks")
+    for state in callbacks.values() if isinstance(callbacks, dict) else ():
+        monitor = state.get("monitor") if isinstance(state, dict) else None
+        best_k = state.get("best_k_models") if isinstance(state, dict) else None
+        if not isinstance(monitor, str) or not monitor or not isinstance(best_k, dict):
+            continue
+        for path, score in best_k.items():
+            if not isinstance(path, str) or "://" in path:
+                continue
+            if os.path.normpath(os.path.abspath(path)) != address.path:
+                continue
+            try:
+                value = float(score.item() if isinstance(score, torch.Tensor) else score)
+            except (TypeError, ValueError, RuntimeError):
+                return None
+            return (monitor, value) if math.isfinite(value) else None
+    return None
+
+
 def _step_meta(checkpoint: dict[str, Any], address: SlotAddress) -> tuple[int | None, dict]:
     step = checkpoint.get("global_step")
     epoch = checkpoint.get("epoch")
@@ -105,6 +133,9 @@ def _step_meta(checkpoint: dict[str, Any], address: SlotAddress) -> tuple[int | 
     version = checkpoint.get("pytorch-lightning_version")
     if isinstance(version, str):
         meta["lightning_version"] = version
+    scored = _monitor_score(checkpoint, address)
+    if scored is not None:  # statecraft.checkpoints(dirpath) lists it as the metric
+        meta[MONITOR_META], meta[MONITOR_SCORE_META] = scored
     return (step if isinstance(step, int) else None), meta
 
 

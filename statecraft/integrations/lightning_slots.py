@@ -15,6 +15,11 @@ A slot directory at the familiar path itself (the layout of statecraft before th
 still read, written over (migrated) and removed: :attr:`SlotAddress.legacy`. A symlink made
 by ``ModelCheckpoint(save_last="link")`` is followed for reads and never for deletes.
 
+The slots of a directory are listed by the public catalog's one listing of this layout
+(:func:`statecraft.checkpoint.catalog_api.unit_layouts.lightning_slots`, what
+``statecraft.checkpoints(dirpath)`` reads); this module adds the deep verification and the
+durability (settle) a resume needs.
+
 This module imports no framework: :func:`last_committed_checkpoint` and
 :func:`committed_checkpoint_file` work on a checkpoint directory without Lightning installed
 (``statecraft.integrations.lightning`` re-exports both).
@@ -30,11 +35,14 @@ from collections.abc import Sequence
 
 import attrs
 
-from statecraft.checkpoint.units import (
-    UnitVerdict,
-    generation_units,
-    newest_generation,
+from statecraft.checkpoint.catalog_api.unit_layouts import (
+    LIGHTNING_FILE,
+    LIGHTNING_FRAMEWORK,
+    LIGHTNING_SLOTS_DIR,
+    Slot,
+    lightning_slots,
 )
+from statecraft.checkpoint.units import UnitVerdict, newest_generation
 from statecraft.errors import UnitError, UnitNotCommittedError
 from statecraft.storage.local import LocalStore
 
@@ -51,13 +59,13 @@ __all__ = [
     "slot_address",
 ]
 
-CHECKPOINT_FILE = "checkpoint.pt"
+CHECKPOINT_FILE = LIGHTNING_FILE
 """The payload file of every generation: the checkpoint dict Lightning built."""
 
-FRAMEWORK = "lightning"
+FRAMEWORK = LIGHTNING_FRAMEWORK
 """The ``framework`` recorded in every generation's commit manifest."""
 
-SLOTS_DIR = ".statecraft"
+SLOTS_DIR = LIGHTNING_SLOTS_DIR
 """The hidden directory beside the checkpoints that holds their slots."""
 
 log = logging.getLogger("statecraft.lightning")
@@ -237,32 +245,23 @@ def committed_checkpoint_file(path: str | os.PathLike[str]) -> str:
     return address.store.abspath(f"{verdict.unit}/{CHECKPOINT_FILE}")
 
 
-def _slot_candidates(directory: str) -> list[tuple[int, float, str, SlotAddress]]:
-    """Every slot of the checkpoints in ``directory`` (under ``.statecraft/``, and legacy
-    slot directories beside them) whose newest generation verifies shallowly (sizes), as
-    ``(step, generation mtime, familiar path, address)``. Reads only."""
-    roots = [(posixpath.join(directory, SLOTS_DIR), False), (directory, True)]
-    out: list[tuple[int, float, str, SlotAddress]] = []
-    for root, legacy in roots:
-        if not os.path.isdir(root):
+def _committed_slots(directory: str) -> list[Slot]:
+    """The slots of the checkpoints in ``directory`` whose newest generation verifies
+    shallowly (sizes), newest first (the catalog's listing); each slot without one is logged
+    at WARNING. Reads only."""
+    committed = []
+    for slot in lightning_slots(directory):
+        if slot.verdict is None:
+            where = posixpath.join(slot.root, slot.name)
+            log.warning("passed over %s: no committed generation (%s)", where,
+                        _describe_passed(slot.passed))  # fmt: skip
             continue
-        store = LocalStore(root)
-        for name in sorted(store.list("")):
-            full = store.abspath(name)
-            if name == SLOTS_DIR or os.path.islink(full) or not os.path.isdir(full):
-                continue  # a save_last="link" symlink names a slot listed under its own name
-            if not generation_units(store, name):
-                continue
-            familiar = posixpath.join(directory, name)
-            verdict, passed = newest_generation(store, name, deep=False, settle=False)
-            if verdict is None or verdict.manifest is None:
-                log.warning("passed over %s: no committed generation (%s)", full,
-                            _describe_passed(passed))  # fmt: skip
-                continue
-            step = verdict.manifest.step if verdict.manifest.step is not None else -1
-            address = SlotAddress(familiar, familiar, root, name, legacy)
-            out.append((step, os.stat(store.abspath(verdict.unit)).st_mtime, familiar, address))
-    return out
+        committed.append(slot)
+    return committed
+
+
+def _address(slot: Slot) -> SlotAddress:
+    return SlotAddress(slot.familiar, slot.familiar, slot.root, slot.name, slot.legacy)
 
 
 def last_committed_checkpoint(dirpath: str | os.PathLike[str]) -> str | None:
@@ -281,13 +280,14 @@ def last_committed_checkpoint(dirpath: str | os.PathLike[str]) -> str | None:
     root = _local_path(dirpath, what="checkpoint directory")
     if not os.path.isdir(root):
         return None
-    candidates = sorted(_slot_candidates(root), key=lambda c: (c[0], c[1]), reverse=True)
-    for step, _, familiar, address in candidates:
+    for slot in _committed_slots(root):
+        address = _address(slot)
         verdict, _passed = newest_generation(address.store, address.slot, deep=True, log=log)
         if verdict is not None:
-            log.info("newest committed Lightning checkpoint: %s (step %s)", familiar, step)
-            return familiar
-        log.warning("passed over %s: no generation verifies on a deep check", familiar)
+            log.info("newest committed Lightning checkpoint: %s (step %s)", slot.familiar,
+                     slot.step if slot.step >= 0 else None)  # fmt: skip
+            return slot.familiar
+        log.warning("passed over %s: no generation verifies on a deep check", slot.familiar)
     return None
 
 
@@ -315,14 +315,15 @@ def automatic_fallback(address: SlotAddress) -> str | None:
     if hpc is not None:
         number = int(hpc.group(1))
         siblings = []
-        for _, _, familiar, sibling in _slot_candidates(directory):
-            match = _HPC.match(sibling.slot)
+        for slot in _committed_slots(directory):
+            match = _HPC.match(slot.name)
             if match is not None and int(match.group(1)) < number:
-                siblings.append((int(match.group(1)), familiar, sibling))
-        for _, familiar, sibling in sorted(siblings, key=lambda c: c[0], reverse=True):
+                siblings.append((int(match.group(1)), slot))
+        for _, slot in sorted(siblings, key=lambda c: c[0], reverse=True):
+            sibling = _address(slot)
             verdict, _ = newest_generation(sibling.store, sibling.slot, deep=True, log=log)
             if verdict is not None:
-                return familiar
+                return slot.familiar
         return None
     if _LAST.match(name) is not None:
         return last_committed_checkpoint(directory)
