@@ -54,7 +54,8 @@ def _module_class(package: str) -> Any:
         def _data(self) -> Any:
             gen = torch.Generator().manual_seed(3)
             data = torch.utils.data.TensorDataset(
-                torch.randn(4 * BATCHES, 4, generator=gen), torch.randn(4 * BATCHES, 1, generator=gen)
+                torch.randn(4 * BATCHES, 4, generator=gen),
+                torch.randn(4 * BATCHES, 1, generator=gen),
             )
             return torch.utils.data.DataLoader(data, batch_size=4)
 
@@ -118,7 +119,7 @@ class TestListing:
         """best("val_loss", "min") is the checkpoint Lightning's best_model_path names (the
         path itself and the committed file its link opens), with best_model_score; the
         listing holds the top-2 and last.ckpt, each committed, newest first."""
-        _, ckpts, trainer, checkpoint = fitted
+        _, ckpts, _trainer, checkpoint = fitted
         listed = sc.checkpoints(ckpts)
         best = listed.best("val_loss", "min")
         assert best is not None
@@ -129,7 +130,8 @@ class TestListing:
         assert best.metrics["val_loss"] == min(VAL_LOSS)
         assert best.step == (VAL_LOSS.index(min(VAL_LOSS)) + 1) * BATCHES
         worst_kept = listed.best("val_loss", "max")
-        assert worst_kept is not None and worst_kept.metrics["val_loss"] == sorted(VAL_LOSS)[1]
+        assert worst_kept is not None
+        assert worst_kept.metrics["val_loss"] == sorted(VAL_LOSS)[1]
         assert {p.path.name for p in listed} == {
             os.path.basename(p) for p in checkpoint.best_k_models
         } | {"last.ckpt"}
@@ -149,7 +151,8 @@ class TestListing:
         assert latest.step == saved_step == max(listed.steps) > 0
         assert last_committed_checkpoint(ckpts) == str(latest.path)
         best = listed.best("val_loss")
-        assert best is not None and listed.step(best.step).path == best.path
+        assert best is not None
+        assert listed.step(best.step).path == best.path
         for info in listed:
             assert info.size_bytes == os.path.getsize(info.unit / CHECKPOINT_FILE)
             assert info.metrics == {} or info.path.name != "last.ckpt"
