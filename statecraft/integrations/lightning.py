@@ -42,7 +42,6 @@ either ``Trainer`` accepts it. Requires ``pip install 'statecraft[lightning]'``.
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
 from collections.abc import Callable
@@ -56,7 +55,6 @@ from statecraft.checkpoint.async_writes.staging import (
     isolation_problem,
 )
 from statecraft.checkpoint.async_writes.write_slot import PendingSave, WriteSlot
-from statecraft.checkpoint.catalog_api.unit_layouts import MONITOR_META, MONITOR_SCORE_META
 from statecraft.checkpoint.units import UnitReport
 from statecraft.errors import UnitError, UnitNotCommittedError
 from statecraft.integrations.lightning_bases import CheckpointIO, register_everywhere
@@ -68,6 +66,7 @@ from statecraft.integrations.lightning_slots import (
     automatic_fallback,
     committed_checkpoint_file,
     last_committed_checkpoint,
+    monitor_meta,
     newest_slot_generation,
     published_unit,
     slot_address,
@@ -98,30 +97,6 @@ def _torch_payload(obj: Any) -> Callable[[BinaryIO], None]:
     return write
 
 
-def _monitor_score(checkpoint: dict[str, Any], address: SlotAddress) -> tuple[str, float] | None:
-    """The ``ModelCheckpoint`` monitor and score of the checkpoint being saved at
-    ``address``: the callback state (``checkpoint["callbacks"]``) whose ``best_k_models``
-    holds this path (Lightning records the score there before it saves the top-k checkpoint;
-    a ``last.ckpt`` is in none). ``None`` without one, or for a non-finite score."""
-    callbacks = checkpoint.get("callbacks")
-    for state in callbacks.values() if isinstance(callbacks, dict) else ():
-        monitor = state.get("monitor") if isinstance(state, dict) else None
-        best_k = state.get("best_k_models") if isinstance(state, dict) else None
-        if not isinstance(monitor, str) or not monitor or not isinstance(best_k, dict):
-            continue
-        for path, score in best_k.items():
-            if not isinstance(path, str) or "://" in path:
-                continue
-            if os.path.normpath(os.path.abspath(path)) != address.path:
-                continue
-            try:
-                value = float(score.item() if isinstance(score, torch.Tensor) else score)
-            except (TypeError, ValueError, RuntimeError):
-                return None
-            return (monitor, value) if math.isfinite(value) else None
-    return None
-
-
 def _step_meta(checkpoint: dict[str, Any], address: SlotAddress) -> tuple[int | None, dict]:
     step = checkpoint.get("global_step")
     epoch = checkpoint.get("epoch")
@@ -133,9 +108,7 @@ def _step_meta(checkpoint: dict[str, Any], address: SlotAddress) -> tuple[int | 
     version = checkpoint.get("pytorch-lightning_version")
     if isinstance(version, str):
         meta["lightning_version"] = version
-    scored = _monitor_score(checkpoint, address)
-    if scored is not None:  # statecraft.checkpoints(dirpath) lists it as the metric
-        meta[MONITOR_META], meta[MONITOR_SCORE_META] = scored
+    meta.update(monitor_meta(checkpoint, address.path))  # statecraft.checkpoints' metric
     return (step if isinstance(step, int) else None), meta
 
 

@@ -28,10 +28,12 @@ This module imports no framework: :func:`last_committed_checkpoint` and
 from __future__ import annotations
 
 import logging
+import math
 import os
 import posixpath
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
@@ -39,6 +41,8 @@ from statecraft.checkpoint.catalog_api.unit_layouts import (
     LIGHTNING_FILE,
     LIGHTNING_FRAMEWORK,
     LIGHTNING_SLOTS_DIR,
+    MONITOR_META,
+    MONITOR_SCORE_META,
     Slot,
     lightning_slots,
 )
@@ -54,6 +58,7 @@ __all__ = [
     "automatic_fallback",
     "committed_checkpoint_file",
     "last_committed_checkpoint",
+    "monitor_meta",
     "newest_slot_generation",
     "published_unit",
     "slot_address",
@@ -170,6 +175,34 @@ def slot_address(path: str | os.PathLike[str], *, follow_link: bool) -> SlotAddr
     return SlotAddress(
         path=absolute, familiar=familiar, root=posixpath.join(parent, SLOTS_DIR), slot=name
     )
+
+
+def monitor_meta(checkpoint: Any, path: str) -> dict[str, str | float]:
+    """The ``ModelCheckpoint`` monitor and score of the checkpoint dict ``checkpoint`` being
+    saved at ``path`` (absolute, normalized), as commit-manifest ``meta``
+    (``{"monitor": "val_loss", "monitor_score": 0.41}``): from the callback state
+    (``checkpoint["callbacks"]``) whose ``best_k_models`` holds this path (Lightning records
+    the score there before it saves a top-k checkpoint; a ``last.ckpt`` is in none). ``{}``
+    without one, or for a non-finite score. ``statecraft.checkpoints(dirpath)`` lists it."""
+    callbacks = checkpoint.get("callbacks") if isinstance(checkpoint, dict) else None
+    for state in callbacks.values() if isinstance(callbacks, dict) else ():
+        monitor = state.get("monitor") if isinstance(state, dict) else None
+        best_k = state.get("best_k_models") if isinstance(state, dict) else None
+        if not isinstance(monitor, str) or not monitor or not isinstance(best_k, dict):
+            continue
+        for saved, score in best_k.items():
+            if not isinstance(saved, str) or "://" in saved:
+                continue
+            if posixpath.normpath(os.path.abspath(saved)) != path:
+                continue
+            try:
+                value = float(score)  # a 0-d tensor or a number
+            except (TypeError, ValueError, RuntimeError):
+                return {}
+            return (
+                {MONITOR_META: monitor, MONITOR_SCORE_META: value} if math.isfinite(value) else {}
+            )
+    return {}
 
 
 def _describe_passed(passed: Sequence[UnitVerdict]) -> str:
