@@ -74,6 +74,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "pip install 'statecraft[hf]' (transformers and accelerate)"
     ) from exc
 
+from statecraft.checkpoint.catalog_api.unit_layouts import hf_folders
 from statecraft.checkpoint.units import (
     UnitReport,
     prune_unit,
@@ -85,7 +86,6 @@ from statecraft.integrations.hf_folders import (
     LOG,
     checkpoint_folders,
     folder_store,
-    folders_in,
     last_committed_checkpoint,
     raise_not_committed,
     verified_checkpoint,
@@ -343,7 +343,7 @@ class StatecraftCallback(TrainerCallback):
         best_name = os.path.basename(os.path.normpath(best)) if best else None
         retire: list[str] = []
         aged: list[str] = []  # committed or damaged, oldest first
-        for older_step, name in sorted(folders_in(store)):
+        for older_step, name in sorted(hf_folders(store)):
             if older_step >= step:
                 continue
             verdict = verify_unit(store, name, deep=False)

@@ -1,7 +1,9 @@
 """The ``checkpoint-N`` folders of a Hugging Face ``Trainer``'s ``output_dir``: finding them (by
 N, never by mtime), the newest one that verifies (:func:`last_committed_checkpoint`), and
 checking one explicit folder (:func:`verified_checkpoint`). Reads only, except the fsync of a
-folder returned.
+folder returned. The folders are found by the public catalog's one listing of this layout
+(:func:`statecraft.checkpoint.catalog_api.unit_layouts.hf_folders`, what
+``statecraft.checkpoints(output_dir)`` reads).
 
 :mod:`statecraft.integrations.hf` re-exports the public names beside the callback that seals
 the folders; like it, this module needs the ``statecraft[hf]`` extra (transformers).
@@ -11,11 +13,11 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from typing import NoReturn
 
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from statecraft.checkpoint.catalog_api.unit_layouts import HF_PREFIX, hf_folders
 from statecraft.checkpoint.units import UnitVerdict, newest_committed, verify_unit
 from statecraft.errors import UnitDamagedError, UnitNotCommittedError
 from statecraft.logs import LOGGER_NAME
@@ -25,14 +27,17 @@ __all__ = [
     "LOG",
     "checkpoint_folders",
     "folder_store",
-    "folders_in",
     "last_committed_checkpoint",
     "raise_not_committed",
     "verified_checkpoint",
 ]
 
 LOG = logging.getLogger(f"{LOGGER_NAME}.hf")
-_CHECKPOINT_RE = re.compile(rf"^{PREFIX_CHECKPOINT_DIR}-(\d+)$")
+if PREFIX_CHECKPOINT_DIR != HF_PREFIX:  # pragma: no cover - a transformers that renamed them
+    raise ImportError(
+        f"statecraft.integrations.hf expects the Trainer's folders named {HF_PREFIX}-N, this "
+        f"transformers writes {PREFIX_CHECKPOINT_DIR}-N: upgrade statecraft or pin transformers"
+    )
 
 
 def checkpoint_folders(output_dir: str | os.PathLike[str]) -> list[tuple[int, str]]:
@@ -42,19 +47,7 @@ def checkpoint_folders(output_dir: str | os.PathLike[str]) -> list[tuple[int, st
     output_dir = os.fspath(output_dir)
     if not os.path.isdir(output_dir):
         return []
-    return folders_in(folder_store(output_dir))
-
-
-def folders_in(store: LocalStore) -> list[tuple[int, str]]:
-    """The ``checkpoint-N`` directories at the root of ``store`` as ``(N, name)``, newest
-    first (see :func:`checkpoint_folders`)."""
-    found = []
-    for name in store.list(""):
-        match = _CHECKPOINT_RE.match(name)
-        stat = store.stat(name) if match is not None else None
-        if match is not None and stat is not None and stat.is_dir:
-            found.append((int(match.group(1)), name))
-    return sorted(found, reverse=True)
+    return hf_folders(folder_store(output_dir))
 
 
 def folder_store(output_dir: str) -> LocalStore:
@@ -83,7 +76,7 @@ def last_committed_checkpoint(
     if not os.path.isdir(output_dir):
         return None
     store = folder_store(output_dir)
-    folders = folders_in(store)
+    folders = hf_folders(store)
     if not folders:
         return None
     logger = log if log is not None else LOG

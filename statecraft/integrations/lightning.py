@@ -9,7 +9,9 @@ fsynced), then makes the path itself a link to that committed file
 of that slot. So ``last.ckpt``, rewritten at every save, always names a committed generation,
 and ``torch.load(path)`` / ``load_from_checkpoint(path)`` open it as Lightning users expect. A load
 takes the newest generation that verifies (deep: every digest), logging each newer one it
-passed over; a remove invalidates before it deletes.
+passed over; a remove invalidates before it deletes. The ``ModelCheckpoint`` monitor's score
+of a top-k checkpoint is recorded in its commit manifest, so
+``statecraft.checkpoints(dirpath).best(monitor, mode).path`` is ``best_model_path``.
 
 Call order (Lightning's strategy drives it, rank 0 only):
 
@@ -64,6 +66,7 @@ from statecraft.integrations.lightning_slots import (
     automatic_fallback,
     committed_checkpoint_file,
     last_committed_checkpoint,
+    monitor_meta,
     newest_slot_generation,
     published_unit,
     slot_address,
@@ -105,6 +108,7 @@ def _step_meta(checkpoint: dict[str, Any], address: SlotAddress) -> tuple[int | 
     version = checkpoint.get("pytorch-lightning_version")
     if isinstance(version, str):
         meta["lightning_version"] = version
+    meta.update(monitor_meta(checkpoint, address.path))  # statecraft.checkpoints' metric
     return (step if isinstance(step, int) else None), meta
 
 

@@ -15,6 +15,11 @@ A slot directory at the familiar path itself (the layout of statecraft before th
 still read, written over (migrated) and removed: :attr:`SlotAddress.legacy`. A symlink made
 by ``ModelCheckpoint(save_last="link")`` is followed for reads and never for deletes.
 
+The slots of a directory are listed by the public catalog's one listing of this layout
+(:func:`statecraft.checkpoint.catalog_api.unit_layouts.lightning_slots`, what
+``statecraft.checkpoints(dirpath)`` reads); this module adds the deep verification and the
+durability (settle) a resume needs.
+
 This module imports no framework: :func:`last_committed_checkpoint` and
 :func:`committed_checkpoint_file` work on a checkpoint directory without Lightning installed
 (``statecraft.integrations.lightning`` re-exports both).
@@ -23,18 +28,25 @@ This module imports no framework: :func:`last_committed_checkpoint` and
 from __future__ import annotations
 
 import logging
+import math
 import os
 import posixpath
 import re
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
-from statecraft.checkpoint.units import (
-    UnitVerdict,
-    generation_units,
-    newest_generation,
+from statecraft.checkpoint.catalog_api.unit_layouts import (
+    LIGHTNING_FILE,
+    LIGHTNING_FRAMEWORK,
+    LIGHTNING_SLOTS_DIR,
+    MONITOR_META,
+    MONITOR_SCORE_META,
+    Slot,
+    lightning_slots,
 )
+from statecraft.checkpoint.units import UnitVerdict, newest_generation
 from statecraft.errors import UnitError, UnitNotCommittedError
 from statecraft.storage.local import LocalStore
 
@@ -46,18 +58,19 @@ __all__ = [
     "automatic_fallback",
     "committed_checkpoint_file",
     "last_committed_checkpoint",
+    "monitor_meta",
     "newest_slot_generation",
     "published_unit",
     "slot_address",
 ]
 
-CHECKPOINT_FILE = "checkpoint.pt"
+CHECKPOINT_FILE = LIGHTNING_FILE
 """The payload file of every generation: the checkpoint dict Lightning built."""
 
-FRAMEWORK = "lightning"
+FRAMEWORK = LIGHTNING_FRAMEWORK
 """The ``framework`` recorded in every generation's commit manifest."""
 
-SLOTS_DIR = ".statecraft"
+SLOTS_DIR = LIGHTNING_SLOTS_DIR
 """The hidden directory beside the checkpoints that holds their slots."""
 
 log = logging.getLogger("statecraft.lightning")
@@ -164,6 +177,34 @@ def slot_address(path: str | os.PathLike[str], *, follow_link: bool) -> SlotAddr
     )
 
 
+def monitor_meta(checkpoint: Any, path: str) -> dict[str, str | float]:
+    """The ``ModelCheckpoint`` monitor and score of the checkpoint dict ``checkpoint`` being
+    saved at ``path`` (absolute, normalized), as commit-manifest ``meta``
+    (``{"monitor": "val_loss", "monitor_score": 0.41}``): from the callback state
+    (``checkpoint["callbacks"]``) whose ``best_k_models`` holds this path (Lightning records
+    the score there before it saves a top-k checkpoint; a ``last.ckpt`` is in none). ``{}``
+    without one, or for a non-finite score. ``statecraft.checkpoints(dirpath)`` lists it."""
+    callbacks = checkpoint.get("callbacks") if isinstance(checkpoint, dict) else None
+    for state in callbacks.values() if isinstance(callbacks, dict) else ():
+        monitor = state.get("monitor") if isinstance(state, dict) else None
+        best_k = state.get("best_k_models") if isinstance(state, dict) else None
+        if not isinstance(monitor, str) or not monitor or not isinstance(best_k, dict):
+            continue
+        for saved, score in best_k.items():
+            if not isinstance(saved, str) or "://" in saved:
+                continue
+            if posixpath.normpath(os.path.abspath(saved)) != path:
+                continue
+            try:
+                value = float(score)  # a 0-d tensor or a number
+            except (TypeError, ValueError, RuntimeError):
+                return {}
+            return (
+                {MONITOR_META: monitor, MONITOR_SCORE_META: value} if math.isfinite(value) else {}
+            )
+    return {}
+
+
 def _describe_passed(passed: Sequence[UnitVerdict]) -> str:
     return "; ".join(f"{v.unit}: {v.state} ({v.reason})" for v in passed)
 
@@ -237,32 +278,23 @@ def committed_checkpoint_file(path: str | os.PathLike[str]) -> str:
     return address.store.abspath(f"{verdict.unit}/{CHECKPOINT_FILE}")
 
 
-def _slot_candidates(directory: str) -> list[tuple[int, float, str, SlotAddress]]:
-    """Every slot of the checkpoints in ``directory`` (under ``.statecraft/``, and legacy
-    slot directories beside them) whose newest generation verifies shallowly (sizes), as
-    ``(step, generation mtime, familiar path, address)``. Reads only."""
-    roots = [(posixpath.join(directory, SLOTS_DIR), False), (directory, True)]
-    out: list[tuple[int, float, str, SlotAddress]] = []
-    for root, legacy in roots:
-        if not os.path.isdir(root):
+def _committed_slots(directory: str) -> list[Slot]:
+    """The slots of the checkpoints in ``directory`` whose newest generation verifies
+    shallowly (sizes), newest first (the catalog's listing); each slot without one is logged
+    at WARNING. Reads only."""
+    committed = []
+    for slot in lightning_slots(directory):
+        if slot.verdict is None:
+            where = posixpath.join(slot.root, slot.name)
+            log.warning("passed over %s: no committed generation (%s)", where,
+                        _describe_passed(slot.passed))  # fmt: skip
             continue
-        store = LocalStore(root)
-        for name in sorted(store.list("")):
-            full = store.abspath(name)
-            if name == SLOTS_DIR or os.path.islink(full) or not os.path.isdir(full):
-                continue  # a save_last="link" symlink names a slot listed under its own name
-            if not generation_units(store, name):
-                continue
-            familiar = posixpath.join(directory, name)
-            verdict, passed = newest_generation(store, name, deep=False, settle=False)
-            if verdict is None or verdict.manifest is None:
-                log.warning("passed over %s: no committed generation (%s)", full,
-                            _describe_passed(passed))  # fmt: skip
-                continue
-            step = verdict.manifest.step if verdict.manifest.step is not None else -1
-            address = SlotAddress(familiar, familiar, root, name, legacy)
-            out.append((step, os.stat(store.abspath(verdict.unit)).st_mtime, familiar, address))
-    return out
+        committed.append(slot)
+    return committed
+
+
+def _address(slot: Slot) -> SlotAddress:
+    return SlotAddress(slot.familiar, slot.familiar, slot.root, slot.name, slot.legacy)
 
 
 def last_committed_checkpoint(dirpath: str | os.PathLike[str]) -> str | None:
@@ -281,13 +313,14 @@ def last_committed_checkpoint(dirpath: str | os.PathLike[str]) -> str | None:
     root = _local_path(dirpath, what="checkpoint directory")
     if not os.path.isdir(root):
         return None
-    candidates = sorted(_slot_candidates(root), key=lambda c: (c[0], c[1]), reverse=True)
-    for step, _, familiar, address in candidates:
+    for slot in _committed_slots(root):
+        address = _address(slot)
         verdict, _passed = newest_generation(address.store, address.slot, deep=True, log=log)
         if verdict is not None:
-            log.info("newest committed Lightning checkpoint: %s (step %s)", familiar, step)
-            return familiar
-        log.warning("passed over %s: no generation verifies on a deep check", familiar)
+            log.info("newest committed Lightning checkpoint: %s (step %s)", slot.familiar,
+                     slot.step if slot.step >= 0 else None)  # fmt: skip
+            return slot.familiar
+        log.warning("passed over %s: no generation verifies on a deep check", slot.familiar)
     return None
 
 
@@ -315,14 +348,15 @@ def automatic_fallback(address: SlotAddress) -> str | None:
     if hpc is not None:
         number = int(hpc.group(1))
         siblings = []
-        for _, _, familiar, sibling in _slot_candidates(directory):
-            match = _HPC.match(sibling.slot)
+        for slot in _committed_slots(directory):
+            match = _HPC.match(slot.name)
             if match is not None and int(match.group(1)) < number:
-                siblings.append((int(match.group(1)), familiar, sibling))
-        for _, familiar, sibling in sorted(siblings, key=lambda c: c[0], reverse=True):
+                siblings.append((int(match.group(1)), slot))
+        for _, slot in sorted(siblings, key=lambda c: c[0], reverse=True):
+            sibling = _address(slot)
             verdict, _ = newest_generation(sibling.store, sibling.slot, deep=True, log=log)
             if verdict is not None:
-                return familiar
+                return slot.familiar
         return None
     if _LAST.match(name) is not None:
         return last_committed_checkpoint(directory)

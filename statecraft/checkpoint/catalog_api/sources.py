@@ -23,7 +23,8 @@ __all__ = ["CheckpointsDir", "resolve"]
 _FS = OsFilesystem()
 _KINDS = (
     "an output root with one run, a run dir <root>/<project>/<group>/<name>, an attempt dir "
-    "<run dir>/<RUN_TS>, or a checkpoints/ dir"
+    "<run dir>/<RUN_TS>, a checkpoints/ dir, a Lightning ModelCheckpoint dirpath or a Hugging "
+    "Face output_dir holding a committed checkpoint"
 )
 
 

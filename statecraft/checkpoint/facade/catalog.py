@@ -14,6 +14,8 @@ import os
 from typing import Any
 
 from statecraft.checkpoint.catalog_api import CheckpointList, list_checkpoints, parse_which
+from statecraft.checkpoint.catalog_api.unit_layouts import unit_layout
+from statecraft.checkpoint.catalog_api.unit_weights import load_unit_weights
 from statecraft.checkpoint.facade.checkpointer import Checkpointer
 from statecraft.checkpoint.resume.eval_load import LoadedCheckpoint
 from statecraft.checkpoint.resume.eval_load import load_weights as _load_newest
@@ -25,9 +27,10 @@ def checkpoints(
     source: str | os.PathLike[str] | Checkpointer, *, verify: str = "stat"
 ) -> CheckpointList:
     """The committed checkpoints of a run: ``source`` is an output root holding one run, a
-    run dir ``<root>/<project>/<group>/<name>``, an attempt dir, a ``checkpoints/`` dir, or a
+    run dir ``<root>/<project>/<group>/<name>``, an attempt dir, a ``checkpoints/`` dir, a
     ``Checkpointer`` (its run dir: what is committed on disk now, a pending asynchronous save
-    not yet). Reads only.
+    not yet), a Lightning ``ModelCheckpoint.dirpath`` or a Hugging Face ``output_dir`` (their
+    committed units). Reads only.
 
     Args:
         verify: ``"stat"`` (default: manifests, sizes, ``trainer.pt``; nothing hashed),
@@ -56,7 +59,9 @@ def load_weights(
     which: str | int = "latest",
 ) -> LoadedCheckpoint:
     """Load a checkpoint's weights into ``model`` (see
-    :func:`statecraft.checkpoint.resume.eval_load.load_weights` for ``source`` and the checks).
+    :func:`statecraft.checkpoint.resume.eval_load.load_weights` for ``source`` and the checks;
+    a Lightning ``dirpath`` or an HF ``output_dir`` loads a committed unit's weights:
+    :mod:`statecraft.checkpoint.catalog_api.unit_weights`).
 
     Args:
         verify: ``"digest"`` or ``"size"``.
@@ -70,6 +75,10 @@ def load_weights(
         nothing matches ``which``.
     """
     parse_which(which)  # a malformed selection is refused before anything is read
+    layout = unit_layout(source) if isinstance(source, str | os.PathLike) else None
+    if layout is not None:
+        unit = load_unit_weights(model, source, layout, which=which, verify=verify)
+        return LoadedCheckpoint(str(unit.unit), unit.step, {}, "checkpoint")
     if which == "latest":
         return _load_newest(model, source, verify=verify)
     chosen = list_checkpoints(source).select(which)

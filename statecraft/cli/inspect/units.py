@@ -4,26 +4,38 @@ old-layout slot directory), a Hugging Face ``output_dir`` (``checkpoint-N`` fold
 checkpoint (a ``*.ckpt`` link or slot, a ``checkpoint-N`` folder) or any single committed unit
 (a directory holding ``.statecraft-commit.json``). Reads only, through the read-only
 filesystem: each unit is verified as the integration's loader does (sizes; digests with
-``--verify``) and never settled.
+``--verify``) and never settled. The slots and folders are found by the catalog's one listing
+of these layouts (:mod:`statecraft.checkpoint.catalog_api.unit_layouts`), the one
+``statecraft.checkpoints`` and the integrations read.
 """
 
 from __future__ import annotations
 
-import os
 import posixpath
-import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from statecraft.checkpoint.units import UNIT_MANIFEST_NAME, UnitVerdict, unit_files, verify_unit
+from statecraft.checkpoint.catalog_api.unit_layouts import (
+    LIGHTNING_SLOTS_DIR,
+    hf_folders,
+    lightning_slots,
+)
+from statecraft.checkpoint.units import (
+    UNIT_MANIFEST_NAME,
+    UnitVerdict,
+    generation_units,
+    newest_committed,
+    unit_files,
+    verify_unit,
+)
 from statecraft.cli.inspect.disk import FS, is_dir
-from statecraft.integrations.lightning_slots import SLOTS_DIR, published_unit
+from statecraft.integrations.lightning_slots import published_unit
 from statecraft.storage.local import LocalStore
 
 __all__ = ["units_lines", "units_report"]
 
-_GENERATION = re.compile(r"^g\d{8}$")
-_HF = re.compile(r"^checkpoint-(\d+)$")
+SLOTS_DIR = LIGHTNING_SLOTS_DIR
 
 
 def _store(root: Path) -> LocalStore:
@@ -31,7 +43,7 @@ def _store(root: Path) -> LocalStore:
 
 
 def _generations(slot: Path) -> list[str]:
-    return sorted((n for n in FS.listdir(str(slot)) if _GENERATION.match(n)), reverse=True)
+    return generation_units(_store(slot.parent), slot.name) if is_dir(slot.parent) else []
 
 
 def _entry(name: str, path: str, verdict: UnitVerdict | None, store: LocalStore) -> dict:
@@ -57,18 +69,23 @@ def _entry(name: str, path: str, verdict: UnitVerdict | None, store: LocalStore)
     }
 
 
-def _slot_entry(directory: Path, name: str, slot_root: Path, deep: bool) -> dict:
-    """One Lightning checkpoint: the newest generation of its slot that verifies, the newer
-    ones passed over, and the generation the link at the familiar path names."""
+def _slot_entry(
+    directory: Path,
+    name: str,
+    slot_root: Path,
+    found: tuple[UnitVerdict | None, Sequence[UnitVerdict]] | None = None,
+    deep: bool = False,
+) -> dict:
+    """One Lightning checkpoint: the newest generation of its slot that verifies (``found``,
+    as the listing gave it, or verified here), the newer ones passed over, and the
+    generation the link at the familiar path names."""
     store = _store(slot_root)
-    passed: list[dict] = []
-    chosen = None
-    for generation in _generations(slot_root / name):
-        verdict = verify_unit(store, f"{name}/{generation}", deep=deep)
-        if verdict.committed:
-            chosen = verdict
-            break
-        passed.append({"name": generation, "state": verdict.state, "reason": verdict.reason})
+    if found is None:
+        found = newest_committed(store, generation_units(store, name), deep=deep, settle=False)
+    chosen, over = found
+    passed = [
+        {"name": posixpath.basename(v.unit), "state": v.state, "reason": v.reason} for v in over
+    ]
     entry = _entry(name, str(directory / name), chosen, store)
     if chosen is None:
         entry["reason"] = "no generation verifies" if passed else "no generation directories"
@@ -79,29 +96,18 @@ def _slot_entry(directory: Path, name: str, slot_root: Path, deep: bool) -> dict
 
 
 def _lightning(directory: Path, deep: bool) -> list[dict]:
-    entries = []
-    slots = directory / SLOTS_DIR
-    if is_dir(slots):
-        for name in sorted(FS.listdir(str(slots))):
-            if is_dir(slots / name) and not os.path.islink(slots / name):
-                entries.append(_slot_entry(directory, name, slots, deep))
-    for name in sorted(FS.listdir(str(directory))):  # old-layout slot directories
-        path = directory / name
-        if name != SLOTS_DIR and is_dir(path) and not os.path.islink(path) and _generations(path):
-            entries.append(_slot_entry(directory, name, directory, deep))
-    return entries
+    slots = sorted(lightning_slots(directory, deep=deep, fs=FS), key=lambda s: (s.legacy, s.name))
+    return [
+        _slot_entry(directory, slot.name, Path(slot.root), (slot.verdict, slot.passed))
+        for slot in slots
+    ]
 
 
 def _hf(directory: Path, deep: bool) -> list[dict]:
     store = _store(directory)
-    found = sorted(
-        (int(m.group(1)), m.group(0))
-        for m in (_HF.match(n) for n in FS.listdir(str(directory)))
-        if m is not None and is_dir(directory / m.group(0))
-    )
     return [
         _entry(name, str(directory / name), verify_unit(store, name, deep=deep), store)
-        for _, name in reversed(found)
+        for _, name in hf_folders(store)
     ]
 
 
@@ -122,7 +128,8 @@ def units_report(target: Path, *, verify: bool) -> dict[str, Any] | None:
         slots = target.parent / SLOTS_DIR
         if not is_dir(slots / target.name):
             return None
-        framework, entries = "lightning", [_slot_entry(target.parent, target.name, slots, deep)]
+        framework = "lightning"
+        entries = [_slot_entry(target.parent, target.name, slots, deep=deep)]
     elif FS.stat(str(target / UNIT_MANIFEST_NAME)) is not None:
         store = _store(target.parent)
         framework = "unit"
@@ -131,7 +138,7 @@ def units_report(target: Path, *, verify: bool) -> dict[str, Any] | None:
     elif _generations(target):  # one slot (old layout, or .statecraft/<name>)
         directory = target.parent.parent if target.parent.name == SLOTS_DIR else target.parent
         framework = "lightning"
-        entries = [_slot_entry(directory, target.name, target.parent, deep)]
+        entries = [_slot_entry(directory, target.name, target.parent, deep=deep)]
     else:
         framework, entries = "lightning", _lightning(target, deep)
         if not entries:
