@@ -127,8 +127,8 @@ def test_the_recorded_cadence_and_version_are_compared_on_resume() -> None:
     moved = {**mine.state_dict(), "reference_update_every": 50}
     with pytest.raises(TrainerStateError, match=r"reference_update_every: saved 50.*init_from"):
         mine.load_state_dict(moved)
-    with pytest.raises(TrainerStateError, match=r"version 2.*init_from"):
-        mine.load_state_dict({**mine.state_dict(), "version": 2})
+    with pytest.raises(TrainerStateError, match=r"version 3.*init_from"):
+        mine.load_state_dict({**mine.state_dict(), "version": 3})
 
 
 def test_a_source_that_does_not_fit_fails_the_start(base: Path, tmp_path: Path) -> None:

@@ -50,7 +50,7 @@ from statecraft.checkpoint.facade.resume_run import run_resume
 from statecraft.checkpoint.facade.step import StepEnd
 from statecraft.checkpoint.facade.step_saver import StepSaver
 from statecraft.checkpoint.facade.stopping import finalize_run, poll_stop, refuse_after_stop
-from statecraft.checkpoint.facade.tracking import register, register_copies
+from statecraft.checkpoint.facade.tracking import record_outcome, register, register_copies
 from statecraft.checkpoint.facade.validation_resume import register_evaluation
 from statecraft.checkpoint.kernel.evaluation import Evaluator
 from statecraft.checkpoint.kernel.layout import RunIdentity
@@ -59,7 +59,6 @@ from statecraft.checkpoint.retention.run import RetentionPlan
 from statecraft.checkpoint.save.saving import SaveReport
 from statecraft.checkpoint.state import Outcome, SchedulerIdentity
 from statecraft.checkpoint.triggers import SaveTrigger
-from statecraft.errors import TrackingError
 from statecraft.parallel.collectives import Collective
 from statecraft.storage.filesystem import Filesystem
 
@@ -153,6 +152,8 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
         reference: Any = None,
         reference_update_every: int = 0,
         data_identity: Any = None,
+        ema: Any = None,
+        ema_updates: bool = True,
     ) -> None:
         """Register the objects whose state makes an exact-resume checkpoint.
 
@@ -170,8 +171,10 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
                 and restored with the rest, all or nothing. A resume refuses a checkpoint that
                 saved another set of names.
             reference, reference_update_every: a frozen reference model (``0``; never saved:
-                build it before ``resume()``, which loads ``init_from`` into it on every start;
-                docs/checkpointing.md, "Reference and EMA copies").
+                build it before ``resume()``, which loads ``init_from`` into it on every start).
+            ema: an ``AveragedModel`` of the model, advanced by ``record(APPLIED)`` and saved in
+                ``model.pt``; ``ema_updates=False``: not maintained, not saved (a warning).
+                docs/checkpointing.md, "Reference and EMA copies" and "EMA".
 
         Raises:
             TrackingError: an object lacks ``state_dict`` / ``load_state_dict``, or a
@@ -189,7 +192,12 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
             data_identity=data_identity,
         )
         register_copies(
-            self.run_state, reference=reference, reference_update_every=reference_update_every
+            self.run_context,
+            self.run_state,
+            reference=reference,
+            reference_update_every=reference_update_every,
+            ema=ema,
+            ema_updates=ema_updates,
         )
 
     def validate_with(self, evaluate: Evaluator, *, source: str | None = None) -> None:
@@ -204,27 +212,6 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
                 ``evaluate`` is not callable, or ``source`` is not a non-empty str.
         """
         register_evaluation(self.config, self.run_state, evaluate, source=source)
-
-    @property
-    def loop_state(self) -> dict[str, Any]:
-        """The loop's own values, saved with every checkpoint and restored by ``resume()``.
-
-        A plain dict the loop reads and writes (``ckpt.loop_state["best_val_loss"] = loss``):
-        str keys, values that ``torch.load(weights_only=True)`` reads back (numbers, strings,
-        lists, dicts, tensors such as a prefetched batch; a save refuses anything else, naming
-        its key path). Saved from rank 0 (deep-copied at the save) in ``trainer.pt``;
-        ``resume()`` replaces its contents with the saved ones in place.
-        """
-        return self.run_state.tracked.loop_state
-
-    @loop_state.setter
-    def loop_state(self, value: dict[str, Any]) -> None:
-        if type(value) is not dict:
-            raise TrackingError(
-                f"Checkpointer.loop_state must be a dict; got {type(value).__name__}; assign a "
-                "plain dict, or set keys on the existing one"
-            )
-        self.run_state.tracked.loop_state = value
 
     def wait(self) -> list[SaveReport]:
         """Join every role's background write (every rank calls it): the checkpoints saved
@@ -291,9 +278,9 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
 
     # ------------------------------------------------------------------ steps
     def record(self, outcome: Outcome) -> None:
-        """Advance the update clocks by one microbatch outcome."""
+        """Advance the update clocks by one microbatch outcome (``APPLIED``: and the EMA)."""
         several.refuse_single_model_call(self.run_state, "record()")
-        self.run_state.tracked.clocks.record(outcome)
+        record_outcome(self.run_state, outcome)
 
     def step_end(self, *, epoch: int | None = None) -> StepEnd:
         """Call at every step boundary: runs what is due at a quiescent boundary (a

@@ -7,6 +7,8 @@ the list of the loop's calls.
 
 from __future__ import annotations
 
+from typing import Any
+
 from statecraft.checkpoint.artifacts.saving import ArtifactReport
 from statecraft.checkpoint.config import CheckpointConfig
 from statecraft.checkpoint.facade.run_context import RunContext
@@ -22,6 +24,7 @@ from statecraft.checkpoint.state import UpdateClocks
 from statecraft.checkpoint.stop.records import StopDecision
 from statecraft.checkpoint.stop.termination import TerminationWatch
 from statecraft.engine import RunResult
+from statecraft.errors import TrackingError
 from statecraft.parallel.collectives import Collective
 from statecraft.storage.base import Store
 from statecraft.storage.filesystem import Filesystem
@@ -152,3 +155,24 @@ class CheckpointerViews:
     def stopped(self) -> StopDecision | None:
         """The stop decided at a ``step_end()`` (``None``: none)."""
         return self.run_state.stopped
+
+    @property
+    def loop_state(self) -> dict[str, Any]:
+        """The loop's own values, saved with every checkpoint and restored by ``resume()``.
+
+        A plain dict the loop reads and writes (``ckpt.loop_state["best_val_loss"] = loss``):
+        str keys, values that ``torch.load(weights_only=True)`` reads back (numbers, strings,
+        lists, dicts, tensors such as a prefetched batch; a save refuses anything else, naming
+        its key path). Saved from rank 0 (deep-copied at the save) in ``trainer.pt``;
+        ``resume()`` replaces its contents with the saved ones in place.
+        """
+        return self.run_state.tracked.loop_state
+
+    @loop_state.setter
+    def loop_state(self, value: dict[str, Any]) -> None:
+        if type(value) is not dict:
+            raise TrackingError(
+                f"Checkpointer.loop_state must be a dict; got {type(value).__name__}; assign a "
+                "plain dict, or set keys on the existing one"
+            )
+        self.run_state.tracked.loop_state = value

@@ -7,6 +7,7 @@ Raises :class:`~statecraft.errors.TrackingError` naming the argument and the fix
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from statecraft.errors import TrackingError
@@ -14,6 +15,7 @@ from statecraft.errors import TrackingError
 __all__ = [
     "BUILT_IN_NAMES",
     "init_on_start",
+    "record_outcome",
     "register",
     "register_copies",
     "require_stateful",
@@ -112,20 +114,80 @@ def register(
     tracked.stateful = named
 
 
-def register_copies(state: Any, *, reference: Any, reference_update_every: Any) -> None:
-    """Check and set the model's copies (``track(reference=...)``) on ``state`` (a
-    ``RunState``; after :func:`register`): a tracked reference adds its identity record as the
-    reserved stateful object ``model_roles`` (saved in ``trainer.pt``, compared on resume).
+def register_copies(
+    context: Any,
+    state: Any,
+    *,
+    reference: Any,
+    reference_update_every: Any,
+    ema: Any = None,
+    ema_updates: Any = True,
+) -> None:
+    """Check and set the model's copies (``track(reference=..., ema=...)``) on ``state`` (a
+    ``RunState``; after :func:`register`): a tracked reference or maintained EMA adds the
+    identity record as the reserved stateful object ``model_roles`` (saved in ``trainer.pt``,
+    compared on resume); a maintained EMA is saved in ``model.pt`` (``tracked.ema``). An EMA
+    with ``ema_updates=False`` is neither: rank 0 warns once, here.
 
     Raises:
-        TrackingError / NotSupportedYetError: as ``ModelCopies.of``.
+        TrackingError / NotSupportedYetError: as ``ModelCopies.of``; a maintained EMA with
+            ``checkpoint_format=dcp`` or the object-store primary (not built yet).
     """
     from statecraft.checkpoint.init_from import IDENTITY_NAME, ModelCopies
+    from statecraft.errors import NotSupportedYetError
 
-    copies = ModelCopies.of(reference, reference_update_every)
+    copies = ModelCopies.of(
+        reference,
+        reference_update_every,
+        ema=ema,
+        ema_updates=ema_updates,
+        model=state.tracked.model,
+    )
+    config = context.config
+    if copies.maintained_ema is not None and config.checkpoint_format != "consolidated":
+        raise NotSupportedYetError(
+            "track(ema=...) with checkpoint_format",
+            config.checkpoint_format,
+            "a maintained EMA is saved in model.pt (consolidated format) only; use "
+            "checkpoint_format=consolidated",
+        )
+    if copies.maintained_ema is not None and config.checkpoint_store.backend != "local":
+        raise NotSupportedYetError(
+            "track(ema=...) with checkpoint_store.backend",
+            config.checkpoint_store.backend,
+            "a maintained EMA is saved by the local primary only (upload archives it)",
+        )
+    if ema is not None and copies.maintained_ema is None and context.collective.rank == 0:
+        warnings.warn(
+            f"track(ema=..., ema_updates=False): statecraft does not advance this "
+            f"{type(ema).__name__}, so it is not saved in model.pt, not restored on resume and "
+            "not initialized by init_from (a permanently stale EMA is never published); pass "
+            "ema_updates=True to have record(Outcome.APPLIED) maintain it",
+            UserWarning,
+            stacklevel=3,
+        )
     state.copies = copies
-    if copies.reference is not None:
+    state.tracked.ema = copies.maintained_ema
+    if copies.recorded:
         state.tracked.stateful[IDENTITY_NAME] = copies.identity()
+
+
+def record_outcome(state: Any, outcome: Any) -> None:
+    """``Checkpointer.record``: advance the update clocks by ``outcome``; an applied update
+    also advances a maintained EMA once (:func:`statecraft.checkpoint.init_from.ema.advance`).
+
+    Raises:
+        TrackingError: the loop updated the EMA itself (nothing changed).
+    """
+    from statecraft.checkpoint.init_from.ema import advance
+
+    copies, tracked = state.copies, state.tracked
+    if tracked.ema is None:
+        tracked.clocks.record(outcome)
+        return
+    copies.ema_offset = advance(
+        tracked.ema, tracked.model, tracked.clocks, outcome, copies.ema_offset
+    )
 
 
 def init_on_start(context: Any, state: Any, result: Any) -> None:

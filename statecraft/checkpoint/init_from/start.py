@@ -4,11 +4,12 @@ resume machine has decided and loaded):
 ========================  ===========================================================
 the start                 ``init_from`` loads the source's weights into
 ========================  ===========================================================
-fresh (nothing resumed)   the model and the frozen reference
+fresh (nothing resumed)   the model, the frozen reference and the maintained EMA
+                          (through its ``module``; ``n_averaged`` is left alone)
 resumed (a checkpoint)    the frozen reference only: the checkpoint wins for the
-                          model; the frozen reference is never saved, so it is
-                          loaded from the base on every start, resumed windows
-                          included
+                          model and the EMA (saved in ``model.pt``); the frozen
+                          reference is never saved, so it is loaded from the base
+                          on every start, resumed windows included
 ========================  ===========================================================
 
 Skipping the frozen reference on a resumed window is the bug the reference contract records
@@ -42,7 +43,12 @@ def targets_at_start(resumed: bool, model: Any, copies: ModelCopies) -> list[tup
     """The ``(role, module)`` pairs ``init_from`` loads at a start (see the module table)."""
     frozen = copies.reference is not None and copies.reference_update_every == 0
     reference = [("reference", copies.reference)] if frozen else []
-    return reference if resumed else [("model", model), *reference]
+    ema = copies.maintained_ema  # a model-provided EMA statecraft does not advance: left alone
+    return (
+        reference
+        if resumed
+        else [("model", model), *reference, *([("EMA", ema)] if ema is not None else [])]
+    )
 
 
 def apply_on_start(
