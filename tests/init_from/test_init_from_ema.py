@@ -81,7 +81,8 @@ def test_a_fresh_start_initializes_the_ema_from_the_base(base: Path, tmp_path: P
     sc.init_from(want, base)
     assert same_weights(averaged.module, want)  # the EMA starts at the base, not the raw init
     assert int(averaged.n_averaged) == 0
-    assert ckpt.init_report is not None and ckpt.init_report.targets == 2  # model and EMA
+    assert ckpt.init_report is not None
+    assert ckpt.init_report.targets == 2
     _step(model, optimizer, 0)
     ckpt.record(sc.Outcome.APPLIED)
     assert int(averaged.n_averaged) == 1
@@ -137,8 +138,10 @@ def test_a_refused_resume_leaves_the_model_and_the_ema_untouched(
     ckpt.track(model=model, optimizer=optimizer, ema=averaged)
     with pytest.raises(TrainerStateError, match="init_from"):
         ckpt.resume()
-    assert same_weights(model, before) and same_weights(averaged.module, before)
-    assert int(averaged.n_averaged) == 0 and optimizer.state_dict()["state"] == {}
+    assert same_weights(model, before)
+    assert same_weights(averaged.module, before)
+    assert int(averaged.n_averaged) == 0
+    assert optimizer.state_dict()["state"] == {}
     ckpt.close()
 
 
@@ -173,9 +176,10 @@ def test_only_an_applied_update_advances_the_ema(tmp_path: Path) -> None:
     assert int(averaged.n_averaged) == 2
     averaged.update_parameters(model)  # the loop updating it as well: refused, nothing changes
     step = ckpt.step
-    with pytest.raises(TrackingError, match="remove the loop's ema.update_parameters"):
+    with pytest.raises(TrackingError, match=r"remove the loop's ema\.update_parameters"):
         ckpt.record(sc.Outcome.APPLIED)
-    assert ckpt.step == step and int(averaged.n_averaged) == 3
+    assert ckpt.step == step
+    assert int(averaged.n_averaged) == 3
     ckpt.close()
 
 
@@ -195,7 +199,8 @@ def test_an_ema_the_loop_never_updates_is_not_saved_and_warned_once(tmp_path: Pa
             ckpt.step_end()
         ckpt.close()
     said = [w for w in caught if "ema_updates=False" in str(w.message)]
-    assert len(said) == 1 and "not saved" in str(said[0].message)
+    assert len(said) == 1
+    assert "not saved" in str(said[0].message)
     assert int(averaged.n_averaged) == 0  # statecraft did not advance it
     saved = _latest_model_pt(tmp_path)
     assert not [k for k in saved if k.startswith("@ema.")]
