@@ -1,5 +1,5 @@
-"""``init_from``: a model (and its frozen reference) initialized from a source's weights only, and
-the model's copies a run keeps beside it.
+"""``init_from``: a model (and its frozen reference and maintained EMA) initialized from a
+source's weights only, and the model's copies a run keeps beside it.
 
 - :mod:`.sources`: what a source is (statecraft checkpoint or run, torch state dict file, DCP
   directory, safetensors / Hugging Face directory) and reading its entries lazily;
@@ -7,10 +7,12 @@ the model's copies a run keeps beside it.
 - :mod:`.keys`: the key and shape rule (every key, same shape, or one error listing every
   difference before a tensor changes) and its two opt-ins (wrapper prefixes, target-only LoRA).
 - :mod:`.apply`: :func:`init_from`, the public function, and the all-targets-checked-first load.
-- :mod:`.roles`: the tracked copies (a frozen reference) and their versioned identity, saved as
-  the reserved stateful object ``model_roles``.
-- :mod:`.start`: what a start initializes (a fresh start: model and frozen reference; a resumed
-  one: the frozen reference only), called by ``Checkpointer.resume()``.
+- :mod:`.roles`: the tracked copies (a frozen reference, a maintained EMA) and their versioned
+  identity, saved as the reserved stateful object ``model_roles``.
+- :mod:`.ema`: the maintained EMA (an ``AveragedModel``): what may be tracked, its identity,
+  its advance at ``record(Outcome.APPLIED)``; saved in ``model.pt`` under ``@ema.``.
+- :mod:`.start`: what a start initializes (a fresh start: model, frozen reference and EMA; a
+  resumed one: the frozen reference only), called by ``Checkpointer.resume()``.
 
 Never read: a source's optimizer, clocks, RNG, data cursor or validation state.
 """
