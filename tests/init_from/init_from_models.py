@@ -1,7 +1,6 @@
 """Real parts for the init_from tests: a tiny GPT-2 built from a config (no download; dropout off,
-so a forward is a pure function of the weights), a LoRA wrapper with peft's exact naming (peft
-is not installed in this environment: the wrapper reproduces the entry names and the cold
-``lora_B = 0`` start a ``peft.get_peft_model`` LoRA has), and a committed statecraft base run.
+so a forward is a pure function of the weights), a real ``peft`` LoRA of it, and a committed
+statecraft base run.
 """
 
 from __future__ import annotations
@@ -66,45 +65,23 @@ def same_weights(a: nn.Module, b: nn.Module) -> bool:
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
-class LoraLayer(nn.Module):
-    """peft's ``lora.Linear`` layout over a GPT-2 ``Conv1D``: ``base_layer`` plus
-    ``lora_A.default`` / ``lora_B.default`` (B zero: the adapter starts as a no-op)."""
+def lora(model: Any, *, targets: tuple[str, ...] = ("c_attn",), with_b: bool = True) -> Any:
+    """``peft.get_peft_model`` with a rank-4 LoRA on ``targets`` (GPT-2's ``Conv1D``:
+    ``fan_in_fan_out``): peft's naming (``base_model.model.<...>.base_layer``,
+    ``lora_A.default`` / ``lora_B.default``) and its cold start (``lora_B = 0``: the adapted
+    model starts as the base). ``with_b=False`` removes every ``lora_B``: an incomplete
+    inventory."""
+    import peft
 
-    def __init__(self, base: nn.Module, rank: int = 4, *, with_b: bool = True) -> None:
-        super().__init__()
-        n_in, n_out = base.weight.shape  # Conv1D stores (in, out)
-        self.base_layer = base
-        self.lora_A = nn.ModuleDict({"default": nn.Linear(n_in, rank, bias=False)})
-        self.lora_B = nn.ModuleDict(
-            {"default": nn.Linear(rank, n_out, bias=False)} if with_b else {}
-        )
-        if with_b:
-            nn.init.zeros_(self.lora_B["default"].weight)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.base_layer(x)
-        if "default" in self.lora_B:
-            out = out + self.lora_B["default"](self.lora_A["default"](x))
-        return out
-
-
-class _LoraModel(nn.Module):
-    def __init__(self, model: nn.Module) -> None:
-        super().__init__()
-        self.model = model
-
-
-class PeftLike(nn.Module):
-    """``PeftModel`` naming: ``base_model.model.<...>``; LoRA on every ``attn.c_attn``."""
-
-    def __init__(self, model: Any, *, with_b: bool = True) -> None:
-        super().__init__()
-        for block in model.transformer.h:
-            block.attn.c_attn = LoraLayer(block.attn.c_attn, with_b=with_b)
-        self.base_model = _LoraModel(model)
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.base_model.model(ids).logits
+    config = peft.LoraConfig(
+        r=4, lora_alpha=8, target_modules=list(targets), fan_in_fan_out=True, lora_dropout=0.0
+    )
+    tuned = peft.get_peft_model(model, config)
+    if not with_b:
+        for module in tuned.modules():
+            if isinstance(getattr(module, "lora_B", None), nn.ModuleDict):
+                del module.lora_B["default"]
+    return tuned
 
 
 def base_run(out: Path, *, steps: int = 2) -> Path:

@@ -1,8 +1,10 @@
-"""A LoRA DPO fine-tune of a tiny GPT-2 (built from a config) started with ``init_from`` a
-committed base run (``init_from_lora=true``: the adapters are target-only), against a frozen
-reference, with asynchronous saves at every step, SIGKILLed by the parent right after a step
-and relaunched with the unchanged command: every step's loss and the final weights are
-bit-identical to an uninterrupted run's (both in child processes, one torch thread)."""
+"""A real ``peft`` LoRA DPO fine-tune of a tiny GPT-2 (built from a config, no download) started
+with ``init_from`` a committed base run (``init_from_lora=true``: the adapters are target-only),
+against a frozen reference, with a maintained EMA (``AveragedModel`` with
+``get_ema_multi_avg_fn``) and asynchronous saves at every step, SIGKILLed by the parent right
+after a step and relaunched with the unchanged command: every step's loss, the final weights
+and the final EMA (``n_averaged`` included) are bit-identical to an uninterrupted run's (both in
+child processes, one torch thread)."""
 
 from __future__ import annotations
 
@@ -27,12 +29,12 @@ CHILD = textwrap.dedent(
     import torch
     torch.set_num_threads(1)
     import statecraft as sc
-    from init_from_models import PeftLike, dpo_loss, gpt2, tokens
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+    from init_from_models import dpo_loss, gpt2, lora, tokens
 
     out, base, steps, result = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-    model = PeftLike(gpt2(11))  # the raw experiment init, before init_from
-    for name, parameter in model.named_parameters():
-        parameter.requires_grad_(".lora_" in name)  # only the adapters train
+    model = lora(gpt2(11))  # the raw experiment init, before init_from; adapters train
+    ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(0.9))  # init_from loads it
     reference = gpt2(12).requires_grad_(False)  # rebuilt on every start; init_from loads it
     optimizer = torch.optim.AdamW(
         [p for p in model.parameters() if p.requires_grad], lr=5e-2
@@ -41,7 +43,7 @@ CHILD = textwrap.dedent(
     ckpt = sc.Checkpointer(
         sc.CheckpointConfig.load(None, knobs), run="lora-dpo", output_root=out
     )
-    ckpt.track(model=model, optimizer=optimizer, reference=reference)
+    ckpt.track(model=model, optimizer=optimizer, reference=reference, ema=ema)
     start = ckpt.resume()
     print("resumed", start.step, flush=True)
     for step in range(start.step, steps):
@@ -53,7 +55,8 @@ CHILD = textwrap.dedent(
         ckpt.step_end()
         print("step", step, loss.item().hex(), flush=True)
     ckpt.finalize()
-    torch.save(model.state_dict(), result)
+    averaged = {"ema." + k: v for k, v in ema.state_dict().items()}
+    torch.save({**model.state_dict(), **averaged}, result)
     print("done", flush=True)
     """
 )
@@ -105,3 +108,7 @@ def test_a_killed_lora_fine_tune_resumes_bit_exact(tmp_path: Path) -> None:
     want = torch.load(tmp_path / "whole.pt", weights_only=True)
     assert got.keys() == want.keys()
     assert all(torch.equal(got[k], want[k]) for k in want)
+    assert int(got["ema.n_averaged"]) == STEPS  # advanced once per applied update, resumed
+    lora_b = [k for k in got if ".lora_B." in k and not k.startswith("ema.")]
+    assert lora_b
+    assert not all(torch.equal(got["ema.module." + k], got[k]) for k in lora_b)

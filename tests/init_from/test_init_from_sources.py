@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from init_from_models import PeftLike, base_run, gpt2, same_weights, tokens
+from init_from_models import base_run, gpt2, lora, same_weights, tokens
 
 import statecraft as sc
 from statecraft.errors import CheckpointCorruptError, InitFromError
@@ -138,23 +138,20 @@ def test_target_only_lora_adapters_need_the_opt_in_and_a_complete_inventory(
     base: Path, tmp_path: Path
 ) -> None:
     with pytest.raises(InitFromError, match="lora=True"):
-        sc.init_from(PeftLike(gpt2(1)), base / "final.pt")
-    tuned = PeftLike(gpt2(1))
+        sc.init_from(lora(gpt2(1)), base / "final.pt")
+    tuned = lora(gpt2(1))
     report = sc.init_from(tuned, base / "final.pt", lora=True)
     assert len(report.kept) == 4  # lora_A and lora_B of both blocks' c_attn
     assert all(".lora_" in k for k in report.kept)
     ids = tokens(2, 5)
-    assert torch.equal(tuned(ids), _base_model(base)(ids).logits)  # cold adapters: the base
+    assert torch.equal(tuned(ids).logits, _base_model(base)(ids).logits)  # cold adapters: the base
     # a source that already holds LoRA entries, and a model whose inventory is incomplete
     torch.save(tuned.state_dict(), tmp_path / "tuned.pt")
-    bigger = PeftLike(gpt2(1))
-    bigger.base_model.model.transformer.h[0].mlp.c_fc = type(
-        bigger.base_model.model.transformer.h[0].attn.c_attn
-    )(bigger.base_model.model.transformer.h[0].mlp.c_fc)
+    bigger = lora(gpt2(1), targets=("c_attn", "c_fc"))
     with pytest.raises(InitFromError, match="only when the source holds none"):
         sc.init_from(bigger, tmp_path / "tuned.pt", lora=True)
     with pytest.raises(InitFromError, match="LoRA partner"):
-        sc.init_from(PeftLike(gpt2(1), with_b=False), base / "final.pt", lora=True)
+        sc.init_from(lora(gpt2(1), with_b=False), base / "final.pt", lora=True)
 
 
 def test_copies_are_checked_first_and_loaded_alike(base: Path) -> None:

@@ -30,6 +30,9 @@ def test_the_copies_scenario_keeps_every_guarantee() -> None:
 
 
 def test_a_resume_that_skips_the_copies_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("statecraft.checkpoint.kernel.loading.COPY_ENTRIES", ())
+    # the copies are read and checked, but never applied: the resumed old/ref stay stale
+    monkeypatch.setattr(
+        "statecraft.checkpoint.kernel.loading.copy_steps", lambda tracked, parts: ([], [])
+    )
     report = explore(_scenario(), BOTH, FAST)
     assert "RESUME-EXACT" in report.violated_guarantees()

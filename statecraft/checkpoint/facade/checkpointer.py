@@ -50,7 +50,12 @@ from statecraft.checkpoint.facade.resume_run import run_resume
 from statecraft.checkpoint.facade.step import StepEnd
 from statecraft.checkpoint.facade.step_saver import StepSaver
 from statecraft.checkpoint.facade.stopping import finalize_run, poll_stop, refuse_after_stop
-from statecraft.checkpoint.facade.tracking import refresh_copies, register, register_copies
+from statecraft.checkpoint.facade.tracking import (
+    record_outcome,
+    refresh_copies,
+    register,
+    register_copies,
+)
 from statecraft.checkpoint.facade.validation_resume import register_evaluation
 from statecraft.checkpoint.kernel.evaluation import Evaluator
 from statecraft.checkpoint.kernel.layout import RunIdentity
@@ -155,6 +160,8 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
         old: Any = None,
         old_update_every: int = 0,
         old_refresh: Any = None,
+        ema: Any = None,
+        ema_updates: bool = True,
     ) -> None:
         """Register the objects whose state makes an exact-resume checkpoint.
 
@@ -176,8 +183,10 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
                 every start) or a moving one (``N > 0``: ``ref.pt``, refreshed with
                 ``reference_refresh(model, reference)`` after every N-th applied update).
             old, old_update_every, old_refresh: a moving old policy (``old.pt``, or derived
-                from the policy at a refresh-aligned checkpoint; docs/checkpointing.md, "Old
-                policy" and "Reference policy").
+                from the policy at a refresh-aligned checkpoint).
+            ema: an ``AveragedModel`` of the model, advanced by ``record(APPLIED)`` and saved in
+                ``model.pt``; ``ema_updates=False``: not maintained, not saved (a warning).
+                docs/checkpointing.md: "Reference policy", "Old policy", "EMA".
 
         Raises:
             TrackingError: an object lacks ``state_dict`` / ``load_state_dict``, or a
@@ -194,16 +203,11 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
             stateful=stateful,
             data_identity=data_identity,
         )
-        register_copies(
-            self.run_state,
-            config=self.config,
-            reference=reference,
-            reference_update_every=reference_update_every,
-            reference_refresh=reference_refresh,
-            old=old,
-            old_update_every=old_update_every,
-            old_refresh=old_refresh,
-        )
+        register_copies(self.run_context, self.run_state, reference=reference,
+                        reference_update_every=reference_update_every,
+                        reference_refresh=reference_refresh, old=old,
+                        old_update_every=old_update_every, old_refresh=old_refresh,
+                        ema=ema, ema_updates=ema_updates)  # fmt: skip
 
     def validate_with(self, evaluate: Evaluator, *, source: str | None = None) -> None:
         """Register the loop's evaluation: ``evaluate(step) -> {name: number}`` (raising is a
@@ -283,9 +287,9 @@ class Checkpointer(CheckpointerViews, several.RoleMethods):
 
     # ------------------------------------------------------------------ steps
     def record(self, outcome: Outcome) -> None:
-        """Advance the update clocks by one microbatch outcome."""
+        """Advance the update clocks by one microbatch outcome (``APPLIED``: and the EMA)."""
         several.refuse_single_model_call(self.run_state, "record()")
-        self.run_state.tracked.clocks.record(outcome)
+        record_outcome(self.run_state, outcome)
 
     def step_end(self, *, epoch: int | None = None, iteration: int | None = None,
                  loop_state: Mapping[str, Any] | None = None) -> StepEnd:  # fmt: skip

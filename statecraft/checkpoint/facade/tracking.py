@@ -7,6 +7,7 @@ Raises :class:`~statecraft.errors.TrackingError` naming the argument and the fix
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from statecraft.errors import TrackingError
@@ -14,6 +15,7 @@ from statecraft.errors import TrackingError
 __all__ = [
     "BUILT_IN_NAMES",
     "init_on_start",
+    "record_outcome",
     "refresh_copies",
     "register",
     "register_copies",
@@ -113,35 +115,66 @@ def register(
     tracked.stateful = named
 
 
-def register_copies(state: Any, *, config: Any = None, **copies: Any) -> None:
-    """Check and set the model's copies (``track(reference=..., old=...)``; ``copies``: the
-    keywords of ``ModelCopies.of``) on ``state`` (a ``RunState``; after :func:`register`): a
-    tracked copy adds its identity record as the reserved stateful object ``model_roles``
-    (saved in ``trainer.pt``, compared on resume); a moving one is what ``old.pt`` /
-    ``ref.pt`` hold.
+def register_copies(context: Any, state: Any, **copies: Any) -> None:
+    """Check and set the model's copies (``track(reference=..., old=..., ema=...)``;
+    ``copies``: the keywords of ``ModelCopies.of``) on ``state`` (a ``RunState``; after
+    :func:`register`): a tracked copy or maintained EMA adds the identity record as the reserved
+    stateful object ``model_roles`` (saved in ``trainer.pt``, compared on resume); a moving copy
+    is what ``old.pt`` / ``ref.pt`` hold; a maintained EMA is saved in ``model.pt``
+    (``tracked.ema``). An EMA with ``ema_updates=False`` is neither: rank 0 warns once, here.
 
     Raises:
         TrackingError: as ``ModelCopies.of``.
-        NotSupportedYetError: a moving copy under ``checkpoint_format=dcp`` (or the direct
-            object-store backend): its ``old/`` / ``ref/`` directories are not built yet.
+        NotSupportedYetError: a moving copy or a maintained EMA under
+            ``checkpoint_format=dcp`` (or the direct object-store backend): not built yet.
     """
     from statecraft.checkpoint.init_from import IDENTITY_NAME, ModelCopies
     from statecraft.errors import NotSupportedYetError
 
     reference = copies.pop("reference", None)
-    made = ModelCopies.of(reference, copies.pop("reference_update_every", 0), **copies)
-    if made.moving() and config is not None and config.checkpoint_format == "dcp":
+    made = ModelCopies.of(
+        reference,
+        copies.pop("reference_update_every", 0),
+        model=state.tracked.model,
+        **copies,
+    )
+    config = context.config
+    if made.moving() and config.checkpoint_format == "dcp":
         raise NotSupportedYetError(
             "checkpoint_format",
             config.checkpoint_format,
             "a moving old policy or moving reference is saved to old.pt / ref.pt; DCP old/ and "
             "ref/ directories are not built yet: use checkpoint_format=consolidated",
         )
+    if made.maintained_ema is not None and config.checkpoint_format != "consolidated":
+        raise NotSupportedYetError(
+            "track(ema=...) with checkpoint_format",
+            config.checkpoint_format,
+            "a maintained EMA is saved in model.pt (consolidated format) only; use "
+            "checkpoint_format=consolidated",
+        )
+    if made.maintained_ema is not None and config.checkpoint_store.backend != "local":
+        raise NotSupportedYetError(
+            "track(ema=...) with checkpoint_store.backend",
+            config.checkpoint_store.backend,
+            "a maintained EMA is saved by the local primary only (upload archives it)",
+        )
+    ema = made.ema
+    if ema is not None and made.maintained_ema is None and context.collective.rank == 0:
+        warnings.warn(
+            f"track(ema=..., ema_updates=False): statecraft does not advance this "
+            f"{type(ema).__name__}, so it is not saved in model.pt, not restored on resume and "
+            "not initialized by init_from (a permanently stale EMA is never published); pass "
+            "ema_updates=True to have record(Outcome.APPLIED) maintain it",
+            UserWarning,
+            stacklevel=3,
+        )
     tracked = state.tracked
     state.copies = made
     tracked.copies = made if made.tracked else None
     tracked.old = None if made.old is None else made.old.module
     tracked.ref = None if made.moving_reference is None else made.moving_reference.module
+    tracked.ema = made.maintained_ema
     if made.tracked:
         tracked.stateful[IDENTITY_NAME] = made.identity()
 
@@ -151,6 +184,24 @@ def refresh_copies(state: Any) -> None:
     (``ModelCopies.refresh_due``)."""
     if state.tracked.model is not None:
         state.copies.refresh_due(state.tracked.model, state.step)
+
+
+def record_outcome(state: Any, outcome: Any) -> None:
+    """``Checkpointer.record``: advance the update clocks by ``outcome``; an applied update
+    also advances a maintained EMA once (:func:`statecraft.checkpoint.init_from.ema.advance`).
+
+    Raises:
+        TrackingError: the loop updated the EMA itself (nothing changed).
+    """
+    from statecraft.checkpoint.init_from.ema import advance
+
+    copies, tracked = state.copies, state.tracked
+    if tracked.ema is None:
+        tracked.clocks.record(outcome)
+        return
+    copies.ema_offset = advance(
+        tracked.ema, tracked.model, tracked.clocks, outcome, copies.ema_offset
+    )
 
 
 def init_on_start(context: Any, state: Any, result: Any) -> None:

@@ -1,5 +1,5 @@
-"""``init_from``: a model (and its copies) initialized from a source's weights only, and the
-model's copies a run keeps beside it (a frozen or moving reference, a moving old policy).
+"""``init_from``: a model (and its copies: reference, old policy, maintained EMA) initialized
+from a source's weights only, and the model's copies a run keeps beside it.
 
 - :mod:`.sources`: what a source is (statecraft checkpoint or run, torch state dict file, DCP
   directory, safetensors / Hugging Face directory) and reading its entries lazily;
@@ -10,6 +10,8 @@ model's copies a run keeps beside it (a frozen or moving reference, a moving old
 - :mod:`.roles`: the tracked copies and their versioned identity, saved as the reserved
   stateful object ``model_roles``; :mod:`.moving`: the moving copies (``old.pt``, ``ref.pt``),
   their refresh after applied updates and the versioned ``derived_from_policy`` marker.
+- :mod:`.ema`: the maintained EMA (an ``AveragedModel``): what may be tracked, its identity,
+  its advance at ``record(Outcome.APPLIED)``; saved in ``model.pt`` under ``@ema.``.
 - :mod:`.start`: what a start initializes (a fresh start: model and every copy; a resumed
   one: the frozen reference only), called by ``Checkpointer.resume()``.
 

@@ -1,5 +1,5 @@
-"""The model's copies a run keeps beside it (``Checkpointer.track(reference=..., old=...)``),
-and the versioned identity of how they are kept, recorded in every checkpoint.
+"""The model's copies a run keeps beside it (``Checkpointer.track(reference=..., old=...,
+ema=...)``), and the versioned identity of how they are kept, recorded in every checkpoint.
 
 A **frozen reference** (``reference_update_every=0``, the default) is never saved: the loop
 builds it before ``resume()`` on every start (a copy of the freshly built model), and
@@ -15,10 +15,16 @@ reference** (``reference_update_every=N > 0``) and a **moving old policy** (``ol
 coverage of ``trainer.pt``): version 2 is ``{"version": 2, "reference": "none" | "frozen" |
 "moving", "reference_update_every": N, "old": "none" | "moving", "old_update_every": N,
 "reference_refreshed_at": s | None, "old_refreshed_at": s | None, "old_storage": marker |
-None}``; version 1 (no old policy, no moving reference) is read as before. Exact resume
-compares it with this run's before anything is loaded into the model: a changed cadence, a
-copy added or dropped, or an unknown version fails closed (nothing loaded), naming
-``init_from`` as the way to start a new run from those weights.
+None, "ema": {"mode": "disabled"} | {"mode": "enabled", ...}}``
+(:func:`~statecraft.checkpoint.init_from.ema.ema_identity`); version 1 (no old policy, no
+moving reference, no EMA: ``{"mode": "disabled"}``) is read as before, and a checkpoint
+without the record as no copies. Exact resume compares it with this run's before any
+component is read (:meth:`RolesIdentity.check_saved`): a changed cadence, a copy or a
+maintained EMA added or dropped, a changed EMA averaging or decay, or an unknown version fails
+closed (nothing loaded), naming ``init_from`` as the way to start a new run from those weights.
+
+A **maintained EMA** (:mod:`.ema`) is saved with the weights in ``model.pt`` and advanced by
+``record(Outcome.APPLIED)``.
 """
 
 from __future__ import annotations
@@ -27,20 +33,21 @@ from typing import Any
 
 import attrs
 
+from statecraft.checkpoint.init_from.ema import DISABLED, check_ema, ema_identity
 from statecraft.checkpoint.init_from.moving import (
     MovingCopy,
     check_saved,
     moving_copy,
     storage_marker,
 )
-from statecraft.errors import TrackingError, TrainerStateError
+from statecraft.errors import ResumeError, TrackingError, TrainerStateError
 
 __all__ = ["IDENTITY_NAME", "IDENTITY_VERSION", "ModelCopies", "RolesIdentity"]
 
 #: the reserved stateful name the identity is saved under (no user object may take it)
 IDENTITY_NAME = "model_roles"
 IDENTITY_VERSION = 2
-#: the versions this release reads (1: a frozen reference only)
+#: the versions this release reads (1: a frozen reference only; no EMA)
 READABLE_VERSIONS = (1, 2)
 #: the fields compared on exact resume, and their value in a version-1 record
 _COMPARED = {
@@ -53,7 +60,7 @@ _COMPARED = {
 
 @attrs.define
 class ModelCopies:
-    """The copies registered by ``track(reference=..., old=...)`` (``None``: none).
+    """The copies registered by ``track(reference=..., old=..., ema=...)`` (``None``: none).
 
     Attributes:
         reference: the reference module.
@@ -62,6 +69,10 @@ class ModelCopies:
         old: the moving old policy (``old.pt``), ``None`` when none is tracked.
         old_storage: how the save being captured stores old (set by :meth:`prepare_save`).
         seen_step: the optimizer step of the last boundary (refreshes once per update).
+        ema: the EMA (an ``AveragedModel``) given to ``track``, maintained or not.
+        ema_updates: ``False``: a model-provided EMA statecraft does not advance nor save.
+        ema_offset: ``n_averaged - optimizer_step`` after statecraft's last EMA update in this
+            process (``None``: none yet); :func:`~statecraft.checkpoint.init_from.ema.advance`.
     """
 
     reference: Any = None
@@ -70,6 +81,14 @@ class ModelCopies:
     old: MovingCopy | None = None
     old_storage: dict[str, Any] | None = None
     seen_step: int = 0
+    ema: Any = None
+    ema_updates: bool = True
+    ema_offset: int | None = None
+
+    @property
+    def maintained_ema(self) -> Any:
+        """The EMA statecraft advances, saves and initializes (``None``: none)."""
+        return self.ema if self.ema_updates else None
 
     @classmethod
     def of(
@@ -81,14 +100,30 @@ class ModelCopies:
         old: Any = None,
         old_update_every: Any = 0,
         old_refresh: Any = None,
+        ema: Any = None,
+        ema_updates: Any = True,
+        model: Any = None,
     ) -> ModelCopies:
         """Checked copies.
 
         Raises:
             TrackingError: a copy has no ``state_dict`` / ``load_state_dict``, a cadence is
                 not an int (>= 0 for the reference, >= 1 for old), a refresh is not
-                callable, or a cadence / refresh is given without its copy.
+                callable, or a cadence / refresh is given without its copy; what
+                :func:`~.ema.check_ema` refuses.
         """
+        if ema is not None:
+            check_ema(ema, model, ema_updates)
+            made = cls.of(
+                reference,
+                reference_update_every,
+                reference_refresh=reference_refresh,
+                old=old,
+                old_update_every=old_update_every,
+                old_refresh=old_refresh,
+            )
+            made.ema, made.ema_updates = ema, ema_updates
+            return made
         if type(reference_update_every) is not int or reference_update_every < 0:
             raise TrackingError(
                 f"track(reference_update_every={reference_update_every!r}): an int >= 0 "
@@ -129,7 +164,9 @@ class ModelCopies:
     @property
     def tracked(self) -> bool:
         """Any copy is tracked (the identity record is saved)."""
-        return self.reference is not None or self.old is not None
+        return (
+            self.reference is not None or self.old is not None or self.maintained_ema is not None
+        )
 
     def moving(self) -> tuple[MovingCopy, ...]:
         """The moving copies (old first)."""
@@ -142,8 +179,9 @@ class ModelCopies:
         return RolesIdentity(
             kind,
             self.reference_update_every,
-            "none" if old is None else "moving",
-            0 if old is None else old.every,
+            ema_identity(self.ema, self.ema_updates),
+            old="none" if old is None else "moving",
+            old_update_every=0 if old is None else old.every,
             copies=self,
         )
 
@@ -191,12 +229,19 @@ class ModelCopies:
         copy.refresh(policy, copy.module)
 
 
+_FIX = (
+    "Exact resume continues the same objective only; to start a new run from these "
+    "weights, set init_from=<this checkpoint> in a new run (resume=off or a new name)"
+)
+
+
 @attrs.define
 class RolesIdentity:
     """The stateful record of how the copies are kept (see the module docstring)."""
 
     reference: str
     reference_update_every: int
+    ema: dict[str, Any] = attrs.field(factory=lambda: dict(DISABLED))
     old: str = "none"
     old_update_every: int = 0
     copies: ModelCopies | None = attrs.field(default=None, eq=False, repr=False)
@@ -214,7 +259,33 @@ class RolesIdentity:
             "reference_refreshed_at": None if moving_ref is None else moving_ref.refreshed_at,
             "old_refreshed_at": None if old is None else old.refreshed_at,
             "old_storage": None if copies is None else copies.old_storage,
+            "ema": dict(self.ema),
         }
+
+    def check_saved(self, saved: Any, *, source: str) -> None:
+        """Before any component is read: compare the checkpoint's record (``None``: it saved
+        none, so no copies) with this run's (:meth:`compare`).
+
+        Raises:
+            ResumeError: the checkpoint saved no record (its copies differ from this run's).
+            TrainerStateError: as :meth:`compare`.
+        """
+        if saved is None:
+            raise ResumeError(
+                f"{source}: the checkpoint saved no model_roles record (no reference, old "
+                f"policy or maintained EMA) but this run keeps {self._described()}; exact "
+                f"resume cannot prove those copies were kept. {_FIX}",
+                field="model_roles",
+            )
+        self.compare(saved)
+
+    def _described(self) -> str:
+        parts = [f"a {self.reference} reference"] if self.reference != "none" else []
+        if self.old != "none":
+            parts.append(f"a {self.old} old policy")
+        if self.ema.get("mode") == "enabled":
+            parts.append(f"a maintained EMA ({self.ema})")
+        return " and ".join(parts) or "no copies"
 
     def compare(self, saved: Any) -> None:
         """The checkpoint's record against this run's.
@@ -222,10 +293,7 @@ class RolesIdentity:
         Raises:
             TrainerStateError: an unknown version or a differing field (the fix: init_from).
         """
-        fix = (
-            "Exact resume continues the same objective only; to start a new run from these "
-            "weights, set init_from=<this checkpoint> in a new run (resume=off or a new name)"
-        )
+        fix = _FIX
         if not isinstance(saved, dict) or saved.get("version") not in READABLE_VERSIONS:
             version = saved.get("version") if isinstance(saved, dict) else saved
             raise TrainerStateError(
@@ -233,12 +301,16 @@ class RolesIdentity:
                 f"reads versions {list(READABLE_VERSIONS)}. {fix}",
                 field="model_roles.version",
             )
+        if saved["version"] == 1:  # before the ema field: no maintained EMA
+            saved = {**saved, "ema": dict(DISABLED)}
         mine = self.state_dict()
         problems = [
             f"{key}: saved {saved.get(key, v1)!r}, this run {mine[key]!r}"
             for key, v1 in _COMPARED.items()
             if saved.get(key, v1) != mine[key]
         ]
+        if saved.get("ema") != mine["ema"]:
+            problems.append(f"ema: saved {saved.get('ema')!r}, this run {mine['ema']!r}")
         problems += [
             f"{key}: saved {saved[key]!r}, not a step (an int >= 0) or None"
             for key in ("reference_refreshed_at", "old_refreshed_at")
@@ -246,8 +318,8 @@ class RolesIdentity:
         ]
         if problems:
             raise TrainerStateError(
-                f"trainer.pt: the model's copies are kept differently than when the "
-                f"checkpoint was saved ({'; '.join(problems)}). {fix}",
+                f"trainer.pt: the model's copies (reference, old policy, EMA) are kept "
+                f"differently than when the checkpoint was saved ({'; '.join(problems)}). {fix}",
                 field="model_roles",
                 problems=problems,
             )

@@ -4,12 +4,13 @@ resume machine has decided and loaded):
 ========================  ===========================================================
 the start                 ``init_from`` loads the source's weights into
 ========================  ===========================================================
-fresh (nothing resumed)   the model, the moving old policy and the reference
-                          (frozen or moving)
+fresh (nothing resumed)   the model, the moving old policy, the reference
+                          (frozen or moving) and the maintained EMA (through its
+                          ``module``; ``n_averaged`` is left alone)
 resumed (a checkpoint)    the frozen reference only: the checkpoint wins for the
-                          model and the moving copies; the frozen reference is
-                          never saved, so it is loaded from the base on every
-                          start, resumed windows included
+                          model, the moving copies and the EMA (in ``model.pt``);
+                          the frozen reference is never saved, so it is loaded
+                          from the base on every start, resumed windows included
 ========================  ===========================================================
 
 Skipping the frozen reference on a resumed window is the bug the reference contract records
@@ -47,7 +48,9 @@ def targets_at_start(resumed: bool, model: Any, copies: ModelCopies) -> list[tup
         return reference
     old = [] if copies.old is None else [("old", copies.old.module)]
     moving = [] if frozen or copies.reference is None else [("reference", copies.reference)]
-    return [("model", model), *old, *reference, *moving]
+    ema = copies.maintained_ema  # a model-provided EMA statecraft does not advance: left alone
+    emas = [] if ema is None else [("EMA", ema)]
+    return [("model", model), *old, *reference, *moving, *emas]
 
 
 def apply_on_start(

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from statecraft.checkpoint.kernel.ema_entries import split_ema
 from statecraft.checkpoint.state import optimizer_class_name
 from statecraft.errors import ResumeError, WorldSizeChangedError
 
@@ -218,7 +219,13 @@ def check_fit(tracked: Any, trainer: Any, parts: Any, *, location: str) -> None:
         if parts.model is None:
             problems.append("the checkpoint has no model state for the tracked model")
         else:
-            problems += model_state_problems(tracked.model, parts.model)
+            model_state, ema_state = split_ema(parts.model)
+            problems += model_state_problems(tracked.model, model_state)
+            ema = getattr(tracked, "ema", None)  # a maintained EMA: its entries must be there
+            if ema is not None and ema_state is None:
+                problems.append("model.pt holds no EMA entries for the tracked EMA")
+            elif ema is not None:
+                problems += [f"EMA: {p}" for p in model_state_problems(ema, ema_state)]
     if tracked.optimizer is not None:
         if parts.optimizer is None:
             problems.append("the checkpoint has no optimizer state for the tracked optimizer")

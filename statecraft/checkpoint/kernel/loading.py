@@ -48,6 +48,8 @@ from statecraft.checkpoint.kernel.compatibility import (
     optimizer_state_problems,
 )
 from statecraft.checkpoint.kernel.copy_loading import check_copies, copy_steps
+from statecraft.checkpoint.kernel.ema_entries import split_ema
+from statecraft.checkpoint.kernel.identity_records import RESERVED_RECORDS
 from statecraft.checkpoint.kernel.plan import CHECKPOINT_PLAN, COPY_ENTRIES, DCP_PLAN, PlanEntry
 from statecraft.checkpoint.state import (
     DataState,
@@ -79,8 +81,7 @@ __all__ = [
 ]
 
 _NOTHING_CHANGED = "nothing was loaded: every tracked object is unchanged"
-#: reserved stateful names the facade registers itself, and how a loop registers them
-_TRACKED_AS = {"model_roles": "track(reference=...) as the saving run did"}
+_TRACKED_AS = RESERVED_RECORDS
 
 
 @attrs.frozen
@@ -359,7 +360,13 @@ def load_all_or_nothing(
 
         steps.append(("model", lambda: dcp_state.apply_model_state(tracked.model, parts.model)))
     elif tracked.model is not None:
-        steps.append(("model", lambda: tracked.model.load_state_dict(parts.model)))
+        model_state, ema_state = split_ema(parts.model)  # a maintained EMA's entries: its own
+        ema = getattr(tracked, "ema", None)
+        if ema is not None and ema_state is not None:
+            before_ema = copy.deepcopy(ema.state_dict())
+            steps.append(("EMA", lambda: ema.load_state_dict(ema_state)))
+            undo.append(lambda: ema.load_state_dict(before_ema))
+        steps.append(("model", lambda: tracked.model.load_state_dict(model_state)))
     steps += copies_after  # a copy derived from the policy: rebuilt from the loaded model
     for done, (what, apply) in enumerate(steps):
         try:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterator
+from functools import partial
 
 # Any: the tracked objects and the payloads the plan's producers return (torch state dicts)
 # have no static type; the writer serializes whatever a producer returns.
@@ -51,6 +52,7 @@ from typing import Any
 
 import attrs
 
+from statecraft.checkpoint.kernel.ema_entries import model_payload
 from statecraft.checkpoint.kernel.manifest import SavePlan
 from statecraft.checkpoint.state.safe_values import require_safe
 from statecraft.errors import CheckpointError
@@ -235,8 +237,11 @@ class CheckpointPlan:
                     )
                 out[e.name] = data.to_payload
                 continue
+            produce = obj.state_dict
+            if e.tracked == "model" and getattr(tracked, "ema", None) is not None:
+                produce = partial(model_payload, obj, tracked.ema)  # + the maintained EMA's
             out[e.name] = _checked(
-                obj.state_dict, e.tracked, iteration=getattr(trainer, "optimizer_step", None)
+                produce, e.tracked, iteration=getattr(trainer, "optimizer_step", None)
             )
         return out
 

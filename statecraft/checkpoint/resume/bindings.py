@@ -45,6 +45,7 @@ import attrs
 
 from statecraft.checkpoint.kernel.artifact_catalog import scan_artifacts
 from statecraft.checkpoint.kernel.catalog import CheckpointState, PassedOver, scan
+from statecraft.checkpoint.kernel.identity_records import check_identity_records
 from statecraft.checkpoint.kernel.layout import iter_dirname
 from statecraft.checkpoint.kernel.loading import (
     load_all_or_nothing,
@@ -299,6 +300,7 @@ def load_checkpoint(ctx: ResumeContext) -> None:
         tracked.scheduler_identity,
         source=f"{chosen.location}/trainer.pt",
     )
+    check_identity_records(tracked, trainer, location=chosen.location)  # model_roles: copies
     if tracked.scheduler is not None and trainer.scheduler_state is None:
         raise ResumeError(
             f"{chosen.location}: a scheduler is tracked but the checkpoint saved none; exact "

@@ -54,6 +54,7 @@ import attrs
 
 from statecraft.checkpoint.kernel.artifact_verify import verify_artifact
 from statecraft.checkpoint.kernel.compatibility import check_fit
+from statecraft.checkpoint.kernel.ema_entries import split_ema
 from statecraft.checkpoint.kernel.layout import (
     ARTIFACT_MANIFEST_NAME,
     ARTIFACTS_DIR,
@@ -338,7 +339,7 @@ def load_weights(
             is unchanged).
     """
     chosen = _choose(source, verify)
-    state = chosen.payloads.pop(_MODEL)
+    state, _ = split_ema(chosen.payloads.pop(_MODEL))  # the model's entries, not a tracked EMA's
     location = chosen.location
     check_fit(_Model(model), chosen.trainer, Components(state, None, None), location=location)
     model.load_state_dict(state)
@@ -363,6 +364,7 @@ def read_model_state(
     """
     chosen = _choose(source, verify)
     state = chosen.payloads.pop(_MODEL, None)  # None: a DCP checkpoint (model/ directory)
+    state, _ = split_ema(state)  # the model's own entries (a maintained EMA's: @ema.*)
     loaded = LoadedCheckpoint(chosen.location, chosen.iteration, _loop_state(chosen), chosen.kind)
     return state, loaded
 

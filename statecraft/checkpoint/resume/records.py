@@ -75,6 +75,7 @@ class Tracked:
     optimizer: Any = None
     scheduler: Any = None
     data: Any = None
+    ema: Any = None  # a maintained EMA (track(ema=...)): saved in model.pt with the model's
     data_identity: Any = None  # a DataIdentity the loop declared (statecraft.checkpoint.data)
     scheduler_identity: Any = None
     clocks: UpdateClocks = attrs.field(factory=UpdateClocks)

@@ -74,6 +74,7 @@ def live_state(tracked: Any, produced: Mapping[str, Any]) -> dict[str, Any]:
     live: dict[str, Any] = {
         "model": produced.get("model.pt"),
         "model parameters": _module_tensors(tracked.model),
+        "EMA parameters": _module_tensors(getattr(tracked, "ema", None)),
         "optimizer": produced.get("optim.pt"),
         "trainer": produced.get("trainer.pt"),
         "data": produced.get("data.pt"),
