@@ -41,6 +41,7 @@ __all__ = [
     "inventory_problems",
     "ranks_as_tuple",
     "restore_rng_state",
+    "restore_validated_rng_state",
 ]
 
 RNG_SCHEMA = "statecraft.rng.v1"
@@ -121,10 +122,19 @@ def restore_rng_state(state: dict[str, Any], *, log: logging.Logger | None = Non
     Raises:
         TrainerStateError: the snapshot is malformed; every defect is listed.
     """
-    log = log or _log
     problems = _rank_state_problems(state, "state")
     if problems:
         raise state_error("RNG snapshot", "RNG state", problems, RNG_CORRUPT_FIX)
+    restore_validated_rng_state(state, log=log)
+
+
+def restore_validated_rng_state(
+    state: dict[str, Any], *, log: logging.Logger | None = None
+) -> None:
+    """:func:`restore_rng_state` of a snapshot already validated (one of an
+    :class:`~statecraft.checkpoint.state.rng_inventory.RngInventory`'s ``ranks``, which its
+    construction validated, dry runs included), without validating it again."""
+    log = log or _log
     version, internal, gauss_next = state["python"]
     random.setstate((version, tuple(internal), gauss_next))
     np.random.set_state(_numpy_tuple(state["numpy"]))
