@@ -95,7 +95,7 @@ def capture_rng_state() -> dict[str, Any]:
     if torch.cuda.is_available():
         cuda = [t.detach().cpu().clone() for t in torch.cuda.get_rng_state_all()]
     return {
-        "python": (int(version), tuple(int(x) for x in internal), gauss_next),
+        "python": (int(version), tuple(map(int, internal)), gauss_next),
         "numpy": {
             "kind": str(kind),
             "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64).copy()),
@@ -192,7 +192,8 @@ def _python_problems(value: object, path: str) -> list[str]:
     problems = []
     if not is_int(version):
         problems.append(f"{path}[0]: expected an int version; got {describe(version)}")
-    if not isinstance(internal, tuple | list) or not all(is_int(x) for x in internal):
+    # every element exactly an int (is_int), checked in C: this runs at every resume
+    if not isinstance(internal, tuple | list) or not set(map(type, internal)) <= {int}:
         problems.append(f"{path}[1]: expected a sequence of ints; got {describe(internal)}")
     if gauss_next is not None and type(gauss_next) is not float:
         problems.append(f"{path}[2]: expected a float or None; got {describe(gauss_next)}")
