@@ -72,8 +72,12 @@ def open_attempt(
     *,
     collective: Collective,
     filesystem: Filesystem | None,
+    overlap_lease: bool = False,
 ) -> tuple[RunAttempt, Store, WriterLease | None]:
     """The attempt, its checkpoints store, and rank 0's writer lease (``None`` elsewhere).
+    ``overlap_lease``: on the real filesystem, the lease record is published on a thread
+    (:meth:`WriterLease.publish_in_background`); the caller waits for it
+    (:meth:`WriterLease.publish`) before anything it writes.
 
     Raises:
         WriterLeaseError: (on every rank) another live process owns the attempt.
@@ -100,7 +104,10 @@ def open_attempt(
             # refused (on every rank) when another live process owns the attempt.
             lease = acquire_lease(run_store)
             leases.append(lease)
-            lease.publish()  # so a second launch can name this owner
+            if overlap_lease and serialize:  # its fsyncs overlap the caller's reads
+                lease.publish_in_background()
+            else:
+                lease.publish()  # so a second launch can name this owner
 
         on_rank_zero(collective, take_lease)
     store = LocalStore(str(attempt.checkpoints_dir), fs=filesystem)
@@ -132,9 +139,12 @@ def release_at_exit(
     return release
 
 
-def ensure_attempt(context: RunContext, state: RunState) -> OpenAttempt:
+def ensure_attempt(
+    context: RunContext, state: RunState, *, overlap_lease: bool = False
+) -> OpenAttempt:
     """The run's open attempt, resolving it and taking the writer lease at the first call
-    (``state.opened`` is set then and fixed afterwards).
+    (``state.opened`` is set then and fixed afterwards); ``overlap_lease``: as
+    :func:`open_attempt`'s.
 
     Raises:
         TrackingError: the run was closed.
@@ -157,6 +167,7 @@ def ensure_attempt(context: RunContext, state: RunState) -> OpenAttempt:
             context.output_root,
             collective=context.collective,
             filesystem=context.filesystem,
+            overlap_lease=overlap_lease,
         )
         state.opened = OpenAttempt(
             attempt, store, lease, exit_release=release_at_exit(lease, context.filesystem)

@@ -27,6 +27,7 @@ from statecraft.checkpoint.facade.validation_resume import after_resume, identit
 from statecraft.checkpoint.resume.bindings import ResumeContext, ResumeResult
 from statecraft.errors import CheckpointError, ValidationIdentityError
 from statecraft.parallel.coordinated import rank_zero_effects
+from statecraft.parallel.rank0 import on_rank_zero
 from statecraft.writers import ConsolidatedWriter, DcpWriter
 
 __all__ = ["run_resume"]
@@ -47,9 +48,13 @@ def run_resume(context: RunContext, state: RunState, runner: BoundaryRunner) -> 
     kind = mode if mode in ("auto", "off") else "explicit"
     # An explicit source is loaded before an attempt is minted: a bad path must not leave
     # an empty attempt that resume=auto would adopt next time.
-    local = ensure_attempt(context, state) if kind != "explicit" else None
+    # resume=auto verifies its candidates while rank 0's lease record is published on a
+    # thread; require_admissible waits for it before anything loads (ctx.before_load)
+    overlap = kind == "auto"
+    local = ensure_attempt(context, state, overlap_lease=overlap) if kind != "explicit" else None
     previous_window(context, state.opened)
     adopted = None if local is None or local.attempt.minted else local.store
+    lease = None if local is None else local.lease
     ctx = ResumeContext(
         mode=kind,
         tracked=state.tracked,
@@ -63,6 +68,7 @@ def run_resume(context: RunContext, state: RunState, runner: BoundaryRunner) -> 
         validation_identity=state.identity,
         # a DCP run verifies and loads DCP checkpoints (model/ and optim/ directories)
         writer=DcpWriter() if context.sharded else ConsolidatedWriter(),
+        before_load=None if lease is None else lease.publish,
     )
     machine = context.machines.load("resume")
     try:
@@ -73,6 +79,9 @@ def run_resume(context: RunContext, state: RunState, runner: BoundaryRunner) -> 
         identity_hint(state.evaluation, exc)
         raise
     opened = ensure_attempt(context, state)  # an explicit source's attempt opens only now
+    if overlap:  # the lease record is durable before anything below writes (a fresh start
+        # never reached require_admissible; every rank raises rank 0's publication error)
+        on_rank_zero(context.collective, lambda: lease.publish() if lease is not None else None)
     result = ctx.result
     if result is None:  # pragma: no cover - every terminal path sets it
         raise CheckpointError("resume machine ended without a result")

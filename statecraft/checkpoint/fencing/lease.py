@@ -44,6 +44,7 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
+from statecraft.checkpoint.fencing.background import BackgroundCall
 from statecraft.checkpoint.fencing.lease_record import (
     LEASE_NAME,
     LEASE_SCHEMA,
@@ -155,18 +156,46 @@ class WriterLease:
     previous: LeaseRecord | None = None
     published: bool = False
     reason: str = ""
+    _publishing: BackgroundCall | None = attrs.field(default=None, init=False, eq=False, repr=False)
 
     @property
     def where(self) -> str:
         return f"{self.store.describe()}/{LEASE_NAME}"
 
+    def publish_in_background(self) -> None:
+        """Start :meth:`publish` on a thread and return at once, so the record's writes and
+        fsyncs overlap what the caller reads meanwhile (resume verifies its candidates).
+
+        The record's own writes are :meth:`publish`'s, in its order. :meth:`publish` (the
+        wait: it returns once the record is durable, raising the thread's error),
+        :meth:`check` and :meth:`release` join the thread first; every write that depends on
+        the lease is preceded by one of them, so none lands before the record is durable.
+        Only for a store on the real filesystem (a simulated one's I/O is stepped by its
+        harness, one thread at a time).
+        """
+        if self.published or self._publishing is not None:
+            return
+        self._publishing = BackgroundCall(self._publish_now, name="statecraft-lease-publish")
+
+    def _settle(self) -> None:
+        """Join a background publication; raise its error once (a later call publishes
+        afresh, which finds the same conflict or succeeds)."""
+        publishing, self._publishing = self._publishing, None
+        if publishing is not None:
+            publishing.join()
+
     def publish(self) -> None:
-        """Write the record (exclusive create, or the takeover's atomic replace); once.
+        """Write the record (exclusive create, or the takeover's atomic replace); once. After
+        :meth:`publish_in_background`, wait for that publication instead.
 
         Raises:
             WriterLeaseError: someone else published a lease meanwhile (named).
             StoreError: the record could not be written durably.
         """
+        self._settle()
+        self._publish_now()
+
+    def _publish_now(self) -> None:
         if self.published:
             return
         current = read_lease(self.store)
@@ -213,8 +242,9 @@ class WriterLease:
             WriterLeaseError: the lease file is gone, does not parse, or names another
                 owner or generation (another process took the attempt over).
         """
+        self._settle()
         if not self.published:
-            self.publish()
+            self._publish_now()
             return
         current = read_lease(self.store)
         if current != self.record:
@@ -222,6 +252,10 @@ class WriterLease:
 
     def release(self) -> None:
         """Give the lease up: remove the record if it is still ours, drop the lock."""
+        try:
+            self._settle()
+        except Exception:  # a record that failed to publish is not ours to remove
+            pass
         try:
             current = read_lease(self.store)
         except WriterLeaseError:

@@ -248,11 +248,13 @@ def require_no_artifacts(ctx: ResumeContext) -> None:
 def require_admissible(ctx: ResumeContext) -> None:
     """The verified checkpoint may be this run's source: at or beyond the attempt's newest
     artifact, and saved under this run's validation identity (when the context names one).
-    Checked before anything loads.
+    Checked before anything loads; then rank 0 waits for what must be durable first
+    (:attr:`ResumeContext.before_load`: the writer lease's record).
 
     Raises:
         ArtifactResumeError: the checkpoint is older than the newest artifact.
         ValidationIdentityError: its recorded validation identity differs from this run's.
+        WriterLeaseError / StoreError: the lease record could not be published.
     """
     chosen = ctx.chosen
     if chosen is None:
@@ -270,6 +272,8 @@ def require_admissible(ctx: ResumeContext) -> None:
             ctx.validation_identity,
             source=f"{chosen.location}/trainer.pt",
         )
+    if ctx.before_load is not None:
+        ctx.before_load()
 
 
 @effect(role=Role.EVERY_RANK)

@@ -5,6 +5,7 @@ its context (:class:`ResumeContext`, one resume decision and load) and its outco
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import attrs
@@ -114,6 +115,10 @@ class ResumeContext:
         newest_artifact: the attempt's newest artifact with a manifest (set when the
             artifacts are scanned).
         chosen_stage / chosen_metrics: the chosen checkpoint's validation stage and metrics.
+        before_load: rank 0's wait, called by ``require_admissible`` before anything loads:
+            the facade's writer lease record, published on a thread while the candidates
+            verify, is durable when it returns (it raises the publication's error, and
+            nothing is loaded then). ``None``: nothing to wait for.
     """
 
     #: the fields a coordinator effect sets on rank 0 that every rank needs afterwards
@@ -152,3 +157,4 @@ class ResumeContext:
     result: ResumeResult | None = None
     fresh_reason: str = ""
     notes: list[str] = attrs.field(factory=list)
+    before_load: Callable[[], None] | None = None

@@ -41,6 +41,7 @@ __all__ = [
     "inventory_problems",
     "ranks_as_tuple",
     "restore_rng_state",
+    "restore_validated_rng_state",
 ]
 
 RNG_SCHEMA = "statecraft.rng.v1"
@@ -94,7 +95,7 @@ def capture_rng_state() -> dict[str, Any]:
     if torch.cuda.is_available():
         cuda = [t.detach().cpu().clone() for t in torch.cuda.get_rng_state_all()]
     return {
-        "python": (int(version), tuple(int(x) for x in internal), gauss_next),
+        "python": (int(version), tuple(map(int, internal)), gauss_next),
         "numpy": {
             "kind": str(kind),
             "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64).copy()),
@@ -121,10 +122,19 @@ def restore_rng_state(state: dict[str, Any], *, log: logging.Logger | None = Non
     Raises:
         TrainerStateError: the snapshot is malformed; every defect is listed.
     """
-    log = log or _log
     problems = _rank_state_problems(state, "state")
     if problems:
         raise state_error("RNG snapshot", "RNG state", problems, RNG_CORRUPT_FIX)
+    restore_validated_rng_state(state, log=log)
+
+
+def restore_validated_rng_state(
+    state: dict[str, Any], *, log: logging.Logger | None = None
+) -> None:
+    """:func:`restore_rng_state` of a snapshot already validated (one of an
+    :class:`~statecraft.checkpoint.state.rng_inventory.RngInventory`'s ``ranks``, which its
+    construction validated, dry runs included), without validating it again."""
+    log = log or _log
     version, internal, gauss_next = state["python"]
     random.setstate((version, tuple(internal), gauss_next))
     np.random.set_state(_numpy_tuple(state["numpy"]))
@@ -182,7 +192,8 @@ def _python_problems(value: object, path: str) -> list[str]:
     problems = []
     if not is_int(version):
         problems.append(f"{path}[0]: expected an int version; got {describe(version)}")
-    if not isinstance(internal, tuple | list) or not all(is_int(x) for x in internal):
+    # every element exactly an int (is_int), checked in C: this runs at every resume
+    if not isinstance(internal, tuple | list) or not set(map(type, internal)) <= {int}:
         problems.append(f"{path}[1]: expected a sequence of ints; got {describe(internal)}")
     if gauss_next is not None and type(gauss_next) is not float:
         problems.append(f"{path}[2]: expected a float or None; got {describe(gauss_next)}")

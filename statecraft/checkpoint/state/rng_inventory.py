@@ -25,7 +25,7 @@ from statecraft.checkpoint.state.rng import (
     capture_rng_state,
     inventory_problems,
     ranks_as_tuple,
-    restore_rng_state,
+    restore_validated_rng_state,
 )
 from statecraft.errors import TrainerStateError
 
@@ -40,8 +40,10 @@ __all__ = ["RngInventory", "gather_rng_inventory", "restore_rank_rng"]
 class RngInventory:
     """Every rank's RNG snapshot, in rank order: ``ranks[r]`` belongs to rank ``r``.
 
-    Built by :func:`gather_rng_inventory` on save and by :meth:`from_payload` on resume; both
-    paths validate every snapshot, so an inventory that exists can be restored.
+    Built by :func:`gather_rng_inventory` on save and by :meth:`from_payload` on resume; the
+    construction validates every snapshot once (dry runs on scratch generators included), so
+    an inventory that exists can be restored, and :func:`restore_rank_rng` does not validate
+    it again. The snapshots are held, not copied: treat them as read-only.
 
     Raises:
         TrainerStateError: on construction, when ``world_size`` is not a positive int, the number
@@ -92,11 +94,14 @@ class RngInventory:
                 f"schema: expected {RNG_SCHEMA!r}; got {describe(obj['schema'])} "
                 "(written by a newer or foreign writer)"
             )
-        if "world_size" in obj and "ranks" in obj:
+        if not problems:  # the snapshots are validated once, by the construction
+            try:
+                return cls(obj["world_size"], obj["ranks"])
+            except TrainerStateError as exc:
+                problems = list(getattr(exc, "problems", [str(exc)]))
+        elif "world_size" in obj and "ranks" in obj:  # every bad field in one error
             problems += inventory_problems(obj["world_size"], obj["ranks"])
-        if problems:
-            raise state_error(source, "RNG inventory", problems, RNG_CORRUPT_FIX)
-        return cls(obj["world_size"], tuple(obj["ranks"]))
+        raise state_error(source, "RNG inventory", problems, RNG_CORRUPT_FIX)
 
 
 def _check_rank(rank: Any, world_size: Any) -> None:
@@ -209,6 +214,7 @@ def restore_rank_rng(
             world_size,
         )
         return "topology_changed"
-    restore_rng_state(inventory.ranks[rank], log=log)
+    # validated when the inventory was built (every path validates it), not again here
+    restore_validated_rng_state(inventory.ranks[rank], log=log)
     log.info("rank %d: RNG streams restored (world_size=%d)", rank, world_size)
     return "restored"
