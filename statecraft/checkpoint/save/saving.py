@@ -29,7 +29,7 @@ from statecraft.checkpoint.fencing.lease import WriterLease
 from statecraft.checkpoint.kernel.layout import iter_dirname
 from statecraft.checkpoint.kernel.machines import shipped_machine
 from statecraft.checkpoint.kernel.manifest import SavePlan
-from statecraft.checkpoint.kernel.plan import CHECKPOINT_PLAN
+from statecraft.checkpoint.kernel.plan import CHECKPOINT_PLAN, plan_for
 from statecraft.checkpoint.kernel.validation_records import ValidationState
 from statecraft.checkpoint.retention.run import RetentionPlan, RetentionReport
 from statecraft.checkpoint.save.async_saving import stage_async
@@ -43,6 +43,8 @@ from statecraft.checkpoint.state import DataState
 from statecraft.checkpoint.state.capture import capture_trainer
 from statecraft.engine import RunResult
 from statecraft.storage.base import Store
+from statecraft.writers.base import Writer
+from statecraft.writers.consolidated import ConsolidatedWriter
 
 __all__ = [
     "SaveMachines",
@@ -121,6 +123,10 @@ class SaveTarget:
         location: the checkpoints directory, for the report and the log line.
         retention: the retention plan run after the save is durable (``None``: none).
         destination: where the durable save is archived (``None``: no upload).
+        writer: makes the save's writer (one per save; ``None``: the consolidated format);
+            its ``format_name`` picks the plan table the manifest records.
+        collect: the collection of unreferenced blobs, run in the write job after retention
+            (``checkpoint_format=incremental``; ``None``: none).
     """
 
     store: Store
@@ -129,6 +135,8 @@ class SaveTarget:
     location: str
     retention: RetentionPlan | None = None
     destination: ArchiveDestination | None = None
+    writer: Callable[[], Writer] | None = None
+    collect: Callable[[Store], Any] | None = None
 
 
 def save_full_checkpoint(
@@ -216,7 +224,8 @@ def save_checkpoint(
     """
     started = time.perf_counter()
     trainer = capture_trainer(tracked, rng=rng, data=data, validation=validation)
-    plan = CHECKPOINT_PLAN.save_plan(step, with_data=tracked.data is not None)
+    writer = target.writer() if target.writer is not None else ConsolidatedWriter()
+    plan = plan_for(writer.format_name).save_plan(step, with_data=tracked.data is not None)
     producers = CHECKPOINT_PLAN.payloads(tracked, trainer, data=data)
     producers = {name: producers[name] for name in plan.files}
     where = f"{target.location}/{iter_dirname(plan.iteration)}"
@@ -233,6 +242,8 @@ def save_checkpoint(
             pending=pending,
             started=started,
             destination=target.destination,
+            writer=writer,
+            collect=target.collect,
         )
 
     if staging is not None and slot is not None:
@@ -273,6 +284,8 @@ def run_write(
     pending: PendingSave | None,
     started: float,
     destination: ArchiveDestination | None = None,
+    writer: Writer | None = None,
+    collect: Callable[[Store], Any] | None = None,
 ) -> SaveReport:
     """Run the write job for ``plan`` here (the training thread, or the slot's thread for a
     ``pending`` save) and build its :class:`SaveReport`; log the ``saved iter`` line.
@@ -284,6 +297,7 @@ def run_write(
         store=store,
         plan=plan,
         payloads=payloads,
+        writer=writer if writer is not None else ConsolidatedWriter(),
         writer_info={"statecraft": __version__},
         lease=lease,
     )
@@ -296,6 +310,7 @@ def run_write(
         lease=lease,
         on_durable=functools.partial(_say_saved, ctx, location, begun, pending),
         destination=destination,
+        collect=collect,
     )
     done = run_write_job(job, machines.write_job)
     seconds = time.perf_counter() - begun
