@@ -8,8 +8,10 @@ attempt. In the component file (``model.pt``, ``optim.pt``) the tensor is replac
 :func:`blob_ref`: a plain dict (dtype, shape, the chunks' digests and sizes) that
 ``torch.load(weights_only=True)`` reads.
 
-Durability rule: a blob is published by :meth:`Store.open_atomic` *without* ``defer_sync``
-(temporary file, fsync, rename, directory fsync) before a component file names it. A save
+Durability rule: a blob is published by :meth:`Store.open_atomic` (temporary file, fsync,
+rename, directory fsync; the fsyncs deferred and run side by side) and is durable before the
+component file that names it is published: that publication is not deferred, and the store
+settles every deferred one before it. A save
 reuses (writes nothing for) a blob found under its name only when this process wrote it
 durably: a name another process left may not be durable (a failed fsync's pages can be
 dropped as clean), so the first save of a process writes every blob it names. A reader
@@ -126,7 +128,9 @@ def store_tensor(
     """Store ``tensor``'s bytes as blobs and return its reference. Each chunk is digested
     while it is in memory; a chunk is reused only when ``durable`` (the blobs this process
     wrote durably) names it and it is still under its name with its size; any other is
-    written (an atomic replace), durable before this returns, and added to ``durable``.
+    written (an atomic replace) with ``defer_sync``: it is durable once the store's next
+    non-deferred publication returns (the caller's component file, which names it), and only
+    then may the caller add it to ``durable``.
 
     Raises:
         StoreError / DiskFullError: a blob could not be made durable (nothing names it).
@@ -146,9 +150,8 @@ def store_tensor(
                 writes.reused[digest] = size
                 continue
         durable.discard(digest)
-        with store.open_atomic(blob_path(digest)) as out:  # durable when the block ends
+        with store.open_atomic(blob_path(digest), defer_sync=True) as out:
             out.write(piece.data)
-        durable.add(digest)
         writes.written[digest] = size
     return blob_ref(tensor, chunks)
 

@@ -5,11 +5,11 @@ tensors live once per attempt in the content-addressed blob store
 Save: every tensor of at least :data:`~statecraft.writers.blobs.MIN_BLOB_BYTES` in a bulk
 entry (``model.pt``, ``optim.pt``) is digested (xxh3_128, every save: the check that it is
 unchanged is its digest, which no in-place write can bypass) and replaced by a reference;
-only blobs not already under ``blobs/`` are written, each durably (temporary file, fsync,
-rename, directory fsync) before the component file that names it. The component file is a
-plain ``torch.save`` of the payload with references in place of those tensors (written like
-:class:`~statecraft.writers.consolidated.ConsolidatedWriter`'s files, then made durable by
-the manifest's exclusive create). Control entries (``trainer.pt``, ``data.pt``) are written
+only blobs this process has not already written durably are written, each durably
+(temporary file, fsync, rename, directory fsync; the fsyncs run side by side) before the
+component file that names it, which is published without deferring (the store settles every deferred blob first). The
+component file is a plain ``torch.save`` of the payload with references in place of those
+tensors. Control entries (``trainer.pt``, ``data.pt``) are written
 whole. :meth:`IncrementalWriter.writer_info` records, for each entry, the blobs it names
 (``blobs:<entry>`` = ``<digest>:<size>`` separated by spaces): the manifest alone says which
 blobs an iteration needs; garbage collection marks from it.
@@ -169,9 +169,12 @@ class IncrementalWriter(Writer):
         if name not in BULK_ENTRIES:
             return self._plain.write(store, path, payload)
         names: dict[str, int] = {}
+        before = set(self.blobs.written)
         try:
             skeleton = self._externalize(store, payload, names)
-            with _without_zip_crc(), store.open_atomic(path, defer_sync=True) as writer:
+            # not deferred: the store settles every deferred blob first, so the blobs are
+            # durable before the file that names them, and known durable once this returns
+            with _without_zip_crc(), store.open_atomic(path) as writer:
                 torch.save(skeleton, cast(IO[bytes], writer))
         except Exception as exc:
             full = _disk_full_cause(exc)
@@ -182,6 +185,7 @@ class IncrementalWriter(Writer):
                 bytes_needed=max(full.bytes_needed, tensor_bytes(payload)),
                 bytes_free=full.bytes_free,
             ) from None
+        self.durable.known.update(set(self.blobs.written) - before)
         self.entry_blobs[name] = names
         return writer.record  # type: ignore[return-value]
 

@@ -12,6 +12,7 @@ import torch
 
 import statecraft as sc
 from statecraft.checkpoint.incremental import referenced_blobs
+from statecraft.cli import main
 from statecraft.errors import CheckpointCorruptError, ConfigError, NotSupportedYetError
 from statecraft.storage.local import LocalStore
 from statecraft.writers.blobs import BLOB_DIR
@@ -75,7 +76,9 @@ def _blob_bytes(store: LocalStore) -> dict[str, int]:
     return {n: store.stat(f"{BLOB_DIR}/{n}").size for n in store.list(BLOB_DIR)}
 
 
-def test_a_frozen_base_is_written_once_and_resume_restores_it(tmp_path: Path) -> None:
+def test_a_frozen_base_is_written_once_and_resume_restores_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     ckpt, objects = _open(tmp_path, "keep_optim_last=0")
     ckpt.resume()
     _train(ckpt, objects, 1)
@@ -90,6 +93,12 @@ def test_a_frozen_base_is_written_once_and_resume_restores_it(tmp_path: Path) ->
     assert (shared, own) == (sum(first.values()), 0)
     expected = {k: v.clone() for k, v in objects.model.state_dict().items()}
     ckpt.close()
+    assert main(["inspect", str(tmp_path / "proj/group/incremental")]) == 0
+    shown = capsys.readouterr().out
+    assert (
+        "blobs: 2 referenced, 512.0 KiB (524288 B) shared with other iterations, 0 B its own"
+        in shown
+    )
 
     again, fresh = _open(tmp_path)
     result = again.resume()
