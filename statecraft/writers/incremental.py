@@ -7,9 +7,9 @@ entry (``model.pt``, ``optim.pt``) is digested (xxh3_128, every save: the check 
 unchanged is its digest, which no in-place write can bypass) and replaced by a reference;
 only blobs this process has not already written durably are written, each durably
 (temporary file, fsync, rename, directory fsync; the fsyncs run side by side) before the
-component file that names it, which is published without deferring (the store settles every deferred blob first). The
-component file is a plain ``torch.save`` of the payload with references in place of those
-tensors. Control entries (``trainer.pt``, ``data.pt``) are written
+component file that names it, which is published without deferring (the store settles
+every deferred blob first). The component file is a plain ``torch.save`` of the payload with
+references in place of those tensors. Control entries (``trainer.pt``, ``data.pt``) are written
 whole. :meth:`IncrementalWriter.writer_info` records, for each entry, the blobs it names
 (``blobs:<entry>`` = ``<digest>:<size>`` separated by spaces): the manifest alone says which
 blobs an iteration needs; garbage collection marks from it.
