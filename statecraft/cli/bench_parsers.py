@@ -52,9 +52,7 @@ def add_bench_parsers(sub: Any) -> None:
     binc.add_argument(
         "--adapter-mib", type=float, default=2.0, help="trainable adapter (default 2)"
     )
-    binc.add_argument(
-        "--full-mib", type=int, default=64, help="full fine-tune model (default 64)"
-    )
+    binc.add_argument("--full-mib", type=int, default=64, help="full fine-tune model (default 64)")
     binc.add_argument("--saves", type=int, default=20, help="saves per run (default 20)")
     binc.add_argument("--repeat", type=int, default=3, help="runs of each (default 3, median)")
     binc.add_argument("--dir", help="directory to write in (default: a temporary one)")
