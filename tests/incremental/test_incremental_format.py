@@ -81,12 +81,14 @@ def test_a_frozen_base_is_written_once_and_resume_restores_it(
 ) -> None:
     ckpt, objects = _open(tmp_path, "keep_optim_last=0")
     ckpt.resume()
-    _train(ckpt, objects, 1)
+    (end,) = _train(ckpt, objects, 1)
     store = _store(tmp_path)
     first = _blob_bytes(store)
     assert sum(first.values()) == 2 * 256 * 256 * 4  # the two base matrices, nothing else
-    _train(ckpt, objects, 3)
+    assert end.saved.bytes_written > sum(first.values())  # the report counts the blobs
+    ends = _train(ckpt, objects, 3)
     assert _blob_bytes(store) == first  # unchanged base: no new blob
+    assert all(e.saved.bytes_written < 256 * 256 * 4 for e in ends)
     refs = referenced_blobs(store)
     assert [it.iteration for it in refs.iterations] == [1, 2, 3, 4]
     shared, own = refs.shared_and_own(4)

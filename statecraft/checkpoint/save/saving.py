@@ -319,7 +319,7 @@ def run_write(
     report = SaveReport(
         iteration=plan.iteration,
         location=location,
-        bytes_written=sum(r.size for r in ctx.records.values()),
+        bytes_written=_written(ctx),
         seconds=seconds,
         retried_commit=found_committed(result),
         effects=tuple((e.effect, e.duration_s) for e in result.trace),
@@ -332,12 +332,18 @@ def run_write(
     return report
 
 
+def _written(ctx: SaveContext) -> int:
+    """The bytes the save wrote: its files, plus the new blobs of an incremental writer."""
+    blobs = getattr(ctx.writer, "blobs", None)
+    return sum(r.size for r in ctx.records.values()) + (blobs.bytes_written if blobs else 0)
+
+
 def _say_saved(ctx: SaveContext, location: str, begun: float, pending: PendingSave | None) -> None:
     """The write job's ``on_durable`` hook: log the ``saved iter`` line the moment ``iter_N``
     is durable (so it comes before the upload's and retention's lines), then release a
     ``pending`` save's waiters."""
     try:
-        mib = sum(r.size for r in ctx.records.values()) / 2**20
+        mib = _written(ctx) / 2**20
         log.info(
             "saved iter %d: %s MiB in %.3f s%s -> %s",
             ctx.plan.iteration,
