@@ -20,6 +20,7 @@ checks each chunk's size and digest.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any, cast
 
@@ -27,8 +28,9 @@ import numpy as np
 import torch
 import xxhash
 
-from statecraft.errors import CheckpointCorruptError
+from statecraft.errors import CheckpointCorruptError, SpecialFileError
 from statecraft.storage.base import Store
+from statecraft.storage.filesystem import open_regular
 
 __all__ = [
     "BLOB_DIR",
@@ -167,9 +169,28 @@ def _dtype(name: str, where: str) -> torch.dtype:
     return value
 
 
-def read_tensor(store: Store, ref: dict[str, Any], *, where: str) -> torch.Tensor:
+def _mapped(store: Store, digest: str, size: int) -> torch.Tensor | None:
+    """The blob as a private (copy-on-write) memory map, when the store has a local path and
+    the name is a regular file of ``size`` bytes; ``None`` otherwise (it is then read)."""
+    path = blob_path(digest)
+    local = store.local_path(path)
+    found = store.stat(path)
+    if local is None or found is None or found.size != size or size == 0:
+        return None
+    try:
+        os.close(open_regular(local))  # never map a symlink, a FIFO, a device
+    except (SpecialFileError, OSError):
+        return None
+    return torch.from_file(local, shared=False, size=size, dtype=torch.uint8)
+
+
+def read_tensor(
+    store: Store, ref: dict[str, Any], *, where: str, mmap: bool = False
+) -> torch.Tensor:
     """The tensor ``ref`` describes, read from its blobs; each chunk's size and xxh3_128
-    digest are checked against its name before the tensor is returned.
+    digest are checked against its name before the tensor is returned. With ``mmap`` a
+    one-chunk tensor on a local store is a private memory map of its blob (no copy into
+    anonymous memory; the digest is computed over the mapped pages).
 
     Raises:
         CheckpointCorruptError: a blob is missing, has another size or other bytes, or the
@@ -184,6 +205,15 @@ def read_tensor(store: Store, ref: dict[str, Any], *, where: str) -> torch.Tenso
             where, f"holds a malformed blob reference ({exc!r})", "Resume from another checkpoint."
         ) from None
     total = sum(size for _, size in chunks)
+    mapped = _mapped(store, *chunks[0]) if mmap and len(chunks) == 1 else None
+    if mapped is not None:
+        if xxhash.xxh3_128_hexdigest(mapped.numpy().data) != chunks[0][0]:
+            raise CheckpointCorruptError(
+                f"{store.describe()}/{blob_path(chunks[0][0])}",
+                f"the blob {where} references does not hash to its name",
+                "Resume from another checkpoint; the blob store of this attempt was damaged.",
+            )
+        return _shaped(mapped, dtype, shape, total, where)
     buffer = torch.empty(total, dtype=torch.uint8)
     view = buffer.numpy()
     offset = 0
@@ -210,6 +240,12 @@ def read_tensor(store: Store, ref: dict[str, Any], *, where: str) -> torch.Tenso
                 "Resume from another checkpoint; the blob store of this attempt was damaged.",
             )
         offset += size
+    return _shaped(buffer, dtype, shape, total, where)
+
+
+def _shaped(
+    data: torch.Tensor, dtype: torch.dtype, shape: list[int], total: int, where: str
+) -> torch.Tensor:
     expected = int(np.prod(shape, dtype=np.int64)) * torch.empty((), dtype=dtype).element_size()
     if expected != total:
         raise CheckpointCorruptError(
@@ -218,4 +254,4 @@ def read_tensor(store: Store, ref: dict[str, Any], *, where: str) -> torch.Tenso
             f"hold {total}",
             "Resume from another checkpoint.",
         )
-    return buffer.view(dtype).reshape(shape)
+    return data.view(dtype).reshape(shape)

@@ -199,20 +199,20 @@ class IncrementalWriter(Writer):
         """
         skeleton = self._plain.read(store, path, mmap=False)
         where = f"{store.describe()}/{path}"
-        return _resolve(store, skeleton, where)
+        return _resolve(store, skeleton, where, mmap)
 
 
-def _resolve(store: Store, value: Any, where: str) -> Any:
+def _resolve(store: Store, value: Any, where: str, mmap: bool) -> Any:
     if is_blob_ref(value):
-        return read_tensor(store, value, where=where)
+        return read_tensor(store, value, where=where, mmap=mmap)
     if isinstance(value, dict):
-        items = [(k, _resolve(store, v, where)) for k, v in value.items()]
+        items = [(k, _resolve(store, v, where, mmap)) for k, v in value.items()]
         try:
             return type(value)(items)
         except TypeError:
             return dict(items)
     if isinstance(value, list):
-        return [_resolve(store, v, where) for v in value]
+        return [_resolve(store, v, where, mmap) for v in value]
     if isinstance(value, tuple) and not hasattr(value, "_fields"):
-        return tuple(_resolve(store, v, where) for v in value)
+        return tuple(_resolve(store, v, where, mmap) for v in value)
     return value

@@ -210,3 +210,19 @@ def test_roles_are_refused(tmp_path: Path) -> None:
     objects = Objects()
     with pytest.raises(NotSupportedYetError, match="checkpoint_format"):
         ckpt.track_role("actor", model=objects.model, optimizer=objects.optimizer)
+
+
+def test_a_damaged_blob_of_the_same_size_is_refused(tmp_path: Path) -> None:
+    """The mapped read (load_weights maps model.pt's blobs) still hashes every byte."""
+    ckpt, objects = _open(tmp_path)
+    ckpt.resume()
+    _train(ckpt, objects, 1)
+    ckpt.close()
+    store = _store(tmp_path)
+    name = sorted(_blob_bytes(store))[0]
+    path = Path(store.local_path(f"{BLOB_DIR}/{name}"))
+    data = bytearray(path.read_bytes())
+    data[100] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointCorruptError, match="does not hash to its name"):
+        sc.load_weights(Adapted(), f"{store.root}/iter_000000001")
