@@ -44,6 +44,20 @@ def add_bench_parsers(sub: Any) -> None:
     bval.add_argument("--dir", help="directory to write in (default: a temporary one)")
     bval.add_argument("--json", action="store_true")
     bval.set_defaults(func=_lazy("statecraft.cli.bench.validation", "run_bench_validation"))
+    binc = bsub.add_parser(
+        "incremental",
+        help="checkpoint_format=incremental vs consolidated: bytes, save, resume, disk",
+    )
+    binc.add_argument("--base-mib", type=int, default=256, help="frozen base (default 256)")
+    binc.add_argument(
+        "--adapter-mib", type=float, default=2.0, help="trainable adapter (default 2)"
+    )
+    binc.add_argument("--full-mib", type=int, default=64, help="full fine-tune model (default 64)")
+    binc.add_argument("--saves", type=int, default=20, help="saves per run (default 20)")
+    binc.add_argument("--repeat", type=int, default=3, help="runs of each (default 3, median)")
+    binc.add_argument("--dir", help="directory to write in (default: a temporary one)")
+    binc.add_argument("--json", action="store_true")
+    binc.set_defaults(func=_lazy("statecraft.cli.bench.incremental", "run_bench_incremental"))
     basync = bsub.add_parser(
         "async", help="async save blocking time, time to durable, step slowdown"
     )

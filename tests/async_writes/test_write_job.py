@@ -97,6 +97,7 @@ class TestWriteJob:
             "save_checkpoint",
             "skip_upload",
             "apply_retention",
+            "skip_collect",
         ]
         assert report.retention is not None
         assert report.retention.deleted == (2,)
@@ -122,6 +123,7 @@ class TestWriteJob:
             "save_checkpoint",
             "skip_upload",
             "skip_retention",
+            "skip_collect",
         ]
         assert report.retention is None
         assert report.retention_seconds == 0.0

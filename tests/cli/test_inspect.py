@@ -421,6 +421,7 @@ class TestCli:
             "archive",
             "dcp",
             "data",
+            "blobs",
             "policy",
             "kept_by",
             "retention_action",

@@ -34,7 +34,7 @@ CONFIG_SCHEMA = "statecraft.checkpoint-config.v1"
 
 Component = Literal["model", "optimizer", "training_state"]
 StoreBackend = Literal["local", "object_store"]
-CheckpointFormat = Literal["consolidated", "dcp"]
+CheckpointFormat = Literal["consolidated", "dcp", "incremental"]
 EmergencyPlan = Literal["full", "run"]
 CursorResume = Literal["auto", "strict", "off"]
 VerifyMode = Literal["digest", "size"]
@@ -273,7 +273,7 @@ def _deadline(value: Any, path: str) -> tuple[Any, list[ConfigIssue]]:
 
 
 _BACKENDS = _choice("local", "object_store")
-_FORMATS = _choice("consolidated", "dcp")
+_FORMATS = _choice("consolidated", "dcp", "incremental")
 _EMERGENCY_PLANS = _choice("full", "run")
 _CURSOR_MODES = _choice("auto", "strict", "off")
 _VERIFY_MODES = _choice("digest", "size")

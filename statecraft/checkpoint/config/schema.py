@@ -14,6 +14,7 @@ from typing import Any
 
 import attrs
 
+from statecraft.checkpoint.config.format_rules import incremental_issues
 from statecraft.checkpoint.config.knobs import (
     _CHECK,
     _COUNT,
@@ -234,6 +235,7 @@ class CheckpointConfig:
                 if value not in (None, 0):
                     reason = "(the direct primary's retention is checkpoint_store.keep_last)"
                     issues.append(ConfigIssue(knob, value, f"{allowed} {why} {reason}"))
+        issues += incremental_issues(self)
         if self.emergency_checkpoint_components == "run" and self.validation.save_checkpoint:
             needed = {*self.checkpoint_components, "model"}
             if not needed <= set(self.validation.checkpoint_components):

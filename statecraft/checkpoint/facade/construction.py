@@ -131,6 +131,14 @@ def start_run(
             "then evaluates without a durable checkpoint of its own), or use "
             "checkpoint_format=consolidated",
         )
+    if config.checkpoint_format == "incremental" and collective.world_size > 1:
+        # the blob store is written by rank 0 alone; a sharded run writes DCP shards
+        raise NotSupportedYetError(
+            "checkpoint_format",
+            "incremental",
+            f"a run of {collective.world_size} ranks saves with checkpoint_format=dcp (or "
+            "consolidated); the incremental format is single-process in this release",
+        )
     plan = RetentionPlan.from_config(config) if retention is None else retention
     if config.upload.enabled and not plan.require_uploaded:
         # with an archive, retention prunes only what is archived (never the only copy)

@@ -28,7 +28,8 @@ from statecraft.checkpoint.resume.bindings import ResumeContext, ResumeResult
 from statecraft.errors import CheckpointError, ValidationIdentityError
 from statecraft.parallel.coordinated import rank_zero_effects
 from statecraft.parallel.rank0 import on_rank_zero
-from statecraft.writers import ConsolidatedWriter, DcpWriter
+from statecraft.writers import ConsolidatedWriter, DcpWriter, Writer
+from statecraft.writers.incremental import IncrementalWriter
 
 __all__ = ["run_resume"]
 
@@ -67,7 +68,7 @@ def run_resume(context: RunContext, state: RunState, runner: BoundaryRunner) -> 
         artifacts=resume_artifacts(context, state.opened),
         validation_identity=state.identity,
         # a DCP run verifies and loads DCP checkpoints (model/ and optim/ directories)
-        writer=DcpWriter() if context.sharded else ConsolidatedWriter(),
+        writer=_writer(context),
         before_load=None if lease is None else lease.publish,
     )
     machine = context.machines.load("resume")
@@ -102,3 +103,13 @@ def run_resume(context: RunContext, state: RunState, runner: BoundaryRunner) -> 
     if config.termination.enabled:
         context.termination.install()  # main thread only (elsewhere: one WARNING, no handler)
     return result
+
+
+def _writer(context: RunContext) -> Writer:
+    """The writer that verifies and loads this run's checkpoints: DCP directories, blob-backed
+    component files (``checkpoint_format=incremental``) or ``torch.save`` files."""
+    if context.sharded:
+        return DcpWriter()
+    if context.config.checkpoint_format == "incremental":
+        return IncrementalWriter()
+    return ConsolidatedWriter()

@@ -39,7 +39,7 @@ from statecraft.checkpoint.roles import (
     refuse_config,
 )
 from statecraft.checkpoint.roles.explicit import verify_explicit_boundary
-from statecraft.errors import TrackingError
+from statecraft.errors import NotSupportedYetError, TrackingError
 from statecraft.storage.filesystem import OsFilesystem
 from statecraft.storage.local import LocalStore
 
@@ -93,6 +93,13 @@ class RoleMethods:
             )
         if state.roles is not None and state.roles.resumed:
             raise TrackingError(f"track_role({name!r}, ...) after resume(): track every role first")
+        if self.run_context.config.checkpoint_format == "incremental":
+            raise NotSupportedYetError(
+                "checkpoint_format",
+                "incremental",
+                f"track_role({name!r}, ...): a multi-role loop saves role units in the "
+                "consolidated format; set checkpoint_format=consolidated",
+            )
         refuse_config(self.run_context.config, world_size=self.run_context.collective.world_size)
         if state.roles is None:
             state.roles = RoleRun()

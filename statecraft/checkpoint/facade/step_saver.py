@@ -32,6 +32,7 @@ from statecraft.checkpoint.facade.attempt_open import artifacts_store
 from statecraft.checkpoint.facade.run_context import OpenAttempt, RunContext
 from statecraft.checkpoint.facade.run_state import RunState
 from statecraft.checkpoint.fencing.lease import WriterLease
+from statecraft.checkpoint.incremental import incremental_save_parts
 from statecraft.checkpoint.kernel.components import ComponentPlan
 from statecraft.checkpoint.kernel.evaluation import Evaluation
 from statecraft.checkpoint.kernel.validation_records import ValidationStage, ValidationState
@@ -116,12 +117,23 @@ class StepSaver:
     def __init__(self, context: RunContext, state: RunState) -> None:
         self.context = context
         self.state = state
+        self._incremental: tuple[Any, Any, Any] | None = None  # (lease, writer, collect)
+
+    def _incremental_parts(self, lease: WriterLease | None) -> tuple[Any, Any]:
+        """The incremental writer factory and collection of this run (made once per lease:
+        the writers share whether ``blobs/`` was made durable by this process)."""
+        if self._incremental is None or self._incremental[0] is not lease:
+            self._incremental = (lease, *incremental_save_parts(lease))
+        return self._incremental[1], self._incremental[2]
 
     def target(self, opened: OpenAttempt, *, background: bool) -> SaveTarget:
         """Where a full save of this run writes: a cadence save (``background``) runs
         retention and the upload; the emergency save neither (it uploads after
         ``DONE.json``)."""
         machines = self.context.machines
+        writer, collect = None, None
+        if self.context.config.checkpoint_format == "incremental":
+            writer, collect = self._incremental_parts(opened.lease)
         return SaveTarget(
             store=opened.store,
             lease=opened.lease,
@@ -129,6 +141,8 @@ class StepSaver:
             location=opened.checkpoints_location,
             retention=self.context.retention if background else None,
             destination=opened.destination if background else None,
+            writer=writer,
+            collect=collect if background else None,
         )
 
     def full(

@@ -126,7 +126,7 @@ def register_copies(context: Any, state: Any, **copies: Any) -> None:
     Raises:
         TrackingError: as ``ModelCopies.of``.
         NotSupportedYetError: a moving copy or a maintained EMA under
-            ``checkpoint_format=dcp`` (or the direct object-store backend): not built yet.
+            a format other than ``consolidated`` (or the object-store primary): not built yet.
     """
     from statecraft.checkpoint.init_from import IDENTITY_NAME, ModelCopies
     from statecraft.errors import NotSupportedYetError
@@ -139,12 +139,13 @@ def register_copies(context: Any, state: Any, **copies: Any) -> None:
         **copies,
     )
     config = context.config
-    if made.moving() and config.checkpoint_format == "dcp":
+    if made.moving() and config.checkpoint_format != "consolidated":
         raise NotSupportedYetError(
             "checkpoint_format",
             config.checkpoint_format,
-            "a moving old policy or moving reference is saved to old.pt / ref.pt; DCP old/ and "
-            "ref/ directories are not built yet: use checkpoint_format=consolidated",
+            "a moving old policy or moving reference is saved to old.pt / ref.pt by the "
+            "consolidated format only (DCP old/ and ref/ directories and incremental blobs of "
+            "the copies are not built yet): use checkpoint_format=consolidated",
         )
     if made.maintained_ema is not None and config.checkpoint_format != "consolidated":
         raise NotSupportedYetError(

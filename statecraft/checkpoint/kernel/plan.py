@@ -62,6 +62,7 @@ __all__ = [
     "COPY_ENTRIES",
     "DCP_PLAN",
     "FULL_COMPONENTS",
+    "INCREMENTAL_PLAN",
     "PLANS",
     "TRAINER_ENTRY",
     "CheckpointPlan",
@@ -345,7 +346,15 @@ DCP_PLAN = CheckpointPlan(
 )
 
 #: format name -> its plan table
-PLANS: dict[str, CheckpointPlan] = {"consolidated": CHECKPOINT_PLAN, "dcp": DCP_PLAN}
+#: ``checkpoint_format=incremental``: the consolidated entries, whose large tensors are blobs
+#: of the attempt's content-addressed store (``statecraft.writers.incremental``)
+INCREMENTAL_PLAN = CheckpointPlan(CHECKPOINT_PLAN.entries, format_name="incremental")
+
+PLANS: dict[str, CheckpointPlan] = {
+    "consolidated": CHECKPOINT_PLAN,
+    "dcp": DCP_PLAN,
+    "incremental": INCREMENTAL_PLAN,
+}
 
 
 def plan_for(format_name: str) -> CheckpointPlan:

@@ -70,6 +70,7 @@ from statecraft.writers.base import Writer
 from statecraft.writers.consolidated import ConsolidatedWriter
 from statecraft.writers.dcp import DcpWriter
 from statecraft.writers.dcp_storage import METADATA_NAME
+from statecraft.writers.incremental import IncrementalWriter
 
 __all__ = [
     "LEVELS",
@@ -99,6 +100,8 @@ def writer_for(format_name: str) -> Writer:
         CheckpointError: no such format.
     """
     plan_for(format_name)  # names the known formats
+    if format_name == "incremental":
+        return IncrementalWriter()
     return DcpWriter() if format_name == "dcp" else ConsolidatedWriter()
 
 

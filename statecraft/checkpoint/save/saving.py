@@ -29,7 +29,7 @@ from statecraft.checkpoint.fencing.lease import WriterLease
 from statecraft.checkpoint.kernel.layout import iter_dirname
 from statecraft.checkpoint.kernel.machines import shipped_machine
 from statecraft.checkpoint.kernel.manifest import SavePlan
-from statecraft.checkpoint.kernel.plan import CHECKPOINT_PLAN, saved_copies
+from statecraft.checkpoint.kernel.plan import CHECKPOINT_PLAN, plan_for, saved_copies
 from statecraft.checkpoint.kernel.validation_records import ValidationState
 from statecraft.checkpoint.retention.run import RetentionPlan, RetentionReport
 from statecraft.checkpoint.save.async_saving import stage_async
@@ -43,6 +43,8 @@ from statecraft.checkpoint.state import DataState
 from statecraft.checkpoint.state.capture import capture_trainer
 from statecraft.engine import RunResult
 from statecraft.storage.base import Store
+from statecraft.writers.base import Writer
+from statecraft.writers.consolidated import ConsolidatedWriter
 
 __all__ = [
     "SaveMachines",
@@ -121,6 +123,10 @@ class SaveTarget:
         location: the checkpoints directory, for the report and the log line.
         retention: the retention plan run after the save is durable (``None``: none).
         destination: where the durable save is archived (``None``: no upload).
+        writer: makes the save's writer (one per save; ``None``: the consolidated format);
+            its ``format_name`` picks the plan table the manifest records.
+        collect: the collection of unreferenced blobs, run in the write job after retention
+            (``checkpoint_format=incremental``; ``None``: none).
     """
 
     store: Store
@@ -129,6 +135,8 @@ class SaveTarget:
     location: str
     retention: RetentionPlan | None = None
     destination: ArchiveDestination | None = None
+    writer: Callable[[], Writer] | None = None
+    collect: Callable[[Store], Any] | None = None
 
 
 def save_full_checkpoint(
@@ -216,7 +224,8 @@ def save_checkpoint(
     """
     started = time.perf_counter()
     trainer = capture_trainer(tracked, rng=rng, data=data, validation=validation)
-    plan = CHECKPOINT_PLAN.save_plan(
+    writer = target.writer() if target.writer is not None else ConsolidatedWriter()
+    plan = plan_for(writer.format_name).save_plan(
         step, with_data=tracked.data is not None, copies=saved_copies(tracked)
     )
     producers = CHECKPOINT_PLAN.payloads(tracked, trainer, data=data)
@@ -235,6 +244,8 @@ def save_checkpoint(
             pending=pending,
             started=started,
             destination=target.destination,
+            writer=writer,
+            collect=target.collect,
         )
 
     if staging is not None and slot is not None:
@@ -275,6 +286,8 @@ def run_write(
     pending: PendingSave | None,
     started: float,
     destination: ArchiveDestination | None = None,
+    writer: Writer | None = None,
+    collect: Callable[[Store], Any] | None = None,
 ) -> SaveReport:
     """Run the write job for ``plan`` here (the training thread, or the slot's thread for a
     ``pending`` save) and build its :class:`SaveReport`; log the ``saved iter`` line.
@@ -286,6 +299,7 @@ def run_write(
         store=store,
         plan=plan,
         payloads=payloads,
+        writer=writer if writer is not None else ConsolidatedWriter(),
         writer_info={"statecraft": __version__},
         lease=lease,
     )
@@ -298,6 +312,7 @@ def run_write(
         lease=lease,
         on_durable=functools.partial(_say_saved, ctx, location, begun, pending),
         destination=destination,
+        collect=collect,
     )
     done = run_write_job(job, machines.write_job)
     seconds = time.perf_counter() - begun
@@ -306,7 +321,7 @@ def run_write(
     report = SaveReport(
         iteration=plan.iteration,
         location=location,
-        bytes_written=sum(r.size for r in ctx.records.values()),
+        bytes_written=_written(ctx),
         seconds=seconds,
         retried_commit=found_committed(result),
         effects=tuple((e.effect, e.duration_s) for e in result.trace),
@@ -319,12 +334,18 @@ def run_write(
     return report
 
 
+def _written(ctx: SaveContext) -> int:
+    """The bytes the save wrote: its files, plus the new blobs of an incremental writer."""
+    blobs = getattr(ctx.writer, "blobs", None)
+    return sum(r.size for r in ctx.records.values()) + (blobs.bytes_written if blobs else 0)
+
+
 def _say_saved(ctx: SaveContext, location: str, begun: float, pending: PendingSave | None) -> None:
     """The write job's ``on_durable`` hook: log the ``saved iter`` line the moment ``iter_N``
     is durable (so it comes before the upload's and retention's lines), then release a
     ``pending`` save's waiters."""
     try:
-        mib = sum(r.size for r in ctx.records.values()) / 2**20
+        mib = _written(ctx) / 2**20
         log.info(
             "saved iter %d: %s MiB in %.3f s%s -> %s",
             ctx.plan.iteration,

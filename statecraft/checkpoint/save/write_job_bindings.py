@@ -44,6 +44,7 @@ from statecraft.checkpoint.save.bindings import SaveContext
 from statecraft.engine import Bindings, RunResult
 from statecraft.engine.tagging import Role, collect_bindings, effect, guard, observer
 from statecraft.errors import CheckpointError
+from statecraft.storage.base import Store
 
 __all__ = [
     "WriteJobContext",
@@ -84,6 +85,12 @@ class WriteJobContext:
         upload_report: what the upload returned (``None``: skipped or failed).
         upload_error: the upload's error (logged at WARNING; the job went on).
         upload_seconds: wall time of the upload.
+        collect: the collection of unreferenced blobs after retention, called with the
+            checkpoints store (``checkpoint_format=incremental``; ``None``: the
+            ``skip_collect`` branch). Best effort: its error is logged and kept in
+            ``collect_error``.
+        collect_report: what ``collect`` returned.
+        collect_error: its error, if it raised.
     """
 
     save: SaveContext
@@ -101,6 +108,9 @@ class WriteJobContext:
     upload_report: UploadReport | None = None
     upload_error: Exception | None = None
     upload_seconds: float = 0.0
+    collect: Callable[[Store], Any] | None = None
+    collect_report: Any = None
+    collect_error: Exception | None = None
 
     @property
     def iteration(self) -> int:
@@ -317,6 +327,42 @@ def found_committed(result: RunResult) -> bool:
 def skip_retention(ctx: WriteJobContext) -> None:
     """No retention plan: nothing to do (no store operation)."""
     ctx.retention_report = None
+
+
+@guard()
+def collect_planned(ctx: WriteJobContext) -> bool:
+    """A collection of unreferenced blobs was given (``checkpoint_format=incremental``)."""
+    return ctx.collect is not None
+
+
+@effect(role=Role.COORDINATOR)
+def collect_blobs(ctx: WriteJobContext) -> None:
+    """Collect the blobs no manifest on disk references any more (after retention, so the
+    blobs only pruned iterations named go). Best effort: a failure is logged at WARNING and
+    kept in ``collect_error`` (garbage stays until the next job's collection; no referenced
+    blob is ever removed).
+
+    Raises:
+        CheckpointError: the save is not known durable in this job (a table bug).
+    """
+    if not ctx.durable:
+        raise CheckpointError(
+            f"the blob collection was about to run before the save of {ctx.where} was "
+            "durable; the write job table must save first: nothing was collected"
+        )
+    if ctx.collect is None:  # the collect_planned guard let this run: a table bug
+        raise CheckpointError(f"{ctx.where}: collect_blobs ran without a collection")
+    try:
+        ctx.collect_report = ctx.collect(ctx.save.store)
+    except Exception as exc:  # best effort: garbage stays; nothing referenced is removed
+        ctx.collect_error = exc
+        log.warning("the blob collection after the save of %s failed: %s", ctx.where, exc)
+
+
+@effect(role=Role.COORDINATOR)
+def skip_collect(ctx: WriteJobContext) -> None:
+    """No collection planned: nothing to do (no store operation)."""
+    ctx.collect_report = None
 
 
 def write_job_bindings() -> Bindings:

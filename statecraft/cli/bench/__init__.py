@@ -20,6 +20,9 @@ meaningful on a noisy machine even when the absolute throughputs are not. One mo
   interleaved pairs, medians and ranges);
 - :mod:`~statecraft.cli.bench.validation`: ``bench validation`` (a durable validation and a
   model-only artifact at one step boundary, against a full save of the same step);
+- :mod:`~statecraft.cli.bench.incremental`: ``bench incremental``
+  (``checkpoint_format=incremental`` against consolidated: bytes per save, save and resume
+  time, disk for every retained iteration, a frozen base + adapter and a full fine-tune);
 - :mod:`~statecraft.cli.bench.dcp`: ``bench dcp`` (statecraft DCP save / load vs plain
   ``dcp.save`` / ``dcp.load`` on gloo ranks, per-rank peak RSS vs own shard bytes; the S3 part
   from ``cli/bench/dcp_s3.py`` when installed);

@@ -36,6 +36,7 @@ FIGURE_MODULES = (
     "statecraft.cli.bench.async_save",
     "statecraft.cli.bench.emergency",
     "statecraft.cli.bench.validation",
+    "statecraft.cli.bench.incremental",
     "statecraft.cli.bench.dcp",
     "statecraft.cli.bench.upload_figures",
     "statecraft.cli.bench.lightning",

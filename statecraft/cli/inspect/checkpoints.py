@@ -23,6 +23,7 @@ from statecraft.checkpoint.kernel.verify import read_manifest
 from statecraft.checkpoint.resume.rules import artifact_refusal
 from statecraft.cli.inspect.archive import archive_field
 from statecraft.cli.inspect.artifacts import auto_record
+from statecraft.cli.inspect.blobs import blob_field
 from statecraft.cli.inspect.data import data_field
 from statecraft.cli.inspect.dcp import dcp_report
 from statecraft.cli.inspect.disk import FS, file_records, files_on_disk
@@ -83,6 +84,7 @@ def iteration_report(
         "archive": archive_field(store, name) if on_disk else None,
         "dcp": dcp_report(store, name) if on_disk else None,
         "data": data_field(store, name) if "data.pt" in on_disk else None,
+        "blobs": blob_field(store, entry.iteration, manifest),
         **retention_fields(entry, decision),
     }
 

@@ -14,6 +14,7 @@ from statecraft.checkpoint.kernel.layout import (
     MANIFEST_NAME,
 )
 from statecraft.cli.inspect.archive import archive_note
+from statecraft.cli.inspect.blobs import blob_lines
 from statecraft.cli.inspect.checkpoints import PARTIAL
 from statecraft.cli.inspect.data import data_line
 from statecraft.cli.inspect.dcp import dcp_lines
@@ -95,6 +96,7 @@ def _checkpoints_lines(report: dict[str, Any], files: bool) -> list[str]:
         for note in it["notes"]:
             lines.append(f"      note: {note}")
         lines.extend(data_line(it))
+        lines.extend(blob_lines(it, _size))
         lines.extend(_file_lines(it, MANIFEST_NAME, files))
         if files:
             lines.extend(dcp_lines(it.get("dcp")))
