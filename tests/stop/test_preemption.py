@@ -361,6 +361,7 @@ class TestTorchrun:
             "-m",
             "torch.distributed.run",
             "--nproc-per-node=2",
+            f"--master-port={_free_port()}",  # not the default 29500: tests run in parallel
             "--shutdown-timeout=120",
             *_command(out)[1:],
         ]
