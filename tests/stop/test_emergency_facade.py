@@ -73,8 +73,9 @@ def requeue(out: Path, sentinels: Path, steps: int, *overrides: str) -> dict[str
 
 
 class HoldBackground(IoGate):
-    """Holds the first I/O of a background thread until ``release`` is set, or fails every
-    background I/O with ENOSPC (``fail``); the training thread's I/O passes."""
+    """Holds the first I/O of the background write thread (``statecraft-write-*``) until
+    ``release`` is set, or fails every I/O of it with ENOSPC (``fail``); the training
+    thread's I/O and the lease's background publication pass."""
 
     def __init__(self, *, fail: bool = False) -> None:
         super().__init__()
@@ -83,7 +84,7 @@ class HoldBackground(IoGate):
         self.held = threading.Event()
 
     def before_io(self, op: str, target: str) -> Any:
-        if threading.current_thread() is not threading.main_thread():
+        if threading.current_thread().name.startswith("statecraft-write"):
             if self.fail:
                 raise OSError(errno.ENOSPC, "No space left on device (injected)", target)
             if not self.release.is_set():
