@@ -80,7 +80,7 @@ class TestManifestSchema:
         [
             (
                 lambda d: d.update(format="zip"),
-                "$.format: 'zip' is not one of ['consolidated', 'dcp']",
+                "$.format: 'zip' is not one of ['consolidated', 'dcp', 'incremental']",
             ),
             (lambda d: d.update(components=["model", "model"]), "$.components: ['model', 'model']"),
             (lambda d: d.update(iteration=10**10), "$.iteration: 10000000000 is greater than"),
